@@ -1,0 +1,44 @@
+# The two commands: `make test` and `make demo`. Everything they need is installed here,
+# idempotently: a second run only checks the stamps.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+KINESIS_LOCAL_VERSION := 0.6.2
+KINESIS_LOCAL := .tools/node_modules/kinesis-local/main.js
+STAMP := $(VENV)/.installed
+
+.PHONY: setup test lint typecheck unit demo bench clean
+
+setup: $(STAMP) $(KINESIS_LOCAL)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[spark,dev]'
+	touch $(STAMP)
+
+$(KINESIS_LOCAL):
+	mkdir -p .tools
+	npm install --silent --no-audit --no-fund --prefix .tools kinesis-local@$(KINESIS_LOCAL_VERSION)
+	test -f $(KINESIS_LOCAL)
+
+lint: $(STAMP)
+	$(BIN)/ruff check kinesis_actors spark_bridge tests benchmarks
+	$(BIN)/ruff format --check kinesis_actors spark_bridge tests benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test: setup lint typecheck unit
+
+demo: setup
+	$(BIN)/kinesis-actors demo
+
+bench: setup
+	$(BIN)/kinesis-actors bench $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache

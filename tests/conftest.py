@@ -1,0 +1,39 @@
+"""Fixtures shared by the whole suite.
+
+Async tests run on both anyio backends (asyncio and trio) through anyio's own pytest plugin.
+Tests that need Kinesis talk to one real local server (kinesis-mock) started for the run.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from kinesis_actors import KinesisClient, LocalKinesis
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def local_kinesis() -> Iterator[LocalKinesis]:
+    """One local Kinesis server for the whole run, on free loopback ports."""
+    with LocalKinesis() as server:
+        yield server
+
+
+@pytest.fixture
+async def client(local_kinesis: LocalKinesis) -> AsyncIterator[KinesisClient]:
+    """A client on the server's TLS port, speaking HTTP/2."""
+    async with local_kinesis.client(tls=True) as kinesis:
+        yield kinesis
+
+
+@pytest.fixture
+def stream_name() -> str:
+    """A stream name no other test uses (the server lives for the whole run)."""
+    return f"test-{uuid.uuid4().hex[:12]}"
