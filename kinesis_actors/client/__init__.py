@@ -1,0 +1,17 @@
+"""The async Kinesis client: transport, signing, protocol, retries and typed errors."""
+
+from ._client import ClientStats, KinesisClient
+from ._config import ClientConfig
+from ._retry import DEFAULT_RETRY_SETTINGS, RetryPolicy, RetrySettings, is_retryable
+from ._subscription import Subscription
+
+__all__ = [
+    "DEFAULT_RETRY_SETTINGS",
+    "ClientConfig",
+    "ClientStats",
+    "KinesisClient",
+    "RetryPolicy",
+    "RetrySettings",
+    "Subscription",
+    "is_retryable",
+]

@@ -1,0 +1,160 @@
+"""The Kinesis JSON 1.1 protocol, sans-IO: operations to request bodies, responses to results.
+
+Serialization, validation and parsing are botocore's, driven by the service model botocore
+ships, so every operation of the service works with boto3's Python shapes (bytes for blobs,
+datetimes for timestamps). This module adds what the client needs around them: typed errors
+instead of error dicts, and UTC timestamps.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import botocore.session
+from botocore import parsers, serialize, validate
+from botocore.utils import parse_timestamp
+
+from .. import errors
+
+__all__ = ["EncodedRequest", "ProtocolCodec", "load_service_model"]
+
+
+@functools.cache
+def load_service_model() -> Any:
+    """The Kinesis service model that botocore ships (about 0.2 s to load; loaded once)."""
+    return botocore.session.get_session().get_service_model("kinesis")
+
+
+def _utc_timestamp(value: Any) -> dt.datetime:
+    if isinstance(value, int | float):
+        return dt.datetime.fromtimestamp(value, dt.UTC)
+    parsed: dt.datetime = parse_timestamp(value)
+    return parsed.astimezone(dt.UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedRequest:
+    """The HTTP parts of one operation's request: what the signer and transport need."""
+
+    operation: str
+    headers: Mapping[str, str]
+    body: bytes
+
+
+class ProtocolCodec:
+    """Encodes requests and decodes responses for every operation of the service model."""
+
+    def __init__(self, service_model: Any | None = None) -> None:
+        self._model = service_model if service_model is not None else load_service_model()
+        self._serializer = serialize.create_serializer("json", include_validation=False)
+        self._validator = validate.ParamValidator()
+        self._parser = parsers.JSONParser(timestamp_parser=_utc_timestamp)
+        self._event_parser = parsers.EventStreamJSONParser(timestamp_parser=_utc_timestamp)
+        self._operation_names = frozenset(self._model.operation_names)
+
+    @property
+    def operation_names(self) -> frozenset[str]:
+        return self._operation_names
+
+    def operation_model(self, operation: str) -> Any:
+        if operation not in self._operation_names:
+            raise errors.ValidationError(
+                f"unknown Kinesis operation {operation!r}; expected one of "
+                f"{', '.join(sorted(self._operation_names))}",
+                operation=operation,
+            )
+        return self._model.operation_model(operation)
+
+    def encode(self, operation: str, params: Mapping[str, Any]) -> EncodedRequest:
+        """Validate ``params`` against the model and serialize them.
+
+        Raises :class:`~kinesis_actors.errors.ValidationError` for parameters the service
+        would reject as malformed (missing, unknown, wrong type, out of range), before any
+        network call.
+        """
+        model = self.operation_model(operation)
+        report = self._validator.validate(dict(params), model.input_shape)
+        if report.has_errors():
+            raise errors.ValidationError(
+                f"invalid parameters: {report.generate_report()}", operation=operation
+            )
+        request = self._serializer.serialize_to_request(dict(params), model)
+        body = request["body"]
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        return EncodedRequest(operation, dict(request["headers"]), body)
+
+    def decode(
+        self, operation: str, status_code: int, headers: Mapping[str, str], body: bytes
+    ) -> dict[str, Any]:
+        """The parsed result of a successful response, or raise the typed error it carries."""
+        if status_code >= 300:
+            raise self.decode_error(operation, status_code, headers, body)
+        model = self.operation_model(operation)
+        parsed: dict[str, Any] = self._parser.parse(
+            {"status_code": status_code, "headers": dict(headers), "body": body},
+            model.output_shape,
+        )
+        parsed.pop("ResponseMetadata", None)
+        return parsed
+
+    def decode_error(
+        self, operation: str, status_code: int, headers: Mapping[str, str], body: bytes
+    ) -> errors.KinesisError:
+        """The typed error for an error response (JSON ``__type`` and ``message``)."""
+        code = ""
+        message = ""
+        try:
+            document = json.loads(body) if body else {}
+        except ValueError:
+            document = {}
+        if isinstance(document, dict):
+            code = str(document.get("__type") or "")
+            message = str(document.get("message") or document.get("Message") or "")
+        if not code:
+            code = headers.get("x-amzn-errortype", "") or (
+                "InternalFailureException" if status_code >= 500 else "UnknownError"
+            )
+        if not message:
+            message = body[:200].decode("utf-8", "replace") or f"HTTP {status_code}"
+        return errors.error_from_code(code, message, operation=operation, status_code=status_code)
+
+    def event_stream_shape(self, operation: str) -> Any:
+        """The event-stream union shape of a streaming operation (SubscribeToShard)."""
+        shape = self.operation_model(operation).get_event_stream_output()
+        if shape is None:
+            raise errors.ValidationError(
+                f"{operation} has no event stream output", operation=operation
+            )
+        return shape
+
+    def decode_event(
+        self, operation: str, shape: Any, headers: Mapping[str, Any], payload: bytes
+    ) -> dict[str, Any]:
+        """Parse one event-stream message into ``{event_type: fields}``, or raise its error."""
+        message_type = headers.get(":message-type")
+        if message_type == "error":
+            raise errors.error_from_code(
+                str(headers.get(":error-code", "InternalFailureException")),
+                str(headers.get(":error-message", "")),
+                operation=operation,
+                status_code=400,
+            )
+        status = 400 if message_type == "exception" else 200
+        parsed: dict[str, Any] = self._event_parser.parse(
+            {"status_code": status, "headers": dict(headers), "body": payload}, shape
+        )
+        if status != 200:
+            error = parsed.get("Error", {})
+            raise errors.error_from_code(
+                str(error.get("Code") or headers.get(":exception-type") or "UnknownError"),
+                str(error.get("Message") or ""),
+                operation=operation,
+                status_code=400,
+            )
+        return parsed

@@ -1,0 +1,142 @@
+"""Typed errors.
+
+Every error the library raises on purpose derives from :class:`KinesisError`. Service errors
+are mapped from the service's ``__type`` (for example ``ResourceNotFoundException``) so that
+callers can catch what they can act on, and keep the service's code and message for the rest.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AccessDeniedError",
+    "ConfigError",
+    "ExpiredIteratorError",
+    "KMSError",
+    "KinesisError",
+    "RecordTooLargeError",
+    "ResourceInUseError",
+    "ResourceNotFoundError",
+    "ServiceError",
+    "ThrottlingError",
+    "TransportError",
+    "ValidationError",
+    "error_from_code",
+]
+
+
+class KinesisError(Exception):
+    """Base class of every error this library raises on purpose.
+
+    ``code`` is the service's error code (``"ResourceNotFoundException"``) when the error came
+    from the service, ``operation`` the Kinesis operation that failed, if any.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        operation: str | None = None,
+        status_code: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.operation = operation
+        self.status_code = status_code
+
+    def __str__(self) -> str:
+        where = f"{self.operation}: " if self.operation else ""
+        code = f" ({self.code})" if self.code else ""
+        return f"{where}{self.message}{code}"
+
+
+class ConfigError(KinesisError, ValueError):
+    """Bad configuration, raised before any network call; the message names the option."""
+
+
+class ValidationError(KinesisError, ValueError):
+    """Bad input to an operation: an invalid argument, checked locally or by the service."""
+
+
+class RecordTooLargeError(ValidationError):
+    """A record's data is larger than the stream accepts."""
+
+
+class ResourceNotFoundError(KinesisError):
+    """The stream, shard or consumer does not exist (or is not visible to these credentials)."""
+
+
+class ResourceInUseError(KinesisError):
+    """The resource is busy: being created or deleted, or a subscription already exists."""
+
+
+class ThrottlingError(KinesisError):
+    """The service refused for rate: ProvisionedThroughputExceeded or LimitExceeded."""
+
+
+class ExpiredIteratorError(KinesisError):
+    """A shard iterator (or a pagination token) has expired; get a new one from the position."""
+
+
+class AccessDeniedError(KinesisError):
+    """The credentials are not allowed to do this."""
+
+
+class KMSError(KinesisError):
+    """A KMS failure on an encrypted stream (disabled key, missing permission, throttling)."""
+
+
+class ServiceError(KinesisError):
+    """The service failed on its side (HTTP 5xx, InternalFailure); usually worth a retry."""
+
+
+class TransportError(KinesisError):
+    """The request did not complete: connection refused or reset, or a timeout."""
+
+
+_BY_CODE: dict[str, type[KinesisError]] = {
+    "ResourceNotFoundException": ResourceNotFoundError,
+    "ResourceInUseException": ResourceInUseError,
+    "ProvisionedThroughputExceededException": ThrottlingError,
+    "LimitExceededException": ThrottlingError,
+    "ThrottlingException": ThrottlingError,
+    "ExpiredIteratorException": ExpiredIteratorError,
+    "ExpiredNextTokenException": ExpiredIteratorError,
+    "InvalidArgumentException": ValidationError,
+    "ValidationException": ValidationError,
+    "SerializationException": ValidationError,
+    "AccessDeniedException": AccessDeniedError,
+    "UnrecognizedClientException": AccessDeniedError,
+    "IncompleteSignature": AccessDeniedError,
+    "InvalidSignatureException": AccessDeniedError,
+    "KMSDisabledException": KMSError,
+    "KMSInvalidStateException": KMSError,
+    "KMSAccessDeniedException": KMSError,
+    "KMSNotFoundException": KMSError,
+    "KMSOptInRequired": KMSError,
+    "KMSThrottlingException": ThrottlingError,
+    "InternalFailureException": ServiceError,
+    "InternalServerError": ServiceError,
+    "ServiceUnavailable": ServiceError,
+    "ServiceUnavailableException": ServiceError,
+}
+
+
+def error_from_code(
+    code: str,
+    message: str,
+    *,
+    operation: str | None = None,
+    status_code: int | None = None,
+) -> KinesisError:
+    """Build the typed error for a service error code.
+
+    Codes may arrive qualified (``com.amazonaws.kinesis.v20131202#ResourceNotFoundException``)
+    or with a suffix after a colon; both are reduced to the bare code first.
+    """
+    bare = code.rsplit("#", 1)[-1].split(":", 1)[0]
+    cls = _BY_CODE.get(bare)
+    if cls is None:
+        cls = ServiceError if status_code is not None and status_code >= 500 else KinesisError
+    return cls(message or bare, code=bare, operation=operation, status_code=status_code)

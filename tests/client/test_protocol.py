@@ -1,0 +1,164 @@
+"""The protocol codec and the event-stream decoder, sans-IO."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import struct
+import zlib
+
+import pytest
+
+from kinesis_actors import errors
+from kinesis_actors.client._eventstream import SubscribeToShardDecoder
+from kinesis_actors.client._protocol import ProtocolCodec
+
+
+@pytest.fixture(scope="module")
+def codec() -> ProtocolCodec:
+    return ProtocolCodec()
+
+
+def frame(headers: dict[str, str], payload: bytes) -> bytes:
+    """Encode one event-stream message (string headers only), as the service frames them."""
+    encoded = b""
+    for name, value in headers.items():
+        raw_name, raw_value = name.encode(), value.encode()
+        encoded += struct.pack("!B", len(raw_name)) + raw_name
+        encoded += b"\x07" + struct.pack("!H", len(raw_value)) + raw_value
+    total = 12 + len(encoded) + len(payload) + 4
+    prelude = struct.pack("!II", total, len(encoded))
+    prelude += struct.pack("!I", zlib.crc32(prelude))
+    message = prelude + encoded + payload
+    return message + struct.pack("!I", zlib.crc32(message))
+
+
+def event(records: list[dict[str, object]], continuation: str | None) -> bytes:
+    body = {"Records": records, "ContinuationSequenceNumber": continuation, "MillisBehindLatest": 5}
+    return frame(
+        {
+            ":message-type": "event",
+            ":event-type": "SubscribeToShardEvent",
+            ":content-type": "application/json",
+        },
+        json.dumps(body).encode(),
+    )
+
+
+INITIAL = frame({":message-type": "event", ":event-type": "initial-response"}, b"{}")
+RECORD = {
+    "SequenceNumber": "1",
+    "ApproximateArrivalTimestamp": 1_700_000_000.25,
+    "Data": "aGVsbG8=",
+    "PartitionKey": "k",
+}
+
+
+def test_encode_produces_the_json_target_and_base64_blobs(codec: ProtocolCodec) -> None:
+    request = codec.encode("PutRecord", {"StreamName": "s", "Data": b"hello", "PartitionKey": "k"})
+    assert request.headers["X-Amz-Target"] == "Kinesis_20131202.PutRecord"
+    assert request.headers["Content-Type"] == "application/x-amz-json-1.1"
+    assert json.loads(request.body)["Data"] == "aGVsbG8="
+
+
+def test_invalid_parameters_are_rejected_before_any_io(codec: ProtocolCodec) -> None:
+    with pytest.raises(errors.ValidationError, match="PartitionKey"):
+        codec.encode("PutRecord", {"StreamName": "s", "Data": b"x", "PartitionKey": ""})
+    with pytest.raises(errors.ValidationError, match="StreamName"):
+        codec.encode("PutRecord", {"Data": b"x", "PartitionKey": "k", "Bogus": 1})
+    with pytest.raises(errors.ValidationError, match="unknown Kinesis operation"):
+        codec.encode("MakeCoffee", {})
+
+
+def test_results_use_boto3_shapes_with_utc_timestamps(codec: ProtocolCodec) -> None:
+    body = json.dumps({"Records": [RECORD], "MillisBehindLatest": 0}).encode()
+    result = codec.decode("GetRecords", 200, {}, body)
+    record = result["Records"][0]
+    assert record["Data"] == b"hello"
+    assert record["ApproximateArrivalTimestamp"] == dt.datetime(
+        2023, 11, 14, 22, 13, 20, 250000, tzinfo=dt.UTC
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "expected"),
+    [
+        ("ResourceNotFoundException", 400, errors.ResourceNotFoundError),
+        ("com.amazonaws.kinesis.v20131202#ResourceInUseException", 400, errors.ResourceInUseError),
+        ("ProvisionedThroughputExceededException", 400, errors.ThrottlingError),
+        ("LimitExceededException", 400, errors.ThrottlingError),
+        ("ExpiredIteratorException", 400, errors.ExpiredIteratorError),
+        ("InvalidArgumentException", 400, errors.ValidationError),
+        ("AccessDeniedException", 400, errors.AccessDeniedError),
+        ("KMSDisabledException", 400, errors.KMSError),
+        ("InternalFailureException", 500, errors.ServiceError),
+        ("SomethingNew", 503, errors.ServiceError),
+        ("SomethingNew", 400, errors.KinesisError),
+    ],
+)
+def test_error_codes_map_to_typed_errors(
+    codec: ProtocolCodec, code: str, status: int, expected: type[errors.KinesisError]
+) -> None:
+    body = json.dumps({"__type": code, "message": "it went wrong"}).encode()
+    error = codec.decode_error("ListShards", status, {}, body)
+    assert type(error) is expected
+    assert error.code == code.rsplit("#", 1)[-1]
+    assert error.operation == "ListShards"
+    assert "it went wrong" in str(error)
+
+
+def test_a_5xx_without_a_json_body_is_a_service_error(codec: ProtocolCodec) -> None:
+    error = codec.decode_error("ListShards", 502, {}, b"<html>bad gateway</html>")
+    assert isinstance(error, errors.ServiceError)
+    assert "bad gateway" in error.message
+
+
+@pytest.mark.parametrize("initial_response", [True, False], ids=["aws", "local-server"])
+def test_event_stream_with_or_without_initial_response(
+    codec: ProtocolCodec, initial_response: bool
+) -> None:
+    stream = (INITIAL if initial_response else b"") + event([RECORD], "1") + event([], "1")
+    decoder = SubscribeToShardDecoder(codec)
+    events = []
+    for i in range(0, len(stream), 7):  # arbitrary chunking: frames span reads
+        events.extend(decoder.feed(stream[i : i + 7]))
+    assert len(events) == 2
+    assert decoder.initial_response_seen is initial_response
+    assert events[0]["Records"][0]["Data"] == b"hello"
+    assert events[0]["ContinuationSequenceNumber"] == "1"
+    assert events[0]["MillisBehindLatest"] == 5
+    assert events[1]["Records"] == []
+
+
+def test_a_null_continuation_is_preserved_for_the_caller(codec: ProtocolCodec) -> None:
+    decoder = SubscribeToShardDecoder(codec)
+    [last] = decoder.feed(event([], None))
+    assert last.get("ContinuationSequenceNumber") is None
+
+
+def test_exception_events_raise_typed_errors(codec: ProtocolCodec) -> None:
+    decoder = SubscribeToShardDecoder(codec)
+    exception = frame(
+        {
+            ":message-type": "exception",
+            ":exception-type": "ResourceInUseException",
+            ":content-type": "application/json",
+        },
+        json.dumps({"message": "another subscription is active"}).encode(),
+    )
+    with pytest.raises(errors.ResourceInUseError, match="another subscription"):
+        decoder.feed(event([RECORD], "1") + exception)
+
+
+def test_error_messages_raise_typed_errors(codec: ProtocolCodec) -> None:
+    decoder = SubscribeToShardDecoder(codec)
+    error = frame(
+        {
+            ":message-type": "error",
+            ":error-code": "InternalFailureException",
+            ":error-message": "boom",
+        },
+        b"",
+    )
+    with pytest.raises(errors.ServiceError, match="boom"):
+        decoder.feed(error)
