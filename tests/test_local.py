@@ -1,0 +1,101 @@
+"""LocalKinesis: starts, answers, stops, and never outlives the process that started it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kinesis_actors import LocalKinesis, errors
+from kinesis_actors.local import INSTALL_COMMAND, LocalKinesisError, find_server_dir
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def test_a_missing_install_names_the_command(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("KINESIS_LOCAL_DIR", str(tmp_path))
+    with pytest.raises(LocalKinesisError, match="not installed") as caught:
+        LocalKinesis().start()
+    assert INSTALL_COMMAND in str(caught.value)
+    assert isinstance(caught.value, errors.KinesisError)
+
+
+def test_missing_node_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    find_server_dir()  # the server is installed; only Node is missing here
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(LocalKinesisError, match=r"Node\.js"):
+        LocalKinesis().start()
+
+
+def test_bad_arguments_are_config_errors() -> None:
+    with pytest.raises(errors.ConfigError, match="operation_duration"):
+        LocalKinesis(operation_duration=-1)
+    with pytest.raises(errors.ConfigError, match="start_timeout"):
+        LocalKinesis(start_timeout=0)
+
+
+def test_starts_on_free_ports_and_stops() -> None:
+    server = LocalKinesis()
+    with server:
+        assert server.running
+        assert server.plain_port != server.tls_port
+        assert server.endpoint_url.startswith("http://127.0.0.1:")
+        assert server.tls_endpoint_url.startswith("https://127.0.0.1:")
+        pid = server._process.pid  # type: ignore[union-attr]
+        assert _alive(pid)
+    assert not server.running
+    assert not _alive(pid)
+    server.stop()  # idempotent
+
+
+def test_the_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
+    """No orphan server even when the process that started it is SIGKILLed (no cleanup runs)."""
+    pid_file = tmp_path / "pid"
+    script = (
+        "import sys, time\n"
+        "from kinesis_actors import LocalKinesis\n"
+        "server = LocalKinesis().__enter__()\n"
+        f"open({str(pid_file)!r}, 'w').write(str(server._process.pid))\n"
+        "time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], cwd=os.getcwd())
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() or not pid_file.read_text():
+            assert parent.poll() is None, "the parent died before starting the server"
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.05)
+        server_pid = int(pid_file.read_text())
+        assert _alive(server_pid)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while _alive(server_pid):
+            assert time.monotonic() < deadline, "the server outlived its parent"
+            time.sleep(0.05)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+
+
+@pytest.mark.anyio
+async def test_async_context_manager(anyio_backend: str) -> None:
+    async with LocalKinesis(streams={"ready-made": 3}) as server, server.client() as kinesis:
+        assert (await kinesis.call("ListStreams", {}))["StreamNames"] == ["ready-made"]
+        summary = await kinesis.wait_for_stream("ready-made")
+        assert summary["OpenShardCount"] == 3
+    assert not server.running
