@@ -1,0 +1,338 @@
+"""The async Kinesis client: one signed, retried HTTP call per operation.
+
+``KinesisClient.call`` runs any operation of the service model. The I/O is httpx (HTTP/2 over
+TLS); protocol, signing and retry decisions live in sans-IO helpers beside this module.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+from urllib.parse import urlsplit
+
+import anyio
+import botocore.session
+import certifi
+import httpx
+
+from .. import errors
+from .._validate import check_type
+from ._config import ClientConfig
+from ._h2stream import H2Stream
+from ._protocol import EncodedRequest, ProtocolCodec
+from ._retry import RetrySettings
+from ._signing import Credentials, Signer, resolve_credentials
+from ._subscription import Subscription
+
+__all__ = ["ClientStats", "KinesisClient"]
+
+log = logging.getLogger("kinesis_actors.client")
+
+#: How long closing a connection may take when the caller is being cancelled.
+_CLOSE_TIMEOUT = 5.0
+
+
+@dataclass(slots=True)
+class ClientStats:
+    """Counters since the client opened."""
+
+    calls: int = 0
+    attempts: int = 0
+    retries: int = 0
+    throttled: int = 0
+    transport_errors: int = 0
+    subscriptions: int = 0
+
+
+def _ssl_context(verify: bool | str) -> ssl.SSLContext:
+    if verify is False:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    if isinstance(verify, str):
+        return ssl.create_default_context(cafile=verify)
+    return ssl.create_default_context(cafile=certifi.where())
+
+
+def _resolve_endpoint(region: str) -> str:
+    client = botocore.session.get_session().create_client("kinesis", region_name=region)
+    endpoint: str = client.meta.endpoint_url
+    return endpoint
+
+
+class KinesisClient:
+    """An async client for every Kinesis operation, with signing, retries and typed errors.
+
+    Use it as an async context manager. Credentials default to botocore's chain; a tuple
+    ``(access_key, secret_key)`` or ``(access_key, secret_key, token)`` is accepted.
+    ``verify`` is True, False (for the local server's self-signed certificate) or the path of
+    a CA bundle.
+    """
+
+    def __init__(
+        self,
+        region: str = "us-east-1",
+        endpoint_url: str | None = None,
+        verify: bool | str = True,
+        credentials: Credentials = None,
+        *,
+        config: ClientConfig | None = None,
+    ) -> None:
+        if not isinstance(region, str) or not region:
+            raise errors.ConfigError(f"region must be a non-empty string, got {region!r}")
+        if endpoint_url is not None:
+            parts = urlsplit(endpoint_url) if isinstance(endpoint_url, str) else None
+            if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+                raise errors.ConfigError(
+                    f"endpoint_url must be an http:// or https:// URL, got {endpoint_url!r}"
+                )
+        check_type("verify", verify, (bool, str), "True, False or a CA bundle path")
+        config = ClientConfig() if config is None else config
+        check_type("config", config, ClientConfig, "a ClientConfig")
+        if isinstance(credentials, tuple):
+            resolve_credentials(credentials)  # validates the shape now, before any I/O
+        self.region = region
+        self.endpoint_url = endpoint_url
+        self.verify = verify
+        self.config = config
+        self.stats = ClientStats()
+        self._credentials = credentials
+        self._codec: ProtocolCodec | None = None
+        self._signer: Signer | None = None
+        self._http: httpx.AsyncClient | None = None
+        self._ssl: ssl.SSLContext | None = None
+        self._h2_ssl: ssl.SSLContext | None = None
+        self._url = ""
+
+    async def __aenter__(self) -> Self:
+        # Loading the service model, resolving credentials and reading CA files all block.
+        self._codec = await anyio.to_thread.run_sync(ProtocolCodec)
+        if self.endpoint_url is None:
+            self.endpoint_url = await anyio.to_thread.run_sync(_resolve_endpoint, self.region)
+        self._url = self.endpoint_url.rstrip("/") + "/"
+        credentials = await anyio.to_thread.run_sync(resolve_credentials, self._credentials)
+        self._signer = Signer(credentials, self.region)
+        self._ssl = await anyio.to_thread.run_sync(_ssl_context, self.verify)
+        self._h2_ssl = await anyio.to_thread.run_sync(_ssl_context, self.verify)
+        self._h2_ssl.set_alpn_protocols(["h2"])
+        self._http = self._new_http(self.config.max_connections, self.config.read_timeout)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool; bounded in time even when cancelled."""
+        http, self._http = self._http, None
+        if http is not None:
+            with anyio.move_on_after(_CLOSE_TIMEOUT, shield=True):
+                await http.aclose()
+
+    def _new_http(self, max_connections: int, read_timeout: float) -> httpx.AsyncClient:
+        config = self.config
+        return httpx.AsyncClient(
+            http2=config.http2,
+            verify=self._ssl if self._ssl is not None else True,
+            limits=httpx.Limits(
+                max_connections=max_connections,
+                max_keepalive_connections=min(config.max_keepalive_connections, max_connections),
+            ),
+            timeout=httpx.Timeout(
+                connect=config.connect_timeout,
+                read=read_timeout,
+                write=config.write_timeout,
+                pool=config.pool_timeout,
+            ),
+            trust_env=False,
+        )
+
+    @property
+    def codec(self) -> ProtocolCodec:
+        if self._codec is None:
+            raise RuntimeError("KinesisClient is not open: use 'async with KinesisClient(...)'")
+        return self._codec
+
+    async def call(
+        self,
+        operation: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        retry: RetrySettings | None = None,
+    ) -> dict[str, Any]:
+        """Run one Kinesis operation and return its result in boto3's shapes.
+
+        Retryable failures (throttling, 5xx, connection resets, timeouts) are retried with
+        capped exponential backoff and full jitter per the operation's
+        :class:`RetrySettings` (or ``retry``); the last failure is raised as its typed error.
+        """
+        request = self.codec.encode(operation, params or {})
+        self.stats.calls += 1
+        policy = self.config.retry
+        attempt = 0
+        while True:
+            try:
+                return await self._send(request)
+            except errors.KinesisError as exc:
+                delay = policy.next_delay(operation, exc, attempt, settings=retry)
+                if delay is None:
+                    raise
+                self.stats.retries += 1
+                log.debug("%s failed (%s); retry %d in %.3fs", operation, exc, attempt + 1, delay)
+                await anyio.sleep(delay)
+                attempt += 1
+
+    async def _signed_headers(self, request: EncodedRequest) -> dict[str, str]:
+        signer = self._signer
+        if signer is None:
+            raise RuntimeError("KinesisClient is not open: use 'async with KinesisClient(...)'")
+        if signer.needs_refresh():
+            await anyio.to_thread.run_sync(signer.refresh)
+        return signer.sign(self._url, request.headers, request.body)
+
+    async def _send(self, request: EncodedRequest) -> dict[str, Any]:
+        http = self._http
+        if http is None:
+            raise RuntimeError("KinesisClient is not open: use 'async with KinesisClient(...)'")
+        headers = await self._signed_headers(request)
+        self.stats.attempts += 1
+        try:
+            response = await http.post(self._url, content=request.body, headers=headers)
+        except httpx.TransportError as exc:
+            self.stats.transport_errors += 1
+            raise errors.TransportError(
+                f"{type(exc).__name__}: {exc}", operation=request.operation
+            ) from exc
+        try:
+            return self.codec.decode(
+                request.operation, response.status_code, response.headers, response.content
+            )
+        except errors.ThrottlingError:
+            self.stats.throttled += 1
+            raise
+
+    @asynccontextmanager
+    async def subscribe_to_shard(
+        self,
+        consumer_arn: str,
+        shard_id: str,
+        starting_position: Mapping[str, Any],
+    ) -> AsyncIterator[Subscription]:
+        """Open a SubscribeToShard stream; yields a :class:`Subscription` of decoded events.
+
+        Each subscription gets an HTTP/2 connection of its own (see ``_h2stream``). Streams
+        sharing a connection share its flow-control window: one subscription left unread while
+        its siblings are read fills that window and stalls every sibling, and closing a stream
+        early does not return the credit (httpcore issue 943). A private connection read only
+        on demand makes backpressure on one shard stay on that shard (TCP holds it), and
+        closing it releases everything.
+        Establishing the stream is retried like a call; failures inside it are raised from
+        the iteration as typed errors.
+        """
+        request = self.codec.encode(
+            "SubscribeToShard",
+            {
+                "ConsumerARN": consumer_arn,
+                "ShardId": shard_id,
+                "StartingPosition": dict(starting_position),
+            },
+        )
+        policy = self.config.retry
+        attempt = 0
+        while True:
+            try:
+                response = await self._open_stream(request)
+                break
+            except errors.KinesisError as exc:
+                delay = policy.next_delay("SubscribeToShard", exc, attempt)
+                if delay is None:
+                    raise
+                self.stats.retries += 1
+                await anyio.sleep(delay)
+                attempt += 1
+        self.stats.subscriptions += 1
+        async with response:
+            yield Subscription(response, self.codec, opened_at=time.monotonic())
+
+    async def _open_stream(self, request: EncodedRequest) -> H2Stream:
+        headers = await self._signed_headers(request)
+        if self._h2_ssl is None:
+            raise RuntimeError("KinesisClient is not open: use 'async with KinesisClient(...)'")
+        self.stats.attempts += 1
+        try:
+            response = await H2Stream.open(
+                self._url,
+                headers,
+                request.body,
+                ssl_context=self._h2_ssl,
+                connect_timeout=self.config.connect_timeout,
+                read_timeout=self.config.subscribe_read_timeout,
+                window=self.config.subscribe_window,
+                operation=request.operation,
+            )
+        except errors.TransportError:
+            self.stats.transport_errors += 1
+            raise
+        if response.status != 200:
+            async with response:
+                body = await response.read_all()
+            raise self.codec.decode_error(
+                request.operation, response.status, response.headers, body
+            )
+        return response
+
+    # Conveniences for demos and tests -------------------------------------------------------
+
+    async def create_stream(self, name: str, shard_count: int, wait: bool = True) -> None:
+        """Create a provisioned stream; with ``wait``, return once it is ACTIVE.
+
+        Like every wait here, it has no timeout of its own: bound it with ``anyio.fail_after``.
+        """
+        await self.call("CreateStream", {"StreamName": name, "ShardCount": shard_count})
+        if wait:
+            await self.wait_for_stream(name)
+
+    async def delete_stream(self, name: str, wait: bool = True) -> None:
+        """Delete a stream (and its consumers); with ``wait``, return once it is gone."""
+        await self.call("DeleteStream", {"StreamName": name, "EnforceConsumerDeletion": True})
+        delay = 0.02
+        while wait:
+            try:
+                await self.call("DescribeStreamSummary", {"StreamName": name})
+            except errors.ResourceNotFoundError:
+                return
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    async def wait_for_consumer(self, consumer_arn: str) -> dict[str, Any]:
+        """Poll DescribeStreamConsumer until the consumer is ACTIVE; return its description."""
+        delay = 0.02
+        while True:
+            result = await self.call("DescribeStreamConsumer", {"ConsumerARN": consumer_arn})
+            description: dict[str, Any] = result["ConsumerDescription"]
+            if description["ConsumerStatus"] == "ACTIVE":
+                return description
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    async def wait_for_stream(self, name: str) -> dict[str, Any]:
+        """Poll DescribeStreamSummary until the stream is ACTIVE; return its summary."""
+        delay = 0.02
+        while True:
+            result = await self.call("DescribeStreamSummary", {"StreamName": name})
+            summary: dict[str, Any] = result["StreamDescriptionSummary"]
+            if summary["StreamStatus"] == "ACTIVE":
+                return summary
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 1.0)

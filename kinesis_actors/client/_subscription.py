@@ -1,0 +1,52 @@
+"""One open SubscribeToShard stream, as an async iterator of decoded events."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ._eventstream import SubscribeToShardDecoder
+from ._h2stream import H2Stream
+from ._protocol import ProtocolCodec
+
+__all__ = ["Subscription"]
+
+
+class Subscription:
+    """The events of one SubscribeToShard call, decoded as the bytes arrive.
+
+    Iterating reads from the network only when the caller asks for the next event, so a
+    consumer that stops iterating pushes back on the server through HTTP/2 flow control.
+    Transport failures are raised as :class:`~kinesis_actors.errors.TransportError`, exception
+    events as their typed errors. The iteration ends when the server ends the stream (every
+    5 minutes, or at the shard's end).
+    """
+
+    def __init__(self, response: H2Stream, codec: ProtocolCodec, *, opened_at: float) -> None:
+        self._response = response
+        self._decoder = SubscribeToShardDecoder(codec)
+        self.opened_at = opened_at
+        self.bytes_received = 0
+
+    @property
+    def http_version(self) -> str:
+        """The negotiated protocol, ``"HTTP/2"`` over TLS."""
+        return self._response.http_version
+
+    @property
+    def initial_response_seen(self) -> bool:
+        """Whether the server sent an ``initial-response`` event (real Kinesis does)."""
+        return self._decoder.initial_response_seen
+
+    @property
+    def events_received(self) -> int:
+        return self._decoder.events_decoded
+
+    def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[dict[str, Any]]:
+        while chunk := await self._response.receive():
+            self.bytes_received += len(chunk)
+            for event in self._decoder.feed(chunk):
+                yield event
