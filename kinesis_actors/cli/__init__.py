@@ -1,0 +1,5 @@
+"""The ``kinesis-actors`` command line."""
+
+from ._main import main
+
+__all__ = ["main"]
