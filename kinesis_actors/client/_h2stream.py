@@ -72,7 +72,9 @@ class H2Stream:
         self._ended = False
         self.status = 0
         self.headers: dict[str, str] = {}
-        self.http_version = "HTTP/2"
+        alpn = stream.extra(TLSAttribute.alpn_protocol, None)
+        #: The protocol negotiated with the server (ALPN), as httpx names it.
+        self.http_version = "HTTP/2" if alpn == "h2" else f"ALPN {alpn!r}"
 
     @classmethod
     async def open(

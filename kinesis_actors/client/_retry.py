@@ -95,6 +95,20 @@ class RetryPolicy:
     default: RetrySettings = field(default_factory=RetrySettings)
     random: Callable[[], float] = random.random
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.default, RetrySettings):
+            raise errors.ConfigError(
+                f"RetryPolicy.default must be a RetrySettings, got {self.default!r}"
+            )
+        for operation, settings in self.overrides.items():
+            if not isinstance(settings, RetrySettings):
+                raise errors.ConfigError(
+                    f"RetryPolicy.overrides[{operation!r}] must be a RetrySettings, "
+                    f"got {settings!r}"
+                )
+        if not callable(self.random):
+            raise errors.ConfigError("RetryPolicy.random must be a callable returning [0, 1)")
+
     def settings_for(self, operation: str) -> RetrySettings:
         """The settings that apply to ``operation``."""
         found = self.overrides.get(operation)

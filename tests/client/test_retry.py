@@ -94,6 +94,19 @@ def test_a_per_call_override_wins() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "option"),
     [
+        ({"default": {"max_retries": 1}}, "RetryPolicy.default"),
+        ({"overrides": {"PutRecords": 3}}, r"RetryPolicy.overrides\['PutRecords'\]"),
+        ({"random": 0.5}, "RetryPolicy.random"),
+    ],
+)
+def test_bad_policy_names_the_option(kwargs: dict[str, object], option: str) -> None:
+    with pytest.raises(errors.ConfigError, match=option):
+        RetryPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "option"),
+    [
         ({"max_retries": -1}, "RetrySettings.max_retries"),
         ({"max_retries": 1.5}, "RetrySettings.max_retries"),
         ({"base": 0}, "RetrySettings.base"),
