@@ -1,0 +1,71 @@
+"""The actor runtime: bounded mailboxes, credit-based demand, supervised actors, a sync facade.
+
+Everything a subscription, processor or producer queue runs on, usable on its own:
+
+* :class:`Mailbox` - bounded, with an explicit :class:`FullPolicy`, statistics and a control
+  lane that overtakes data.
+* :class:`Credits` / :class:`CreditGate` / :func:`wait_any` - "request n after consuming", so
+  a network reader never awaits a full mailbox.
+* :class:`Actor`, :func:`actor`, :class:`ActorRef` - behaviours and their stable addresses.
+* :class:`Supervisor`, :class:`ChildSpec`, :class:`Strategy`, :class:`Restart`,
+  :class:`Backoff`, :class:`RestartIntensityExceeded` - OTP supervision on anyio.
+* :class:`BlockingRuntime` - the same from synchronous code, with batched sends.
+* :class:`SupervisorSnapshot` - the tree as plain data.
+
+Runs on asyncio and trio (anyio only).
+"""
+
+from ._actor import Actor, ActorContext, ActorRef, actor
+from ._clock import Clock, ManualClock, MonotonicClock
+from ._credits import CreditError, CreditGate, Credits, wait_any
+from ._intensity import Backoff, RestartBackoff, RestartIntensity
+from ._mailbox import (
+    DeadLetter,
+    DropReason,
+    FullPolicy,
+    Mailbox,
+    MailboxClosed,
+    MailboxFull,
+    MailboxStats,
+)
+from ._portal import BatchSender, BlockingRuntime
+from ._snapshot import ChildSnapshot, SupervisorSnapshot
+from ._spec import ActorExited, ChildSpec, Restart, RestartIntensityExceeded, Strategy
+from ._supervisor import Supervisor
+from ._tree import SupervisorActor, supervisor_spec
+
+__all__ = [
+    "Actor",
+    "ActorContext",
+    "ActorExited",
+    "ActorRef",
+    "Backoff",
+    "BatchSender",
+    "BlockingRuntime",
+    "ChildSnapshot",
+    "ChildSpec",
+    "Clock",
+    "CreditError",
+    "CreditGate",
+    "Credits",
+    "DeadLetter",
+    "DropReason",
+    "FullPolicy",
+    "Mailbox",
+    "MailboxClosed",
+    "MailboxFull",
+    "MailboxStats",
+    "ManualClock",
+    "MonotonicClock",
+    "Restart",
+    "RestartBackoff",
+    "RestartIntensity",
+    "RestartIntensityExceeded",
+    "Strategy",
+    "Supervisor",
+    "SupervisorActor",
+    "SupervisorSnapshot",
+    "actor",
+    "supervisor_spec",
+    "wait_any",
+]

@@ -1,0 +1,90 @@
+"""The vocabulary of supervision: strategies, restart types, child specs and the escalation."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from ._actor import Actor
+from ._mailbox import DeadLetter, FullPolicy
+
+T = TypeVar("T")
+
+
+class Strategy(enum.Enum):
+    """Which children a supervisor restarts when one goes down (OTP's names)."""
+
+    ONE_FOR_ONE = "one_for_one"
+    """Only the child that went down."""
+    ONE_FOR_ALL = "one_for_all"
+    """Every child: the others are stopped in reverse order, then all start in order."""
+    REST_FOR_ONE = "rest_for_one"
+    """The child and every child started after it (they depend on it)."""
+
+
+class Restart(enum.Enum):
+    """When a child that went down is restarted."""
+
+    PERMANENT = "permanent"
+    """Always, even after a normal return."""
+    TRANSIENT = "transient"
+    """Only after a failure (an exception)."""
+    TEMPORARY = "temporary"
+    """Never; the child is removed when it ends."""
+
+
+@dataclass(frozen=True)
+class ChildSpec(Generic[T]):
+    """How to run one supervised actor.
+
+    ``factory`` builds a fresh behaviour for each incarnation. The mailbox (``capacity``,
+    ``policy``, ``on_drop``) is created once, when the child is first started, and survives
+    restarts. A graceful stop closes the mailbox and gives the actor ``shutdown_timeout``
+    seconds to drain before it is cancelled; ``on_stop`` is always bounded by
+    ``cleanup_timeout``.
+    """
+
+    name: str
+    factory: Callable[[], Actor[T]]
+    restart: Restart = Restart.PERMANENT
+    capacity: int = 64
+    policy: FullPolicy = FullPolicy.BLOCK
+    on_drop: Callable[[DeadLetter[T]], None] | None = None
+    shutdown_timeout: float = 5.0
+    cleanup_timeout: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.name or "/" in self.name:
+            raise ValueError(f"a child name must be non-empty and contain no '/': {self.name!r}")
+        if self.shutdown_timeout < 0 or self.cleanup_timeout < 0:
+            raise ValueError("timeouts must be >= 0")
+
+
+class ActorExited(Exception):
+    """A permanent child returned on its own; recorded as the cause of its restart."""
+
+
+class RestartIntensityExceeded(Exception):
+    """A supervisor gave up: more than ``max_restarts`` restarts within ``period`` seconds.
+
+    Its children were stopped in reverse start order before this was raised. ``causes`` holds
+    the exceptions behind the restarts in the window, oldest first; the last one is also the
+    ``__cause__``.
+    """
+
+    def __init__(
+        self, supervisor: str, max_restarts: int, period: float, causes: Sequence[Exception]
+    ) -> None:
+        self.supervisor = supervisor
+        self.max_restarts = max_restarts
+        self.period = period
+        self.causes = list(causes)
+        summary = "; ".join(repr(cause) for cause in self.causes[-3:])
+        super().__init__(
+            f"supervisor {supervisor!r} gave up after more than {max_restarts} restart(s) "
+            f"within {period} s (last causes: {summary})"
+        )
+        if self.causes:
+            self.__cause__ = self.causes[-1]

@@ -1,0 +1,478 @@
+"""The supervisor: starts children in order, restarts them by strategy, stops them in reverse.
+
+Shape: every child incarnation is a task in the supervisor's task group that never lets an
+``Exception`` escape into the group (that would cancel the siblings: a task group is OTP's
+one_for_all without restarts). Instead it reports its exit to one *decision loop*, which is the
+only place that restarts or stops children, so decisions are serialised like an OTP supervisor
+process. Backoff delays are timers in that loop, not sleeps, so one child's backoff never
+delays another child's restart under one_for_one.
+
+Cancellation is never swallowed: it is how children are stopped, and an outer cancellation
+goes through everything after a shielded, time-bounded shutdown.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import random as _random
+from collections import deque
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from ._actor import ActorContext, ActorLog, ActorRef, logger, serve
+from ._clock import MONOTONIC, Clock
+from ._intensity import Backoff, RestartBackoff, RestartIntensity
+from ._mailbox import DropReason, Mailbox
+from ._snapshot import ChildSnapshot, SupervisorSnapshot
+from ._spec import ActorExited, ChildSpec, Restart, RestartIntensityExceeded, Strategy
+
+T = TypeVar("T")
+
+_GRACE = 0.5
+"""Extra time allowed for a cancelled child to finish after its cleanup timeout."""
+
+
+class ChildState(enum.Enum):
+    STARTING = "starting"
+    RUNNING = "running"
+    RESTARTING = "restarting"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+class _Incarnation:
+    __slots__ = ("cancelled", "finished", "number", "scope", "started")
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.scope: anyio.CancelScope | None = None
+        self.finished = anyio.Event()
+        self.started = False
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self.scope is not None:
+            self.scope.cancel()
+
+
+class _Slot(Generic[T]):
+    """A child as the supervisor knows it; outlives incarnations, like the mailbox it owns."""
+
+    def __init__(self, spec: ChildSpec[T], path: str, backoff: RestartBackoff) -> None:
+        self.spec = spec
+        self.path = path
+        self.mailbox: Mailbox[T] = Mailbox(
+            spec.capacity, spec.policy, name=path, on_drop=spec.on_drop
+        )
+        self.ref = ActorRef(path, self.mailbox)
+        self.backoff = backoff
+        self.log = ActorLog(logger, {"actor": path})
+        self.state = ChildState.STARTING
+        self.incarnation: _Incarnation | None = None
+        self.behaviour: Any = None
+        self.restarts = 0
+        self.last_failure: Exception | None = None
+        self.restart_due: float | None = None
+
+
+class Supervisor:
+    """Supervises actors with OTP semantics.
+
+    Usage::
+
+        async with Supervisor(Strategy.ONE_FOR_ONE, intensity=(3, 5.0)) as sup:
+            ref = await sup.start_child(ChildSpec("worker", Worker))
+            await ref.send(item)
+            ...
+        # leaving the block stops the children in reverse start order, draining mailboxes
+
+    Leaving normally is a graceful stop; leaving with an exception or a cancellation stops the
+    children by cancellation. If restarts exceed the intensity, the children are stopped in
+    reverse order, the body is cancelled, and :class:`RestartIntensityExceeded` is raised.
+    """
+
+    def __init__(
+        self,
+        strategy: Strategy = Strategy.ONE_FOR_ONE,
+        *,
+        name: str = "supervisor",
+        intensity: tuple[int, float] = (3, 5.0),
+        backoff: Backoff | None = None,
+        clock: Clock = MONOTONIC,
+        random: Callable[[], float] = _random.random,
+    ) -> None:
+        self._strategy = strategy
+        self._name = name
+        self._intensity = RestartIntensity(intensity[0], intensity[1], clock=clock)
+        self._backoff = backoff if backoff is not None else Backoff()
+        self._clock = clock
+        self._random = random
+        self._slots: list[_Slot[Any]] = []
+        # Bounded by the number of children: only a started, current incarnation posts, once.
+        self._exits: deque[tuple[_Slot[Any], _Incarnation, Exception | None]] = deque()
+        self._state = "new"
+        self._failure: RestartIntensityExceeded | None = None
+        self._tg: TaskGroup | None = None
+        self._loop_scope: anyio.CancelScope | None = None
+        self.log = ActorLog(logger, {"actor": name})
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def failure(self) -> RestartIntensityExceeded | None:
+        return self._failure
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Supervisor:
+        if self._state != "new":
+            raise RuntimeError(f"supervisor {self._name!r} can only be entered once")
+        self._wakeup = anyio.Event()
+        self._lock = anyio.Lock()
+        self._loop_done = anyio.Event()
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        self._state = "running"
+        await tg.start(self._supervise)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        tg = self._task_group()
+        original = exc
+        if exc is None and self._failure is None:
+            try:
+                await self._shutdown(graceful=True)
+            except BaseException as interrupted:  # e.g. an outer cancellation mid-drain
+                exc_type, exc, tb = type(interrupted), interrupted, interrupted.__traceback__
+        with anyio.move_on_after(self._hard_stop_bound(), shield=True):
+            await self._shutdown(graceful=False)
+        tg.cancel_scope.cancel()
+        try:
+            suppressed = bool(await tg.__aexit__(exc_type, exc, tb))
+        except BaseExceptionGroup as group:
+            if exc is None or list(group.exceptions) != [exc]:
+                raise
+            suppressed = False  # only our own exception, wrapped: re-raise it unwrapped
+        if self._failure is not None and (exc is None or suppressed):
+            raise self._failure
+        if exc is not None and exc is not original and not suppressed:
+            raise exc
+        return suppressed
+
+    async def start_child(self, spec: ChildSpec[T]) -> ActorRef[T]:
+        """Start a child and return once it is ready (its ``on_start`` has returned).
+
+        :raises Exception: whatever the child's factory or ``on_start`` raised; the child is
+            then not added.
+        """
+        if self._state != "running":
+            raise RuntimeError(f"supervisor {self._name!r} is {self._state}")
+        async with self._lock:
+            if any(slot.spec.name == spec.name for slot in self._slots):
+                raise ValueError(f"{self._name!r} already has a child named {spec.name!r}")
+            backoff = RestartBackoff(
+                self._backoff,
+                reset_after=self._intensity.period,
+                clock=self._clock,
+                random=self._random,
+            )
+            slot = _Slot(spec, f"{self._name}/{spec.name}", backoff)
+            self._slots.append(slot)
+            try:
+                await self._start(slot)
+            except BaseException:
+                self._slots.remove(slot)
+                self._finish(slot)
+                raise
+        slot.log.debug("started")
+        return slot.ref
+
+    async def stop_child(self, name: str) -> None:
+        """Stop one child gracefully (drain, then cancel after its shutdown timeout), and
+        remove it. Other children are not affected."""
+        async with self._lock:
+            slot = self._slot(name)
+            slot.state = ChildState.STOPPING  # its exit is no longer a reason to restart
+        await self._stop_gracefully(slot)
+        async with self._lock:
+            self._finish(slot)
+            if slot in self._slots:
+                self._slots.remove(slot)
+
+    def child(self, name: str) -> ActorRef[Any]:
+        """The reference of a current child."""
+        return self._slot(name).ref
+
+    def snapshot(self) -> SupervisorSnapshot:
+        """The tree as plain data: children, mailbox statistics, restarts, last failures."""
+        children = tuple(
+            ChildSnapshot(
+                name=slot.spec.name,
+                path=slot.path,
+                state=slot.state.value,
+                restart=slot.spec.restart.value,
+                restarts=slot.restarts,
+                incarnation=slot.incarnation.number if slot.incarnation else slot.restarts,
+                last_failure=None if slot.last_failure is None else repr(slot.last_failure),
+                mailbox=slot.mailbox.stats(),
+                subtree=slot.behaviour.subtree() if slot.behaviour is not None else None,
+            )
+            for slot in self._slots
+        )
+        return SupervisorSnapshot(
+            name=self._name,
+            strategy=self._strategy.value,
+            state=self._state,
+            restarts_in_window=self._intensity.restarts_in_window,
+            max_restarts=self._intensity.max_restarts,
+            period=self._intensity.period,
+            failure=None if self._failure is None else str(self._failure),
+            children=children,
+        )
+
+    # -- children ---------------------------------------------------------------------------
+
+    async def _start(self, slot: _Slot[Any]) -> None:
+        incarnation = _Incarnation(slot.restarts)
+        slot.incarnation = incarnation
+        slot.state = ChildState.STARTING
+        try:
+            await self._task_group().start(self._run_incarnation, slot, incarnation)
+        except BaseException:
+            if slot.incarnation is incarnation:
+                slot.incarnation = None
+            raise
+
+    async def _run_incarnation(
+        self, slot: _Slot[T], incarnation: _Incarnation, *, task_status: TaskStatus[None]
+    ) -> None:
+        ctx = ActorContext(slot.path, slot.mailbox, incarnation.number)
+
+        def ready() -> None:
+            # From now on only the supervisor stops this child, in its order, even when an
+            # outer scope is cancelled (the starter could still cancel a start in progress).
+            if incarnation.scope is not None:
+                incarnation.scope.shield = True
+            incarnation.started = True
+            slot.state = ChildState.RUNNING
+            slot.backoff.started()
+            task_status.started()
+
+        error: Exception | None = None
+        try:
+            with anyio.CancelScope() as scope:
+                incarnation.scope = scope
+                if incarnation.cancelled:
+                    scope.cancel()
+                behaviour = slot.spec.factory()
+                slot.behaviour = behaviour
+                await serve(behaviour, ctx, ready=ready, cleanup_timeout=slot.spec.cleanup_timeout)
+        except Exception as exc:
+            if not incarnation.started:
+                raise  # the starter gets it
+            error = exc
+        finally:
+            for item in ctx.in_flight:
+                slot.mailbox.dead_letter(item, DropReason.LOST_IN_FLIGHT, error)
+            incarnation.finished.set()
+            if incarnation.started:
+                self._exits.append((slot, incarnation, error))
+                self._wakeup.set()
+
+    async def _stop_now(self, slot: _Slot[Any]) -> None:
+        """Cancel the current incarnation and wait (bounded) for it to finish."""
+        slot.state = ChildState.STOPPING
+        incarnation = slot.incarnation
+        if incarnation is None:
+            return
+        incarnation.cancel()
+        with anyio.move_on_after(slot.spec.cleanup_timeout + _GRACE):
+            await incarnation.finished.wait()
+        if not incarnation.finished.is_set():
+            slot.log.error("ignored cancellation; abandoned while still running")
+        slot.incarnation = None
+
+    async def _stop_gracefully(self, slot: _Slot[Any]) -> None:
+        """Close the mailbox so the actor drains and returns; cancel it at the deadline."""
+        slot.state = ChildState.STOPPING
+        slot.mailbox.close()
+        incarnation = slot.incarnation
+        if incarnation is not None:
+            with anyio.move_on_after(slot.spec.shutdown_timeout):
+                await incarnation.finished.wait()
+            if not incarnation.finished.is_set():
+                slot.log.warning(
+                    "did not stop within %.3f s (%d queued); cancelling",
+                    slot.spec.shutdown_timeout,
+                    len(slot.mailbox),
+                )
+        await self._stop_now(slot)
+
+    def _finish(self, slot: _Slot[Any]) -> None:
+        """Final stop: nothing queued is lost silently."""
+        slot.state = ChildState.STOPPED
+        slot.mailbox.close()
+        undelivered = slot.mailbox.purge()
+        if undelivered:
+            slot.log.warning("stopped with %d undelivered message(s)", undelivered)
+
+    async def _shutdown(self, *, graceful: bool) -> None:
+        if self._loop_scope is not None:
+            self._loop_scope.cancel()
+        await self._loop_done.wait()
+        if self._failure is None:
+            self._state = "stopping"
+        for slot in reversed(self._slots):
+            if slot.state is ChildState.STOPPED:
+                continue
+            if graceful:
+                await self._stop_gracefully(slot)
+            else:
+                await self._stop_now(slot)
+            self._finish(slot)
+        if self._failure is None:
+            self._state = "stopped"
+
+    def _hard_stop_bound(self) -> float:
+        return sum(slot.spec.cleanup_timeout + _GRACE for slot in self._slots) + _GRACE
+
+    # -- the decision loop ------------------------------------------------------------------
+
+    async def _supervise(self, *, task_status: TaskStatus[None]) -> None:
+        try:
+            with anyio.CancelScope() as scope:
+                self._loop_scope = scope
+                task_status.started()
+                while True:
+                    await self._wait_for_work()
+                    async with self._lock:
+                        if not await self._process():
+                            return
+        finally:
+            self._loop_done.set()
+
+    async def _wait_for_work(self) -> None:
+        while not self._exits:
+            due = min(
+                (slot.restart_due for slot in self._slots if slot.restart_due is not None),
+                default=math.inf,
+            )
+            delay = due - anyio.current_time()
+            if delay <= 0:
+                return
+            self._wakeup = anyio.Event()
+            with anyio.move_on_after(delay):
+                await self._wakeup.wait()
+
+    async def _process(self) -> bool:
+        """Handle pending exits and due restarts; False once the supervisor has given up."""
+        while self._exits:
+            slot, incarnation, error = self._exits.popleft()
+            if slot.incarnation is not incarnation or slot.state is not ChildState.RUNNING:
+                continue  # stopped on purpose, or already superseded
+            slot.incarnation = None
+            if not await self._child_down(slot, error):
+                return False
+        return await self._restart_due()
+
+    async def _child_down(self, slot: _Slot[Any], error: Exception | None) -> bool:
+        restart = slot.spec.restart
+        if error is not None:
+            slot.last_failure = error
+            slot.log.error("crashed: %r", error, exc_info=error)
+        else:
+            slot.log.info("returned")
+        if restart is Restart.TEMPORARY or (restart is Restart.TRANSIENT and error is None):
+            self._finish(slot)
+            self._slots.remove(slot)
+            return True
+        cause = error if error is not None else ActorExited(f"{slot.path} returned")
+        if not self._intensity.record(cause):
+            await self._escalate()
+            return False
+        delay = slot.backoff.next_delay()
+        due = anyio.current_time() + delay
+        group = self._restart_group(slot)
+        for sibling in reversed(group):
+            if sibling is not slot and sibling.state is ChildState.RUNNING:
+                await self._stop_now(sibling)
+        for member in group:
+            if member is not slot and member.spec.restart is Restart.TEMPORARY:
+                self._finish(member)
+                self._slots.remove(member)
+                continue
+            member.state = ChildState.RESTARTING
+            member.restarts += 1
+            member.restart_due = max(member.restart_due or 0.0, due)
+        slot.log.info("restarting %s in %.3f s", [m.spec.name for m in group], delay)
+        return True
+
+    def _restart_group(self, slot: _Slot[Any]) -> list[_Slot[Any]]:
+        if self._strategy is Strategy.ONE_FOR_ONE:
+            return [slot]
+        if self._strategy is Strategy.ONE_FOR_ALL:
+            return list(self._slots)
+        return self._slots[self._slots.index(slot) :]
+
+    async def _restart_due(self) -> bool:
+        ordered = self._strategy is not Strategy.ONE_FOR_ONE
+        for slot in list(self._slots):
+            if slot.state is not ChildState.RESTARTING or slot.restart_due is None:
+                continue
+            if slot.restart_due > anyio.current_time():
+                if ordered:
+                    break  # later children depend on this one: they wait for it
+                continue
+            slot.restart_due = None
+            try:
+                await self._start(slot)
+            except Exception as exc:
+                slot.log.warning("restart failed")
+                if not await self._child_down(slot, exc):
+                    return False
+                if ordered:
+                    break
+            else:
+                slot.log.info("restarted (incarnation %d)", slot.restarts)
+        return True
+
+    async def _escalate(self) -> None:
+        failure = RestartIntensityExceeded(
+            self._name, self._intensity.max_restarts, self._intensity.period, self._intensity.causes
+        )
+        self.log.error("%s; stopping children in reverse order", failure)
+        with anyio.move_on_after(self._hard_stop_bound(), shield=True):
+            for slot in reversed(self._slots):
+                if slot.state is not ChildState.STOPPED:
+                    await self._stop_now(slot)
+                    self._finish(slot)
+        self._failure = failure
+        self._state = "failed"
+        self._task_group().cancel_scope.cancel()
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _task_group(self) -> TaskGroup:
+        if self._tg is None:
+            raise RuntimeError(f"supervisor {self._name!r} is not running")
+        return self._tg
+
+    def _slot(self, name: str) -> _Slot[Any]:
+        for slot in self._slots:
+            if slot.spec.name == name:
+                return slot
+        raise KeyError(f"{self._name!r} has no child named {name!r}")
