@@ -205,7 +205,7 @@ class LocalKinesis:
                 raise LocalKinesisError(
                     f"the local Kinesis server did not answer within {self.start_timeout} s"
                 )
-            time.sleep(0.05)
+            time.sleep(0.05)  # sync on purpose: __aenter__ runs start() in a worker thread
 
     _exit_code: int | None = None
 

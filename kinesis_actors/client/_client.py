@@ -317,22 +317,29 @@ class KinesisClient:
 
     async def wait_for_consumer(self, consumer_arn: str) -> dict[str, Any]:
         """Poll DescribeStreamConsumer until the consumer is ACTIVE; return its description."""
-        delay = 0.02
-        while True:
-            result = await self.call("DescribeStreamConsumer", {"ConsumerARN": consumer_arn})
-            description: dict[str, Any] = result["ConsumerDescription"]
-            if description["ConsumerStatus"] == "ACTIVE":
-                return description
-            await anyio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+        return await self._wait_until_active(
+            "DescribeStreamConsumer",
+            {"ConsumerARN": consumer_arn},
+            "ConsumerDescription",
+            "ConsumerStatus",
+        )
 
     async def wait_for_stream(self, name: str) -> dict[str, Any]:
         """Poll DescribeStreamSummary until the stream is ACTIVE; return its summary."""
+        return await self._wait_until_active(
+            "DescribeStreamSummary",
+            {"StreamName": name},
+            "StreamDescriptionSummary",
+            "StreamStatus",
+        )
+
+    async def _wait_until_active(
+        self, operation: str, params: Mapping[str, Any], result_key: str, status_key: str
+    ) -> dict[str, Any]:
         delay = 0.02
         while True:
-            result = await self.call("DescribeStreamSummary", {"StreamName": name})
-            summary: dict[str, Any] = result["StreamDescriptionSummary"]
-            if summary["StreamStatus"] == "ACTIVE":
-                return summary
+            described: dict[str, Any] = (await self.call(operation, params))[result_key]
+            if described[status_key] == "ACTIVE":
+                return described
             await anyio.sleep(delay)
             delay = min(delay * 2, 1.0)
