@@ -130,6 +130,7 @@ class LocalKinesis:
         self.tls_port = 0
         self._process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+        self._exit_code: int | None = None
 
     @property
     def endpoint_url(self) -> str:
@@ -206,8 +207,6 @@ class LocalKinesis:
                     f"the local Kinesis server did not answer within {self.start_timeout} s"
                 )
             time.sleep(0.05)  # sync on purpose: __aenter__ runs start() in a worker thread
-
-    _exit_code: int | None = None
 
     def _output(self) -> str:
         if self._log is None:

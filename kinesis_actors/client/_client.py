@@ -9,11 +9,11 @@ from __future__ import annotations
 import logging
 import ssl
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 from urllib.parse import urlsplit
 
 import anyio
@@ -34,6 +34,8 @@ __all__ = ["ClientStats", "KinesisClient"]
 
 log = logging.getLogger("kinesis_actors.client")
 
+_T = TypeVar("_T")
+
 #: How long closing a connection may take when the caller is being cancelled.
 _CLOSE_TIMEOUT = 5.0
 
@@ -48,6 +50,16 @@ class ClientStats:
     throttled: int = 0
     transport_errors: int = 0
     subscriptions: int = 0
+
+
+def _ssl_contexts(verify: bool | str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """Contexts for the httpx pool and for subscriptions (ALPN ``h2`` only).
+
+    Two, because httpx sets its own ALPN list on its context at every connect.
+    """
+    pool, subscriptions = _ssl_context(verify), _ssl_context(verify)
+    subscriptions.set_alpn_protocols(["h2"])
+    return pool, subscriptions
 
 
 def _ssl_context(verify: bool | str) -> ssl.SSLContext:
@@ -119,10 +131,8 @@ class KinesisClient:
         self._url = self.endpoint_url.rstrip("/") + "/"
         credentials = await anyio.to_thread.run_sync(resolve_credentials, self._credentials)
         self._signer = Signer(credentials, self.region)
-        self._ssl = await anyio.to_thread.run_sync(_ssl_context, self.verify)
-        self._h2_ssl = await anyio.to_thread.run_sync(_ssl_context, self.verify)
-        self._h2_ssl.set_alpn_protocols(["h2"])
-        self._http = self._new_http(self.config.max_connections, self.config.read_timeout)
+        self._ssl, self._h2_ssl = await anyio.to_thread.run_sync(_ssl_contexts, self.verify)
+        self._http = self._new_http()
         return self
 
     async def __aexit__(
@@ -140,18 +150,20 @@ class KinesisClient:
             with anyio.move_on_after(_CLOSE_TIMEOUT, shield=True):
                 await http.aclose()
 
-    def _new_http(self, max_connections: int, read_timeout: float) -> httpx.AsyncClient:
+    def _new_http(self) -> httpx.AsyncClient:
         config = self.config
         return httpx.AsyncClient(
             http2=config.http2,
             verify=self._ssl if self._ssl is not None else True,
             limits=httpx.Limits(
-                max_connections=max_connections,
-                max_keepalive_connections=min(config.max_keepalive_connections, max_connections),
+                max_connections=config.max_connections,
+                max_keepalive_connections=min(
+                    config.max_keepalive_connections, config.max_connections
+                ),
             ),
             timeout=httpx.Timeout(
                 connect=config.connect_timeout,
-                read=read_timeout,
+                read=config.read_timeout,
                 write=config.write_timeout,
                 pool=config.pool_timeout,
             ),
@@ -179,19 +191,28 @@ class KinesisClient:
         """
         request = self.codec.encode(operation, params or {})
         self.stats.calls += 1
+        return await self._retrying(operation, retry, lambda: self._send(request))
+
+    async def _retrying(
+        self,
+        operation: str,
+        settings: RetrySettings | None,
+        attempt: Callable[[], Awaitable[_T]],
+    ) -> _T:
+        """Run ``attempt`` until it succeeds, or the policy gives up and its error is raised."""
         policy = self.config.retry
-        attempt = 0
+        retry = 0
         while True:
             try:
-                return await self._send(request)
+                return await attempt()
             except errors.KinesisError as exc:
-                delay = policy.next_delay(operation, exc, attempt, settings=retry)
+                delay = policy.next_delay(operation, exc, retry, settings=settings)
                 if delay is None:
                     raise
                 self.stats.retries += 1
-                log.debug("%s failed (%s); retry %d in %.3fs", operation, exc, attempt + 1, delay)
+                log.debug("%s failed (%s); retry %d in %.3fs", operation, exc, retry + 1, delay)
                 await anyio.sleep(delay)
-                attempt += 1
+                retry += 1
 
     async def _signed_headers(self, request: EncodedRequest) -> dict[str, str]:
         signer = self._signer
@@ -248,19 +269,9 @@ class KinesisClient:
                 "StartingPosition": dict(starting_position),
             },
         )
-        policy = self.config.retry
-        attempt = 0
-        while True:
-            try:
-                response = await self._open_stream(request)
-                break
-            except errors.KinesisError as exc:
-                delay = policy.next_delay("SubscribeToShard", exc, attempt)
-                if delay is None:
-                    raise
-                self.stats.retries += 1
-                await anyio.sleep(delay)
-                attempt += 1
+        response = await self._retrying(
+            "SubscribeToShard", None, lambda: self._open_stream(request)
+        )
         self.stats.subscriptions += 1
         async with response:
             yield Subscription(response, self.codec, opened_at=time.monotonic())
