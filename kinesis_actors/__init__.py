@@ -6,11 +6,19 @@ The public surface is re-exported here; everything in underscore modules is priv
 from . import errors
 from .client import ClientConfig, KinesisClient, RetryPolicy, RetrySettings
 from .local import LocalKinesis
+from .producer import Producer, ProducerConfig, ProducerMetrics, PutHandle, PutResult
+from .records import RECORD_SCHEMA
 
 __all__ = [
+    "RECORD_SCHEMA",
     "ClientConfig",
     "KinesisClient",
     "LocalKinesis",
+    "Producer",
+    "ProducerConfig",
+    "ProducerMetrics",
+    "PutHandle",
+    "PutResult",
     "RetryPolicy",
     "RetrySettings",
     "errors",

@@ -13,6 +13,9 @@ __all__ = [
     "ExpiredIteratorError",
     "KMSError",
     "KinesisError",
+    "ProducerClosedError",
+    "ProducerFailedError",
+    "RecordExpiredError",
     "RecordTooLargeError",
     "ResourceInUseError",
     "ResourceNotFoundError",
@@ -95,6 +98,27 @@ class TransportError(KinesisError):
     """The request did not complete: connection refused or reset, or a timeout."""
 
 
+class RecordExpiredError(KinesisError):
+    """A produced record was not acknowledged within the producer's ``record_ttl``.
+
+    The record was given up on, never silently: its handle raises this error, the producer
+    counts it in ``records_failed``, and ``__cause__`` is the last failure it saw, if any.
+    """
+
+
+class ProducerFailedError(KinesisError):
+    """The producer gave up on a record with ``fail_on_error`` set, so it refuses new work.
+
+    Raised by ``put`` and ``flush`` after the failure, like Flink's asynchronous error check;
+    ``__cause__`` is the first record failure.
+    """
+
+
+class ProducerClosedError(KinesisError):
+    """The producer is closed (or closing) and accepts no records; or it closed before a
+    record could be sent, in which case that record's handle raises this."""
+
+
 _BY_CODE: dict[str, type[KinesisError]] = {
     "ResourceNotFoundException": ResourceNotFoundError,
     "ResourceInUseException": ResourceInUseError,
@@ -116,6 +140,7 @@ _BY_CODE: dict[str, type[KinesisError]] = {
     "KMSNotFoundException": KMSError,
     "KMSOptInRequired": KMSError,
     "KMSThrottlingException": ThrottlingError,
+    "InternalFailure": ServiceError,  # PutRecords' per-record code
     "InternalFailureException": ServiceError,
     "InternalServerError": ServiceError,
     "ServiceUnavailable": ServiceError,

@@ -7,7 +7,10 @@ asyncio loop in a thread, so it serves tests on either anyio backend.
 ``FaultProxy(upstream_port, decide)`` forwards every request unless ``decide(request)``
 returns a fault: ``Cut()`` closes the connection after reading the request (the client sees
 a dropped connection mid-request), ``Reply(status, body)`` answers in the server's stead
-(throttling errors, 5xx), ``Delay(seconds)`` stalls before forwarding.
+(throttling errors, 5xx), ``Delay(seconds)`` stalls before forwarding, and
+``RejectRecords(indices)`` makes a PutRecords call partially fail the way the service does: the
+other records are forwarded (the request body is rewritten; the local server does not check
+signatures) and the answer merges their results with per-record ``ErrorCode`` entries.
 """
 
 from __future__ import annotations
@@ -55,7 +58,15 @@ class Delay:
     seconds: float
 
 
-Fault = Cut | Reply | Delay | None
+@dataclass(frozen=True)
+class RejectRecords:
+    """Fail these PutRecords entries (by index) with ``code``; forward the others."""
+
+    indices: frozenset[int]
+    code: str = "ProvisionedThroughputExceededException"
+
+
+Fault = Cut | Reply | Delay | RejectRecords | None
 Decide = Callable[[Request], Fault]
 
 
@@ -65,6 +76,33 @@ class ProxyStats:
     forwarded: int = 0
     faults: dict[str, int] = field(default_factory=dict)
     by_target: dict[str, int] = field(default_factory=dict)
+    rejected_records: int = 0
+
+
+def _with_length(head: bytes, length: int) -> bytes:
+    lines = head.decode("latin-1").split("\r\n")
+    lines = [
+        f"Content-Length: {length}" if line.lower().startswith("content-length:") else line
+        for line in lines
+    ]
+    return "\r\n".join(lines).encode("latin-1")
+
+
+def _merge(total: int, rejected: list[int], code: str, forwarded: list[dict[str, object]]) -> bytes:
+    """A PutRecords answer: ``forwarded`` results in order, ``code`` at the rejected indices."""
+    results: list[dict[str, object]] = []
+    passed = iter(forwarded)
+    failed = 0
+    for index in range(total):
+        if index in rejected:
+            results.append({"ErrorCode": code, "ErrorMessage": "Rate exceeded (injected)"})
+            failed += 1
+        else:
+            result = next(passed)
+            if result.get("ErrorCode"):
+                failed += 1
+            results.append(result)
+    return json.dumps({"FailedRecordCount": failed, "Records": results}).encode()
 
 
 async def _read_message(reader: asyncio.StreamReader) -> tuple[bytes, dict[str, str], bytes]:
@@ -124,6 +162,13 @@ class FaultProxy:
             loop.run_until_complete(asyncio.sleep(0))
             loop.close()
 
+    def _reply(self, writer: asyncio.StreamWriter, status: int, body: bytes) -> None:
+        writer.write(
+            f"HTTP/1.1 {status} OK\r\nContent-Type: application/x-amz-json-1.1\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+
     def _count(self, name: str) -> None:
         self.stats.faults[name] = self.stats.faults.get(name, 0) + 1
 
@@ -155,6 +200,21 @@ class FaultProxy:
                 if isinstance(fault, Delay):
                     self._count("delay")
                     await asyncio.sleep(fault.seconds)
+                rejected: list[int] = []
+                if isinstance(fault, RejectRecords):
+                    records = json.loads(body)["Records"]
+                    rejected = sorted(i for i in fault.indices if 0 <= i < len(records))
+                    self._count("rejected-records")
+                    self.stats.rejected_records += len(rejected)
+                    if len(rejected) == len(records):
+                        self._reply(writer, 200, _merge(len(records), rejected, fault.code, []))
+                        await writer.drain()
+                        continue
+                    kept = [r for i, r in enumerate(records) if i not in set(rejected)]
+                    document = json.loads(body)
+                    document["Records"] = kept
+                    body = json.dumps(document).encode()
+                    head = _with_length(head, len(body))
                 if upstream is None:
                     upstream = await asyncio.open_connection("127.0.0.1", self.upstream_port)
                 up_reader, up_writer = upstream
@@ -162,7 +222,12 @@ class FaultProxy:
                 await up_writer.drain()
                 response_head, _, response_body = await _read_message(up_reader)
                 self.stats.forwarded += 1
-                writer.write(response_head + response_body)
+                if isinstance(fault, RejectRecords) and response_head.startswith(b"HTTP/1.1 200"):
+                    results = json.loads(response_body)["Records"]
+                    total = len(results) + len(rejected)
+                    self._reply(writer, 200, _merge(total, rejected, fault.code, results))
+                else:
+                    writer.write(response_head + response_body)
                 await writer.drain()
         finally:
             writer.close()

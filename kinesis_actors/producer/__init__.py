@@ -1,7 +1,9 @@
-"""The producer: sans-IO policies for now; the Producer facade comes in a later issue.
+"""The producer: a bounded queue with backpressure, KPL aggregation, per-shard pacing, retries.
 
-:class:`Collector` groups records into PutRecords calls; :class:`ShardRateLimiter` keeps each
-predicted shard within its write limits and slows only the shards that are throttled.
+:class:`Producer` is the public face; :class:`ProducerConfig` its settings; ``put`` returns a
+:class:`PutHandle` that settles to a :class:`PutResult`. The policies underneath are sans-IO:
+:class:`Collector` limits, :class:`ShardRateLimiter` pacing, and the private pipeline that
+turns accepted records into PutRecords calls.
 """
 
 from ._collector import (
@@ -12,6 +14,10 @@ from ._collector import (
     Batch,
     Collector,
 )
+from ._config import ProducerConfig
+from ._handle import PutHandle, PutResult
+from ._metrics import ProducerMetrics
+from ._producer import Producer
 from ._ratelimit import ShardRateLimiter, ShardStats, TokenBucket
 
 __all__ = [
@@ -21,6 +27,11 @@ __all__ = [
     "PUT_RECORDS_MAX_RECORDS",
     "Batch",
     "Collector",
+    "Producer",
+    "ProducerConfig",
+    "ProducerMetrics",
+    "PutHandle",
+    "PutResult",
     "ShardRateLimiter",
     "ShardStats",
     "TokenBucket",

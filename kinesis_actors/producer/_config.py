@@ -1,0 +1,116 @@
+"""How a :class:`Producer` buffers, aggregates, paces and retries. Validated on construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .._validate import check_non_negative, check_positive, check_type
+from ..errors import ConfigError
+from ..records import DEFAULT_AGGREGATION_MAX_BYTES
+from ._collector import DEFAULT_LINGER, DEFAULT_MAX_CALL_BYTES, PUT_RECORDS_MAX_BYTES
+
+__all__ = ["ProducerConfig"]
+
+_MAX_AGGREGATE_BYTES = 10 * 1024 * 1024  # the largest record any stream accepts
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerConfig:
+    """Every knob of the producer, with defaults sized for one 1 MiB/s, 1,000 records/s shard.
+
+    Queue (the backpressure, lessons 16 and 17):
+
+    - ``queue_limit_records`` (10,000) and ``queue_limit_bytes`` (8 MiB) bound what has been
+      accepted by ``put`` and not yet acknowledged or failed. The defaults hold about eight
+      seconds of one shard's write capacity: enough to keep a shard busy through retries and a
+      full 5 MiB call, small enough that a stalled stream costs megabytes, not gigabytes. Scale
+      them with the shard count for wide streams. ``put`` waits while either is reached; a
+      record larger than ``queue_limit_bytes`` is admitted into an empty queue only.
+    - ``backpressure_warning_after`` (1 s): a ``put`` that waited this long logs a warning,
+      at most one per ``backpressure_warning_interval`` (10 s).
+
+    Aggregation and collection (lessons 21 and 23):
+
+    - ``aggregation`` (on): pack user records predicted for the same shard into KPL aggregates
+      of at most ``aggregation_max_bytes`` (51,200, the KPL default).
+    - ``linger`` (0.1 s): how long a record waits for a fuller call when the stream keeps up.
+    - ``max_call_bytes`` (5 MiB, like the KPL; the service allows 10 MiB) and at most 500
+      records per PutRecords call.
+    - ``max_in_flight_calls`` (8): PutRecords calls outstanding at once.
+
+    Pacing and retries (lessons 18, 19 and 22):
+
+    - ``rate_limit`` (1.5): fraction of each shard's limits (1,000 records/s, 1 MiB/s) the
+      client allows itself, so that the service, not the client, has the final say.
+    - ``preserve_order`` (on): at most one Kinesis record per partition key is in flight, so a
+      retried record is never overtaken by a later record of its key. With aggregation a key's
+      records travel together in one aggregate and this costs little; without aggregation it
+      caps each key at one record per round trip. Off, records go as fast as the limits allow
+      and a retry can land after a later record of its key, as with the KPL.
+    - ``retry_base`` (0.1 s) and ``retry_max`` (5 s): full-jitter backoff of a failed record
+      before it is sent again. Retryable failures are retried until ``record_ttl``.
+    - ``record_ttl`` (None: never give up): a record not acknowledged within this many seconds
+      of ``put`` fails with :class:`~kinesis_actors.errors.RecordExpiredError`.
+    - ``fail_on_error`` (on): a record that fails for good also fails the producer, so the next
+      ``put`` or ``flush`` raises :class:`~kinesis_actors.errors.ProducerFailedError`. Off, the
+      failure reaches only that record's handle and the ``records_failed`` metric.
+    - ``shard_map_min_refresh_interval`` (1 s): the shard map is listed again when a record
+      lands on a shard other than the predicted one, at most this often.
+    """
+
+    queue_limit_records: int = 10_000
+    queue_limit_bytes: int = 8 * 1024 * 1024
+    aggregation: bool = True
+    aggregation_max_bytes: int = DEFAULT_AGGREGATION_MAX_BYTES
+    linger: float = DEFAULT_LINGER
+    max_call_bytes: int = DEFAULT_MAX_CALL_BYTES
+    max_in_flight_calls: int = 8
+    rate_limit: float = 1.5
+    preserve_order: bool = True
+    retry_base: float = 0.1
+    retry_max: float = 5.0
+    record_ttl: float | None = None
+    fail_on_error: bool = True
+    backpressure_warning_after: float = 1.0
+    backpressure_warning_interval: float = 10.0
+    shard_map_min_refresh_interval: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_positive("ProducerConfig.queue_limit_records", self.queue_limit_records, integer=True)
+        check_positive("ProducerConfig.queue_limit_bytes", self.queue_limit_bytes, integer=True)
+        check_type("ProducerConfig.aggregation", self.aggregation, bool, "True or False")
+        check_positive(
+            "ProducerConfig.aggregation_max_bytes", self.aggregation_max_bytes, integer=True
+        )
+        if not 64 <= self.aggregation_max_bytes <= _MAX_AGGREGATE_BYTES:
+            raise ConfigError(
+                "ProducerConfig.aggregation_max_bytes must be between 64 and "
+                f"{_MAX_AGGREGATE_BYTES}, got {self.aggregation_max_bytes!r}"
+            )
+        check_non_negative("ProducerConfig.linger", self.linger)
+        check_positive("ProducerConfig.max_call_bytes", self.max_call_bytes, integer=True)
+        if self.max_call_bytes > PUT_RECORDS_MAX_BYTES:
+            raise ConfigError(
+                "ProducerConfig.max_call_bytes must be at most "
+                f"{PUT_RECORDS_MAX_BYTES} (the PutRecords limit), got {self.max_call_bytes!r}"
+            )
+        check_positive("ProducerConfig.max_in_flight_calls", self.max_in_flight_calls, integer=True)
+        check_positive("ProducerConfig.rate_limit", self.rate_limit)
+        check_type("ProducerConfig.preserve_order", self.preserve_order, bool, "True or False")
+        check_positive("ProducerConfig.retry_base", self.retry_base)
+        check_positive("ProducerConfig.retry_max", self.retry_max)
+        if self.retry_max < self.retry_base:
+            raise ConfigError(
+                f"ProducerConfig.retry_max ({self.retry_max!r}) must be at least retry_base "
+                f"({self.retry_base!r})"
+            )
+        if self.record_ttl is not None:
+            check_positive("ProducerConfig.record_ttl", self.record_ttl)
+        check_type("ProducerConfig.fail_on_error", self.fail_on_error, bool, "True or False")
+        check_positive("ProducerConfig.backpressure_warning_after", self.backpressure_warning_after)
+        check_non_negative(
+            "ProducerConfig.backpressure_warning_interval", self.backpressure_warning_interval
+        )
+        check_non_negative(
+            "ProducerConfig.shard_map_min_refresh_interval", self.shard_map_min_refresh_interval
+        )

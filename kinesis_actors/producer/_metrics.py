@@ -1,0 +1,64 @@
+"""The producer's counters, as a frozen snapshot a caller can log or export."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["ProducerMetrics"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerMetrics:
+    """A point-in-time copy of the producer's counters.
+
+    Queue: ``outstanding_records``/``outstanding_bytes`` are accepted and not yet settled
+    (never above the queue limits, except one oversized record alone), ``peak_*`` their
+    maxima, ``backpressure_cycles`` the ``put`` calls that had to wait for room and
+    ``backpressure_seconds`` how long they waited in total.
+
+    Outcomes: ``records_put`` accepted, ``records_sent`` acknowledged, ``records_failed`` given
+    up with an error (never silently), ``retries`` user records sent again, ``throttled``
+    Kinesis records the service refused for rate, ``mispredicted`` acknowledgements that landed
+    on another shard than predicted, ``shard_map_refreshes`` the listings that followed.
+
+    Calls: ``calls`` PutRecords calls answered, ``kinesis_records_sent`` Kinesis records
+    acknowledged (aggregates count once), ``bytes_sent`` their data plus partition keys;
+    ``records_per_kinesis_record`` and ``records_per_call`` are the averages.
+    """
+
+    outstanding_records: int
+    outstanding_bytes: int
+    peak_outstanding_records: int
+    peak_outstanding_bytes: int
+    backpressure_cycles: int
+    backpressure_seconds: float
+    records_put: int
+    records_sent: int
+    records_failed: int
+    retries: int
+    throttled: int
+    calls: int
+    failed_calls: int
+    kinesis_records_sent: int
+    bytes_sent: int
+    mispredicted: int
+    shard_map_refreshes: int
+    in_flight_calls: int
+
+    @property
+    def records_per_kinesis_record(self) -> float:
+        """Average user records per acknowledged Kinesis record (the aggregation factor)."""
+        return self.records_sent / self.kinesis_records_sent if self.kinesis_records_sent else 0.0
+
+    @property
+    def records_per_call(self) -> float:
+        """Average user records acknowledged per PutRecords call."""
+        return self.records_sent / self.calls if self.calls else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every counter and both averages as plain data (for JSON and logs)."""
+        data = asdict(self)
+        data["records_per_kinesis_record"] = self.records_per_kinesis_record
+        data["records_per_call"] = self.records_per_call
+        return data

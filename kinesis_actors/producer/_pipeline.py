@@ -1,0 +1,587 @@
+"""The producer's sans-IO core: from accepted records to PutRecords calls and back.
+
+Records wait in *ordering domains*, one per ``(partition_key, explicit_hash_key)``; domains
+wait in *lanes*, one per predicted shard (one lane, ``"*"``, for streams whose records the
+service places itself). A PutRecords call is built by taking Kinesis records from the lanes
+round robin; each Kinesis record is a KPL aggregate of records predicted for its lane (lesson
+23), or one plain record. Each lane is paced by its shard's token buckets (lessons 19 and 22).
+
+With ``preserve_order`` a domain has at most one Kinesis record in flight: its next records
+wait until that one is acknowledged. A failed record goes back to the front of its domain,
+which then waits out a jittered backoff, so a retry is never overtaken by a later record of
+its key. Every record leaves through ``settle`` exactly once, acknowledged or failed with a
+typed error (lesson 18).
+
+Nothing here awaits or reads a clock: the caller passes ``now`` and asks
+:meth:`Pipeline.next_wakeup` when to come back.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
+
+from .. import errors
+from ..client._retry import is_retryable
+from ..records import Aggregator, OutboundRecord, ShardMap
+from ._handle import PutResult
+from ._ratelimit import ShardRateLimiter
+
+__all__ = ["UNPREDICTED_LANE", "WHOLE_STREAM_LANE", "Call", "Entry", "Part", "Pipeline"]
+
+WHOLE_STREAM_LANE = "*"
+"""The one lane of a stream with ``AUTO`` record distribution: shards cannot be predicted."""
+
+UNPREDICTED_LANE = "?"
+"""The lane of records whose hash key no known open shard covers (a reshard is under way)."""
+
+# The smallest aggregate worth building; below it a part would be mostly overhead.
+_MIN_AGGREGATE_ROOM = 64
+
+_IDLE, _READY, _IN_FLIGHT, _WAITING = range(4)
+
+Settle = Callable[["Entry", PutResult | None, BaseException | None], None]
+
+
+class Entry:
+    """One accepted user record on its way; ``handle`` is opaque to the pipeline."""
+
+    __slots__ = (
+        "attempts",
+        "data",
+        "enqueued",
+        "epoch",
+        "explicit_hash_key",
+        "handle",
+        "hash_key",
+        "last_error",
+        "partition_key",
+        "size",
+    )
+
+    def __init__(  # noqa: PLR0917 - built once per record on the hot path
+        self,
+        data: bytes,
+        partition_key: str,
+        explicit_hash_key: str | None,
+        hash_key: int,
+        size: int,
+        enqueued: float,
+        handle: Any = None,
+        epoch: int = 0,
+    ) -> None:
+        self.data = data
+        self.partition_key = partition_key
+        self.explicit_hash_key = explicit_hash_key
+        self.hash_key = hash_key
+        self.size = size
+        self.enqueued = enqueued
+        self.handle = handle
+        self.epoch = epoch
+        self.attempts = 0
+        self.last_error: BaseException | None = None
+
+
+class _Domain:
+    __slots__ = ("entries", "hash_key", "key", "lane", "nbytes", "not_before", "queued", "state")
+
+    def __init__(self, key: tuple[str, str | None], hash_key: int, lane: _Lane) -> None:
+        self.key = key
+        self.hash_key = hash_key
+        self.lane = lane
+        self.entries: deque[Entry] = deque()
+        self.nbytes = 0
+        self.state = _IDLE
+        self.queued = False  # present in lane.ready (possibly stale: state is the truth)
+        self.not_before = 0.0
+
+
+class _Lane:
+    __slots__ = ("ready", "resume_at", "shard_id")
+
+    def __init__(self, shard_id: str) -> None:
+        self.shard_id = shard_id
+        self.ready: deque[_Domain] = deque()
+        self.resume_at = 0.0
+
+
+class Part(NamedTuple):
+    """One Kinesis record of a call and the user records inside it, in sub-sequence order."""
+
+    record: OutboundRecord
+    lane: str
+    entries: list[Entry]
+    size: int
+
+
+class Call(NamedTuple):
+    """One PutRecords call: its Kinesis records and their total size (data plus keys)."""
+
+    parts: list[Part]
+    nbytes: int
+
+    def request(self, stream: str) -> dict[str, Any]:
+        """The PutRecords parameters, in boto3's shapes."""
+        records = []
+        for part in self.parts:
+            record = part.record
+            item: dict[str, Any] = {"Data": record.data, "PartitionKey": record.partition_key}
+            if record.explicit_hash_key is not None:
+                item["ExplicitHashKey"] = record.explicit_hash_key
+            records.append(item)
+        return {"StreamName": stream, "Records": records}
+
+
+def _key_bytes(partition_key: str) -> int:
+    return len(partition_key) if partition_key.isascii() else len(partition_key.encode("utf-8"))
+
+
+class Pipeline:
+    """Holds every accepted, unsettled record that is not in flight, and decides what to send.
+
+    ``full_records``/``full_bytes``: once this much is ready, a call goes without waiting for
+    ``linger``. ``max_call_bytes`` must hold the largest valid record.
+    """
+
+    def __init__(
+        self,
+        *,
+        limiter: ShardRateLimiter,
+        settle: Settle,
+        aggregation: bool,
+        aggregation_max_bytes: int,
+        max_call_records: int,
+        max_call_bytes: int,
+        full_records: int,
+        full_bytes: int,
+        linger: float,
+        preserve_order: bool,
+        retry_base: float,
+        retry_max: float,
+        record_ttl: float | None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._limiter = limiter
+        self._settle = settle
+        self._aggregation = aggregation
+        self._aggregation_max_bytes = aggregation_max_bytes
+        self._max_call_records = max_call_records
+        self._max_call_bytes = max_call_bytes
+        self._full_records = full_records
+        self._full_bytes = full_bytes
+        self._linger = linger
+        self._preserve_order = preserve_order
+        self._retry_base = retry_base
+        self._retry_max = retry_max
+        self._ttl = record_ttl
+        self._random = rng or random.Random()
+        self._map: ShardMap | None = None
+        self._lanes: dict[str, _Lane] = {}
+        self._domains: dict[tuple[str, str | None], _Domain] = {}
+        self._waiting: list[tuple[float, int, tuple[str, str | None]]] = []
+        self._waiting_seq = 0
+        self._next_sweep = 0.0
+        self.ready_records = 0
+        self.ready_bytes = 0
+        self.pending_records = 0
+        self.needs_refresh = False
+        self.mispredicted = 0
+        self.retries = 0
+        self.throttled = 0
+
+    # -- shard map ----------------------------------------------------------------------------
+
+    @property
+    def shard_map(self) -> ShardMap | None:
+        """The map records are predicted with; ``None`` means one lane for the whole stream."""
+        return self._map
+
+    def set_shard_map(self, shard_map: ShardMap | None) -> None:
+        """Predict with ``shard_map`` from now on: every waiting domain moves to its new lane."""
+        self._map = shard_map
+        self.needs_refresh = False
+        old = self._lanes
+        self._lanes = {}
+        for domain in self._domains.values():
+            domain.lane = self._lane(domain.hash_key)
+            domain.queued = False
+        for domain in self._domains.values():
+            if domain.state == _READY:
+                domain.lane.ready.append(domain)
+                domain.queued = True
+        for shard_id, lane in old.items():
+            if shard_id in self._lanes:
+                self._lanes[shard_id].resume_at = lane.resume_at
+            else:
+                self._limiter.forget(shard_id)
+
+    def _lane(self, hash_key: int) -> _Lane:
+        if self._map is None:
+            shard_id = WHOLE_STREAM_LANE
+        else:
+            shard_id = self._map.shard_for_hash_key(hash_key) or UNPREDICTED_LANE
+            if shard_id == UNPREDICTED_LANE:
+                self.needs_refresh = True
+        lane = self._lanes.get(shard_id)
+        if lane is None:
+            lane = self._lanes[shard_id] = _Lane(shard_id)
+        return lane
+
+    # -- intake -------------------------------------------------------------------------------
+
+    def add(self, entry: Entry) -> bool:
+        """Queue an accepted record; ``True`` if the sender should look now (else it can wait)."""
+        key = (entry.partition_key, entry.explicit_hash_key)
+        domain = self._domains.get(key)
+        if domain is None:
+            domain = self._domains[key] = _Domain(key, entry.hash_key, self._lane(entry.hash_key))
+        domain.entries.append(entry)
+        domain.nbytes += entry.size
+        self.pending_records += 1
+        if domain.state == _IDLE:
+            self._make_ready(domain, front=False)
+        elif domain.state == _READY:
+            self.ready_records += 1
+            self.ready_bytes += entry.size
+        else:
+            return False
+        return (
+            self.ready_records in (1, self._full_records)
+            or self.ready_bytes >= self._full_bytes > self.ready_bytes - entry.size
+        )
+
+    def _make_ready(self, domain: _Domain, *, front: bool) -> None:
+        domain.state = _READY
+        self.ready_records += len(domain.entries)
+        self.ready_bytes += domain.nbytes
+        if not domain.queued:
+            domain.queued = True
+            if front:
+                domain.lane.ready.appendleft(domain)
+            else:
+                domain.lane.ready.append(domain)
+
+    def _leave_ready(self, domain: _Domain, state: int) -> None:
+        if domain.state == _READY:
+            self.ready_records -= len(domain.entries)
+            self.ready_bytes -= domain.nbytes
+        domain.state = state
+        if state == _IDLE and not domain.entries:
+            del self._domains[domain.key]
+
+    # -- building calls -----------------------------------------------------------------------
+
+    def _head(self, lane: _Lane) -> _Domain | None:
+        """The lane's first ready domain, dropping stale queue entries on the way."""
+        ready = lane.ready
+        while ready:
+            domain = ready[0]
+            if domain.state == _READY and domain.lane is lane:
+                return domain
+            ready.popleft()
+            if domain.lane is lane:
+                domain.queued = False
+        return None
+
+    def oldest_ready(self) -> float | None:
+        """When the oldest ready record was accepted (approximately: the lanes' heads)."""
+        oldest = None
+        for lane in self._lanes.values():
+            head = self._head(lane)
+            if head is not None and head.entries:
+                stamp = head.entries[0].enqueued
+                if oldest is None or stamp < oldest:
+                    oldest = stamp
+        return oldest
+
+    def _due(self, now: float) -> bool:
+        if self.ready_records >= self._full_records or self.ready_bytes >= self._full_bytes:
+            return True
+        oldest = self.oldest_ready()
+        return oldest is not None and now >= oldest + self._linger
+
+    def next_call(self, now: float, *, force: bool = False) -> Call | None:
+        """The next PutRecords call to send, or ``None`` if nothing should go yet.
+
+        ``force`` (flush, close) ignores ``linger``; rate limits and ordering still hold.
+        """
+        self.release_due(now)
+        self._sweep(now)
+        if self.ready_records == 0 or not (force or self._due(now)):
+            return None
+        parts: list[Part] = []
+        nbytes = 0
+        lanes = [lane for lane in self._lanes.values() if lane.ready and lane.resume_at <= now]
+        while lanes and len(parts) < self._max_call_records:
+            still = []
+            for lane in lanes:
+                if len(parts) >= self._max_call_records:
+                    break
+                part = self._build_part(lane, now, self._max_call_bytes - nbytes)
+                if part is not None:
+                    parts.append(part)
+                    nbytes += part.size
+                    still.append(lane)
+            lanes = still
+        return Call(parts, nbytes) if parts else None
+
+    def _build_part(self, lane: _Lane, now: float, room: int) -> Part | None:
+        head = self._head(lane)
+        if head is None:
+            return None
+        first = head.entries[0]
+        shard_id = lane.shard_id
+        delay = self._limiter.delay(shard_id, 1, first.size, now)
+        if delay > 0:
+            lane.resume_at = now + delay
+            return None
+        if first.size > room:
+            return None
+        if not self._aggregation:
+            return self._single(lane, head, now)
+        cap = min(
+            self._aggregation_max_bytes,
+            room - 256,
+            int(self._limiter.available_bytes(shard_id, now)),
+        )
+        if cap < _MIN_AGGREGATE_ROOM or cap < first.size:
+            return self._single(lane, head, now)
+        aggregator = Aggregator(cap)
+        taken: list[Entry] = []
+        full = False
+        while not full:
+            domain = self._head(lane)
+            if domain is None:
+                break
+            count = 0
+            entries = domain.entries
+            while entries:
+                entry = entries[0]
+                if not aggregator.add(entry.data, entry.partition_key, entry.explicit_hash_key):
+                    full = True
+                    break
+                entries.popleft()
+                domain.nbytes -= entry.size
+                self.ready_records -= 1
+                self.ready_bytes -= entry.size
+                taken.append(entry)
+                count += 1
+            if count == 0:
+                break
+            self._took_from(lane, domain)
+        if not taken:
+            return None
+        record = aggregator.build()
+        return self._part(lane, record, taken, now)
+
+    def _single(self, lane: _Lane, domain: _Domain, now: float) -> Part:
+        entry = domain.entries.popleft()
+        domain.nbytes -= entry.size
+        self.ready_records -= 1
+        self.ready_bytes -= entry.size
+        self._took_from(lane, domain)
+        record = OutboundRecord(entry.data, entry.partition_key, entry.explicit_hash_key, 1)
+        return self._part(lane, record, [entry], now)
+
+    def _took_from(self, lane: _Lane, domain: _Domain) -> None:
+        """After taking records from the lane's head domain: in flight, rotate or idle."""
+        lane.ready.popleft()
+        domain.queued = False
+        if self._preserve_order:
+            self._leave_ready(domain, _IN_FLIGHT)
+        elif domain.entries:
+            lane.ready.append(domain)  # round robin between the keys of a lane
+            domain.queued = True
+        else:
+            self._leave_ready(domain, _IDLE)
+
+    def _part(self, lane: _Lane, record: OutboundRecord, entries: list[Entry], now: float) -> Part:
+        size = len(record.data) + _key_bytes(record.partition_key)
+        taken = self._limiter.try_acquire(lane.shard_id, 1, size, now)
+        if not taken:  # only when the record count bucket runs dry mid-call: send anyway
+            lane.resume_at = now + self._limiter.delay(lane.shard_id, 1, size, now)
+        self.pending_records -= len(entries)
+        return Part(record, lane.shard_id, entries, size)
+
+    # -- outcomes -----------------------------------------------------------------------------
+
+    def complete(self, call: Call, results: list[dict[str, Any]], now: float) -> None:
+        """Apply a PutRecords response: settle what succeeded, requeue or fail the rest."""
+        if len(results) != len(call.parts):
+            mismatch = errors.ServiceError(
+                f"PutRecords answered {len(results)} results for {len(call.parts)} records",
+                operation="PutRecords",
+            )
+            self.fail(call, mismatch, now)
+            return
+        for part, result in zip(call.parts, results, strict=True):
+            code = result.get("ErrorCode")
+            if code is None:
+                self._acknowledged(part, result["ShardId"], result["SequenceNumber"], now)
+            else:
+                error = errors.error_from_code(
+                    code, result.get("ErrorMessage") or "", operation="PutRecords"
+                )
+                self._failed(part, error, now)
+
+    def fail(self, call: Call, error: BaseException, now: float) -> None:
+        """The whole call failed with ``error`` (after the client's own retries)."""
+        for part in call.parts:
+            self._failed(part, error, now)
+
+    def _acknowledged(self, part: Part, shard_id: str, sequence_number: str, now: float) -> None:
+        if self._map is not None and shard_id != part.lane:
+            self.needs_refresh = True
+            self.mispredicted += 1
+        self._limiter.on_success(part.lane, 1, now)
+        aggregated = len(part.entries) > 1
+        settle = self._settle
+        for index, entry in enumerate(part.entries):
+            settle(entry, PutResult(shard_id, sequence_number, index if aggregated else 0), None)
+        self._release(part.entries)
+
+    def _failed(self, part: Part, error: BaseException, now: float) -> None:
+        if isinstance(error, errors.ThrottlingError):
+            self.throttled += 1
+            if part.lane != UNPREDICTED_LANE:
+                self._limiter.on_throttled(part.lane, now)
+        retryable = is_retryable(error)
+        again: list[Entry] = []
+        for entry in part.entries:
+            entry.attempts += 1
+            entry.last_error = error
+            if not retryable:
+                self._settle(entry, None, error)
+            elif self._expired(entry, now):
+                self._expire(entry)
+            else:
+                again.append(entry)
+        self._requeue(again, now)
+        self._release(part.entries)
+
+    def _release(self, entries: Iterable[Entry]) -> None:
+        """The in-flight record holding ``entries`` came back: its domains may move again."""
+        if not self._preserve_order:
+            return
+        seen: set[tuple[str, str | None]] = set()
+        for entry in entries:
+            key = (entry.partition_key, entry.explicit_hash_key)
+            if key in seen:
+                continue
+            seen.add(key)
+            domain = self._domains.get(key)
+            if domain is None or domain.state != _IN_FLIGHT:
+                continue
+            if domain.entries:
+                self._make_ready(domain, front=True)
+            else:
+                self._leave_ready(domain, _IDLE)
+
+    def _requeue(self, entries: list[Entry], now: float) -> None:
+        """Put failed records back at the front of their domains, which then back off."""
+        by_key: dict[tuple[str, str | None], list[Entry]] = {}
+        for entry in entries:
+            by_key.setdefault((entry.partition_key, entry.explicit_hash_key), []).append(entry)
+        for key, group in by_key.items():
+            domain = self._domains.get(key)
+            if domain is None:
+                domain = self._domains[key] = _Domain(
+                    key, group[0].hash_key, self._lane(group[0].hash_key)
+                )
+            if domain.state == _READY:
+                self._leave_ready(domain, _WAITING)
+            domain.state = _WAITING
+            domain.entries.extendleft(reversed(group))
+            domain.nbytes += sum(entry.size for entry in group)
+            self.pending_records += len(group)
+            self.retries += len(group)
+            attempts = max(entry.attempts for entry in group)
+            ceiling = min(self._retry_max, self._retry_base * 2 ** (attempts - 1))
+            domain.not_before = max(domain.not_before, now + self._random.uniform(0, ceiling))
+            self._waiting_seq += 1
+            heapq.heappush(self._waiting, (domain.not_before, self._waiting_seq, key))
+
+    def release_due(self, now: float) -> None:
+        """Domains whose backoff is over become ready again, ahead of newer ones."""
+        waiting = self._waiting
+        while waiting and waiting[0][0] <= now:
+            _, _, key = heapq.heappop(waiting)
+            domain = self._domains.get(key)
+            if domain is None or domain.state != _WAITING or domain.not_before > now:
+                continue
+            if domain.entries:
+                self._make_ready(domain, front=True)
+            else:
+                self._leave_ready(domain, _IDLE)
+
+    # -- time-to-live -------------------------------------------------------------------------
+
+    def _expired(self, entry: Entry, now: float) -> bool:
+        return self._ttl is not None and now - entry.enqueued >= self._ttl
+
+    def _expire(self, entry: Entry) -> None:
+        error = errors.RecordExpiredError(
+            f"record not acknowledged within record_ttl={self._ttl}s "
+            f"after {entry.attempts} attempt(s)"
+        )
+        error.__cause__ = entry.last_error
+        self._settle(entry, None, error)
+
+    def _sweep(self, now: float) -> None:
+        """Fail records that outlived ``record_ttl`` while waiting (at most every ttl/4)."""
+        if self._ttl is None or now < self._next_sweep:
+            return
+        self._next_sweep = now + max(self._ttl / 4, 0.01)
+        for domain in list(self._domains.values()):
+            entries = domain.entries
+            while entries and self._expired(entries[0], now):
+                entry = entries.popleft()
+                domain.nbytes -= entry.size
+                self.pending_records -= 1
+                if domain.state == _READY:
+                    self.ready_records -= 1
+                    self.ready_bytes -= entry.size
+                self._expire(entry)
+            if not entries and domain.state in (_READY, _WAITING):
+                self._leave_ready(domain, _IDLE)
+
+    # -- scheduling and shutdown ----------------------------------------------------------------
+
+    def next_wakeup(self, now: float, *, force: bool = False) -> float | None:
+        """The next moment something may become sendable without any new event, if any."""
+        candidates = []
+        if self.ready_records:
+            oldest = self.oldest_ready()
+            if oldest is not None and not force:
+                candidates.append(oldest + self._linger)
+            candidates.extend(
+                lane.resume_at for lane in self._lanes.values() if lane.ready and lane.resume_at
+            )
+        if self._waiting:
+            candidates.append(self._waiting[0][0])
+        if self._ttl is not None and self.pending_records:
+            candidates.append(self._next_sweep)
+        later = [t for t in candidates if t > now]
+        return min(later) if later else None
+
+    def drain(self, error: BaseException) -> int:
+        """Fail every record still waiting here with ``error`` (a cancelled close)."""
+        failed = 0
+        for domain in list(self._domains.values()):
+            while domain.entries:
+                self._settle(domain.entries.popleft(), None, error)
+                failed += 1
+        self._domains.clear()
+        self._lanes.clear()
+        self._waiting.clear()
+        self.ready_records = self.ready_bytes = self.pending_records = 0
+        return failed
+
+    def abandon(self, call: Call, error: BaseException) -> None:
+        """A call whose outcome will never be known (its sender was cancelled): fail it all."""
+        for part in call.parts:
+            for entry in part.entries:
+                self._settle(entry, None, error)

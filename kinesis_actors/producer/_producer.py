@@ -1,0 +1,566 @@
+"""The Producer: a bounded queue in front of a sender actor that speaks PutRecords.
+
+``put`` validates the record, takes room in the bounded queue (waiting while there is none:
+that is the backpressure, lesson 16), and hands the record to the sans-IO :class:`Pipeline`.
+One dispatcher task asks the pipeline for calls and starts a sender task per call, at most
+``max_in_flight_calls`` at once; each sender's outcome goes back into the pipeline, which
+settles every record's handle exactly once and gives its room back to the queue.
+
+All of it runs in a task group owned by ``async with Producer(...)``: a bug in the dispatcher
+or a sender fails the producer and the block, never a record silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from functools import lru_cache
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+import anyio
+from anyio.abc import TaskGroup
+
+from .. import errors
+from ..records import ShardMap, hash_key, parse_explicit_hash_key, validate_partition_key
+from ._admission import Admission
+from ._collector import PUT_RECORDS_MAX_RECORDS
+from ._config import ProducerConfig
+from ._handle import PutHandle, PutResult
+from ._metrics import ProducerMetrics
+from ._pipeline import Call, Entry, Pipeline
+from ._ratelimit import ShardRateLimiter
+
+if TYPE_CHECKING:
+    from ..client import KinesisClient
+
+__all__ = ["Producer"]
+
+log = logging.getLogger("kinesis_actors.producer")
+
+DEFAULT_MAX_RECORD_BYTES = 1024 * 1024
+_CHECKPOINT_EVERY = 64  # puts that never wait still yield to the loop this often
+
+
+@lru_cache(maxsize=65_536)
+def _cached_hash_key(partition_key: str) -> int:
+    return hash_key(partition_key)
+
+
+@lru_cache(maxsize=65_536)
+def _key_size(partition_key: str) -> int:
+    """Validate a partition key (cached: keys repeat) and return its size in UTF-8 bytes."""
+    validate_partition_key(partition_key)
+    return len(partition_key.encode("utf-8"))
+
+
+class Producer:
+    """Writes records to one stream with backpressure, aggregation, pacing and retries.
+
+    Use it as an async context manager; leaving the block flushes (waits until every accepted
+    record is acknowledged or has failed). ``put`` returns a :class:`PutHandle` once the record
+    is in the bounded queue; ``await handle`` gives its :class:`PutResult`. Opening checks the
+    stream (ResourceNotFoundError if it does not exist) and lists its shards.
+    """
+
+    def __init__(
+        self, client: KinesisClient, stream: str, config: ProducerConfig | None = None
+    ) -> None:
+        if not isinstance(stream, str) or not stream:
+            raise errors.ConfigError(f"stream must be a non-empty stream name, got {stream!r}")
+        if config is None:
+            config = ProducerConfig()
+        elif not isinstance(config, ProducerConfig):
+            raise errors.ConfigError(f"config must be a ProducerConfig, got {config!r}")
+        self._client = client
+        self._stream = stream
+        self._config = config
+        self._admission = Admission(config.queue_limit_records, config.queue_limit_bytes)
+        self._pipeline: Pipeline | None = None
+        self._task_group: TaskGroup | None = None
+        self._wake: anyio.Event | None = None
+        self._state = "new"
+        self._max_record_bytes = DEFAULT_MAX_RECORD_BYTES
+        self._record_distribution = "USER_PARTITION_KEY"
+        self._failure: BaseException | None = None
+        self._in_flight = 0
+        self._flushing = 0
+        self._epoch = 0
+        self._epoch_outstanding: dict[int, int] = {}
+        self._settled: anyio.Event | None = None
+        self._open_shards = 1
+        self._refreshing = False
+        self._next_refresh = 0.0
+        self._last_backpressure_warning = -math.inf
+        self._last_failure_log = -math.inf
+        self._puts_since_checkpoint = 0
+        self._counters = dict.fromkeys(
+            (
+                "backpressure_cycles",
+                "records_put",
+                "records_sent",
+                "records_failed",
+                "calls",
+                "failed_calls",
+                "kinesis_records_sent",
+                "bytes_sent",
+                "shard_map_refreshes",
+            ),
+            0,
+        )
+        self._backpressure_seconds = 0.0
+
+    # -- public surface ---------------------------------------------------------------------
+
+    @property
+    def stream(self) -> str:
+        """The stream this producer writes to."""
+        return self._stream
+
+    @property
+    def config(self) -> ProducerConfig:
+        """The configuration in use."""
+        return self._config
+
+    @property
+    def max_record_bytes(self) -> int:
+        """The largest record (data plus partition key) the stream accepts."""
+        return self._max_record_bytes
+
+    @property
+    def shard_map(self) -> ShardMap | None:
+        """The open shards records are predicted for; ``None`` for AUTO distribution."""
+        return None if self._pipeline is None else self._pipeline.shard_map
+
+    @property
+    def metrics(self) -> ProducerMetrics:
+        """A snapshot of the counters (see :class:`ProducerMetrics`)."""
+        pipeline = self._pipeline
+        counters = self._counters
+        admission = self._admission
+        return ProducerMetrics(
+            outstanding_records=admission.records,
+            outstanding_bytes=admission.nbytes,
+            peak_outstanding_records=admission.peak_records,
+            peak_outstanding_bytes=admission.peak_bytes,
+            backpressure_cycles=counters["backpressure_cycles"],
+            backpressure_seconds=self._backpressure_seconds,
+            records_put=counters["records_put"],
+            records_sent=counters["records_sent"],
+            records_failed=counters["records_failed"],
+            retries=pipeline.retries if pipeline else 0,
+            throttled=pipeline.throttled if pipeline else 0,
+            calls=counters["calls"],
+            failed_calls=counters["failed_calls"],
+            kinesis_records_sent=counters["kinesis_records_sent"],
+            bytes_sent=counters["bytes_sent"],
+            mispredicted=pipeline.mispredicted if pipeline else 0,
+            shard_map_refreshes=counters["shard_map_refreshes"],
+            in_flight_calls=self._in_flight,
+        )
+
+    async def __aenter__(self) -> Self:
+        if self._state != "new":
+            raise RuntimeError("a Producer can be opened once")
+        self._state = "opening"
+        self._wake = anyio.Event()
+        self._settled = anyio.Event()
+        await self._describe_stream()
+        pipeline = self._new_pipeline()
+        if self._record_distribution != "AUTO":
+            pipeline.set_shard_map(await self._list_shards())
+        self._pipeline = pipeline
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        self._task_group = task_group
+        task_group.start_soon(self._dispatch, name=f"producer-dispatch[{self._stream}]")
+        self._state = "open"
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        task_group = self._task_group
+        if task_group is None:
+            self._state = "closed"
+            return None
+        try:
+            if exc_type is None or issubclass(exc_type, Exception):
+                self._state = "closing"
+                await self._wait_settled(self._epoch)
+        finally:
+            self._state = "closed"
+            pipeline = self._pipeline
+            if pipeline is not None:
+                pipeline.drain(
+                    errors.ProducerClosedError(f"producer for {self._stream!r} closed first")
+                )
+            task_group.cancel_scope.cancel()
+            suppressed = await task_group.__aexit__(exc_type, exc, tb)
+        if exc_type is None and self._failure is not None:
+            raise self._failed_error()
+        return suppressed
+
+    async def put(
+        self, data: bytes, partition_key: str, explicit_hash_key: str | None = None
+    ) -> PutHandle:
+        """Queue one record; returns once it is inside the bounded queue.
+
+        Waits while the queue is full (records or bytes). Raises a typed error at once for bad
+        input: :class:`~kinesis_actors.errors.ValidationError` for empty data, a bad partition
+        key or explicit hash key, :class:`~kinesis_actors.errors.RecordTooLargeError` for a
+        record above the stream's limit; and :class:`~kinesis_actors.errors.ProducerFailedError`
+        or :class:`~kinesis_actors.errors.ProducerClosedError` when it takes no more records.
+        """
+        handle = PutHandle()
+        await self._put(data, partition_key, explicit_hash_key, handle)
+        return handle
+
+    async def flush(self) -> None:
+        """Return once every record accepted before this call is acknowledged or has failed.
+
+        Records still waiting for ``linger`` are sent at once. Raises
+        :class:`~kinesis_actors.errors.ProducerFailedError` if a record failed with
+        ``fail_on_error`` set.
+        """
+        self._check_open()
+        target = self._epoch
+        self._epoch += 1
+        await self._wait_settled(target)
+        if self._failure is not None:
+            raise self._failed_error()
+
+    # -- intake -----------------------------------------------------------------------------
+
+    def prepare(
+        self, data: bytes, partition_key: str, explicit_hash_key: str | None = None
+    ) -> tuple[bytes, int, int]:
+        """Validate a record without queueing it: ``(data as bytes, size, hash key)``.
+
+        Raises the typed error ``put`` would raise. Pure, so other threads may call it.
+        """
+        if not isinstance(data, bytes):
+            if isinstance(data, bytearray | memoryview):
+                data = bytes(data)
+            else:
+                raise errors.ValidationError(
+                    f"data must be bytes, got {type(data).__name__} (encode text first)"
+                )
+        if not data:
+            raise errors.ValidationError("data must not be empty")
+        if not isinstance(partition_key, str):
+            raise errors.ValidationError(
+                f"partition_key must be a str, got {type(partition_key).__name__}"
+            )
+        if explicit_hash_key is not None and not isinstance(explicit_hash_key, str):
+            raise errors.ValidationError(
+                f"explicit_hash_key must be a str or None, got {explicit_hash_key!r}"
+            )
+        try:
+            key_size = _key_size(partition_key)
+            if explicit_hash_key is None:
+                hashed = _cached_hash_key(partition_key)
+            else:
+                hashed = parse_explicit_hash_key(explicit_hash_key)
+        except ValueError as exc:
+            raise errors.ValidationError(str(exc)) from None
+        size = len(data) + key_size
+        if size > self._max_record_bytes:
+            raise errors.RecordTooLargeError(
+                f"record of {len(data)} data bytes plus a {key_size}-byte partition key "
+                f"exceeds the {self._max_record_bytes}-byte limit of stream {self._stream!r}"
+            )
+        return data, size, hashed
+
+    async def _put(
+        self, data: bytes, partition_key: str, explicit_hash_key: str | None, handle: PutHandle
+    ) -> None:
+        self._check_open()
+        data, size, hashed = self.prepare(data, partition_key, explicit_hash_key)
+        await self._admit(data, partition_key, explicit_hash_key, size, hashed, handle)
+
+    async def _admit(  # noqa: PLR0917 - private, called per record
+        self,
+        data: bytes,
+        partition_key: str,
+        explicit_hash_key: str | None,
+        size: int,
+        hashed: int,
+        handle: PutHandle,
+    ) -> None:
+        """Queue a record :meth:`prepare` accepted; waits for room (the backpressure)."""
+        self._check_open()
+        if self._admission.try_take(size):
+            self._puts_since_checkpoint += 1
+            if self._puts_since_checkpoint >= _CHECKPOINT_EVERY:
+                self._puts_since_checkpoint = 0
+                await anyio.lowlevel.checkpoint()
+                self._check_admitted(size)
+        else:
+            await self._wait_for_room(size)
+            self._check_admitted(size)
+        epoch = self._epoch
+        self._epoch_outstanding[epoch] = self._epoch_outstanding.get(epoch, 0) + 1
+        self._counters["records_put"] += 1
+        entry = Entry(
+            data,
+            partition_key,
+            explicit_hash_key,
+            hashed,
+            size,
+            anyio.current_time(),
+            handle,
+            epoch,
+        )
+        assert self._pipeline is not None
+        if self._pipeline.add(entry):
+            self._wake_dispatcher()
+
+    def _check_open(self) -> None:
+        if self._failure is not None:
+            raise self._failed_error()
+        if self._state != "open":
+            raise errors.ProducerClosedError(
+                f"producer for {self._stream!r} is {self._state}; put and flush need an open "
+                "producer ('async with Producer(...)')"
+            )
+
+    def _check_admitted(self, size: int) -> None:
+        """Room was taken; if the producer stopped meanwhile, give it back and raise."""
+        try:
+            self._check_open()
+        except errors.KinesisError:
+            self._admission.release(1, size)
+            raise
+
+    async def _wait_for_room(self, size: int) -> None:
+        self._counters["backpressure_cycles"] += 1
+        waiter = self._admission.enqueue(size)
+        started = anyio.current_time()
+        try:
+            if not waiter.granted:
+                with anyio.move_on_after(self._config.backpressure_warning_after):
+                    await waiter.event.wait()
+                if not waiter.granted:
+                    self._warn_backpressure(anyio.current_time() - started)
+                    await waiter.event.wait()
+        except BaseException:
+            self._admission.withdraw(waiter)
+            raise
+        finally:
+            self._backpressure_seconds += anyio.current_time() - started
+
+    def _warn_backpressure(self, waited: float) -> None:
+        now = anyio.current_time()
+        if now - self._last_backpressure_warning < self._config.backpressure_warning_interval:
+            return
+        self._last_backpressure_warning = now
+        admission = self._admission
+        log.warning(
+            "producer for stream %r: put waited %.1fs for room; %d records / %d bytes "
+            "outstanding (limits %d / %d), %d puts waiting. The stream is not keeping up "
+            "(throttled %d times so far).",
+            self._stream,
+            waited,
+            admission.records,
+            admission.nbytes,
+            admission.max_records,
+            admission.max_bytes,
+            admission.waiting,
+            self._pipeline.throttled if self._pipeline else 0,
+        )
+
+    # -- settling ---------------------------------------------------------------------------
+
+    def _settle(self, entry: Entry, result: PutResult | None, error: BaseException | None) -> None:
+        """Every record ends here exactly once (called by the pipeline)."""
+        handle: PutHandle = entry.handle
+        counters = self._counters
+        if error is None:
+            assert result is not None
+            handle._set_result(result)
+            counters["records_sent"] += 1
+        else:
+            handle._set_error(error)
+            counters["records_failed"] += 1
+            self._record_failure(error)
+        self._admission.release(1, entry.size)
+        remaining = self._epoch_outstanding[entry.epoch] - 1
+        if remaining:
+            self._epoch_outstanding[entry.epoch] = remaining
+        else:
+            del self._epoch_outstanding[entry.epoch]
+            assert self._settled is not None
+            self._settled.set()
+
+    def _record_failure(self, error: BaseException) -> None:
+        if self._config.fail_on_error and self._failure is None:
+            self._failure = error
+        now = anyio.current_time()
+        if now - self._last_failure_log >= self._config.backpressure_warning_interval:
+            self._last_failure_log = now
+            log.error(
+                "producer for stream %r gave up on a record: %s (%d failed so far)",
+                self._stream,
+                error,
+                self._counters["records_failed"],
+            )
+
+    def _failed_error(self) -> errors.ProducerFailedError:
+        error = errors.ProducerFailedError(
+            f"producer for {self._stream!r} failed: a record could not be written "
+            f"({self._failure}); fail_on_error=True stops the producer"
+        )
+        error.__cause__ = self._failure
+        return error
+
+    async def _wait_settled(self, target: int) -> None:
+        """Wait until no record of epoch ``target`` or earlier is outstanding."""
+        self._flushing += 1
+        self._wake_dispatcher()
+        try:
+            while any(epoch <= target for epoch in self._epoch_outstanding):
+                self._settled = anyio.Event()
+                await self._settled.wait()
+        finally:
+            self._flushing -= 1
+
+    # -- the sender actor -------------------------------------------------------------------
+
+    def _wake_dispatcher(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _dispatch(self) -> None:
+        pipeline = self._pipeline
+        task_group = self._task_group
+        assert pipeline is not None and task_group is not None
+        limit = self._config.max_in_flight_calls
+        while True:
+            self._wake = anyio.Event()
+            now = anyio.current_time()
+            if pipeline.needs_refresh and not self._refreshing and now >= self._next_refresh:
+                self._refreshing = True
+                task_group.start_soon(self._refresh_shard_map)
+            force = self._flushing > 0
+            while self._in_flight < limit:
+                call = pipeline.next_call(now, force=force)
+                if call is None:
+                    break
+                self._in_flight += 1
+                task_group.start_soon(self._send, call)
+            wakeup = pipeline.next_wakeup(now, force=force)
+            if self._in_flight >= limit:
+                wakeup = None  # a finishing call wakes us
+            if pipeline.needs_refresh and not self._refreshing:
+                wakeup = self._next_refresh if wakeup is None else min(wakeup, self._next_refresh)
+            timeout = math.inf if wakeup is None else max(0.0, wakeup - now)
+            with anyio.move_on_after(timeout):
+                await self._wake.wait()
+
+    async def _send(self, call: Call) -> None:
+        pipeline = self._pipeline
+        assert pipeline is not None
+        settled = False
+        try:
+            try:
+                response = await self._client.call("PutRecords", call.request(self._stream))
+            except errors.KinesisError as exc:
+                self._counters["failed_calls"] += 1
+                pipeline.fail(call, exc, anyio.current_time())
+            else:
+                self._counted(call, response["Records"])
+                pipeline.complete(call, response["Records"], anyio.current_time())
+            settled = True
+        finally:
+            if not settled:
+                pipeline.abandon(
+                    call,
+                    errors.ProducerClosedError(
+                        f"producer for {self._stream!r} stopped while this record was in "
+                        "flight: it may or may not have been written"
+                    ),
+                )
+            self._in_flight -= 1
+            self._wake_dispatcher()
+
+    def _counted(self, call: Call, results: list[dict[str, Any]]) -> None:
+        counters = self._counters
+        counters["calls"] += 1
+        for part, result in zip(call.parts, results, strict=False):
+            if "ErrorCode" not in result or result["ErrorCode"] is None:
+                counters["kinesis_records_sent"] += 1
+                counters["bytes_sent"] += part.size
+
+    # -- the stream -------------------------------------------------------------------------
+
+    def _new_pipeline(self) -> Pipeline:
+        config = self._config
+        scale = 1.0
+        if self._record_distribution == "AUTO":
+            scale = float(max(1, self._open_shards))
+        limiter = ShardRateLimiter(
+            records_per_s=1000 * scale,
+            bytes_per_s=1_048_576 * scale,
+            rate_limit=config.rate_limit,
+            max_record_bytes=self._max_record_bytes,
+        )
+        max_call_bytes = max(config.max_call_bytes, self._max_record_bytes)
+        return Pipeline(
+            limiter=limiter,
+            settle=self._settle,
+            aggregation=config.aggregation,
+            aggregation_max_bytes=config.aggregation_max_bytes,
+            max_call_records=PUT_RECORDS_MAX_RECORDS,
+            max_call_bytes=max_call_bytes,
+            full_records=max(1, min(PUT_RECORDS_MAX_RECORDS, config.queue_limit_records // 2))
+            if not config.aggregation
+            else max(1, config.queue_limit_records // 2),
+            full_bytes=max(1, min(max_call_bytes, config.queue_limit_bytes // 2)),
+            linger=config.linger,
+            preserve_order=config.preserve_order,
+            retry_base=config.retry_base,
+            retry_max=config.retry_max,
+            record_ttl=config.record_ttl,
+        )
+
+    async def _describe_stream(self) -> None:
+        response = await self._client.call("DescribeStreamSummary", {"StreamName": self._stream})
+        summary = response["StreamDescriptionSummary"]
+        max_kib = summary.get("MaxRecordSizeInKiB")
+        if isinstance(max_kib, int) and max_kib > 0:
+            self._max_record_bytes = max_kib * 1024
+        self._record_distribution = (
+            summary.get("RecordDistributionStrategy") or "USER_PARTITION_KEY"
+        )
+        self._open_shards = int(summary.get("OpenShardCount") or 1)
+
+    async def _list_shards(self) -> ShardMap:
+        shards: list[dict[str, Any]] = []
+        params: dict[str, Any] = {"StreamName": self._stream, "ShardFilter": {"Type": "AT_LATEST"}}
+        while True:
+            page = await self._client.call("ListShards", params)
+            shards.extend(page.get("Shards", []))
+            token = page.get("NextToken")
+            if not token:
+                break
+            params = {"NextToken": token}
+        return ShardMap.from_shards(shards)
+
+    async def _refresh_shard_map(self) -> None:
+        pipeline = self._pipeline
+        assert pipeline is not None
+        try:
+            shard_map = await self._list_shards()
+        except errors.KinesisError as exc:
+            log.warning("producer for stream %r could not list shards: %s", self._stream, exc)
+        else:
+            pipeline.set_shard_map(shard_map)
+            self._counters["shard_map_refreshes"] += 1
+        finally:
+            self._refreshing = False
+            self._next_refresh = anyio.current_time() + self._config.shard_map_min_refresh_interval
+            self._wake_dispatcher()

@@ -1,0 +1,50 @@
+"""ProducerConfig rejects bad settings at construction, naming the option."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kinesis_actors import ProducerConfig, errors
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("queue_limit_records", 0),
+        ("queue_limit_records", 1.5),
+        ("queue_limit_bytes", -1),
+        ("aggregation", "yes"),
+        ("aggregation_max_bytes", 20),
+        ("aggregation_max_bytes", 11 * 1024 * 1024),
+        ("linger", -0.1),
+        ("max_call_bytes", 11 * 1024 * 1024),
+        ("max_in_flight_calls", 0),
+        ("rate_limit", 0),
+        ("rate_limit", float("nan")),
+        ("retry_base", 0),
+        ("record_ttl", 0),
+        ("record_ttl", -5),
+        ("fail_on_error", 1),
+        ("preserve_order", None),
+        ("backpressure_warning_after", 0),
+    ],
+)
+def test_bad_settings_name_the_option(option: str, value: Any) -> None:
+    with pytest.raises(errors.ConfigError, match=f"ProducerConfig.{option}"):
+        ProducerConfig(**{option: value})
+
+
+def test_retry_max_below_retry_base_is_refused() -> None:
+    with pytest.raises(errors.ConfigError, match="retry_max"):
+        ProducerConfig(retry_base=2.0, retry_max=1.0)
+
+
+def test_defaults_are_sized_for_one_shard() -> None:
+    config = ProducerConfig()
+    assert config.queue_limit_records == 10_000
+    assert config.queue_limit_bytes == 8 * 1024 * 1024
+    assert config.aggregation_max_bytes == 51_200
+    assert config.linger == 0.1
+    assert config.record_ttl is None

@@ -1,0 +1,291 @@
+"""The producer's sans-IO pipeline, driven without a loop, a clock or a server."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from kinesis_actors import errors
+from kinesis_actors.producer import PutResult, ShardRateLimiter
+from kinesis_actors.producer._pipeline import (
+    UNPREDICTED_LANE,
+    WHOLE_STREAM_LANE,
+    Call,
+    Entry,
+    Pipeline,
+)
+from kinesis_actors.records import MAX_HASH_KEY, HashRange, ShardMap, deaggregate, hash_key
+
+HALF = MAX_HASH_KEY // 2
+TWO_SHARDS = ShardMap([HashRange("s0", 0, HALF), HashRange("s1", HALF + 1, MAX_HASH_KEY)])
+
+Outcome = tuple[Entry, PutResult | None, BaseException | None]
+
+
+class Harness:
+    def __init__(self, **overrides: Any) -> None:
+        self.settled: list[Outcome] = []
+        options: dict[str, Any] = {
+            "limiter": ShardRateLimiter(records_per_s=1e9, bytes_per_s=1e12),
+            "settle": lambda e, r, x: self.settled.append((e, r, x)),
+            "aggregation": True,
+            "aggregation_max_bytes": 51_200,
+            "max_call_records": 500,
+            "max_call_bytes": 5 * 1024 * 1024,
+            "full_records": 10_000,
+            "full_bytes": 5 * 1024 * 1024,
+            "linger": 0.1,
+            "preserve_order": True,
+            "retry_base": 0.1,
+            "retry_max": 1.0,
+            "record_ttl": None,
+            "rng": random.Random(7),
+        }
+        options.update(overrides)
+        shard_map = options.pop("shard_map", TWO_SHARDS)
+        self.pipeline = Pipeline(**options)
+        self.pipeline.set_shard_map(shard_map)
+        self.count = 0
+
+    def add(self, key: str, data: bytes | None = None, now: float = 0.0) -> Entry:
+        data = data if data is not None else f"{key}-{self.count}".encode()
+        self.count += 1
+        entry = Entry(data, key, None, hash_key(key), len(data) + len(key), now, self.count)
+        self.pipeline.add(entry)
+        return entry
+
+    def call(self, now: float = 1.0, force: bool = True) -> Call:
+        call = self.pipeline.next_call(now, force=force)
+        assert call is not None
+        return call
+
+
+def ok(call: Call) -> list[dict[str, Any]]:
+    return [{"ShardId": part.lane, "SequenceNumber": str(i)} for i, part in enumerate(call.parts)]
+
+
+def user_records(call: Call) -> list[tuple[str, bytes]]:
+    """What a consumer would see, deaggregated, per Kinesis record in call order."""
+    seen = []
+    for part in call.parts:
+        for record in deaggregate(part.record.data, part.record.partition_key):
+            seen.append((record.partition_key, record.data))
+    return seen
+
+
+def test_linger_holds_a_lone_record_until_it_is_due() -> None:
+    h = Harness()
+    h.add("a", now=0.0)
+    assert h.pipeline.next_call(0.05) is None
+    assert h.pipeline.next_wakeup(0.05) == pytest.approx(0.1)
+    call = h.pipeline.next_call(0.1)
+    assert call is not None and len(call.parts) == 1
+
+
+def test_aggregates_only_records_predicted_for_the_same_shard() -> None:
+    h = Harness()
+    keys = [f"key-{i}" for i in range(40)]
+    for key in keys:
+        h.add(key)
+    call = h.call()
+    assert {part.lane for part in call.parts} == {"s0", "s1"}
+    for part in call.parts:
+        lanes = {TWO_SHARDS.shard_for(entry.partition_key) for entry in part.entries}
+        assert lanes == {part.lane}
+        # The aggregate's own explicit hash key routes it to the first record's shard.
+        assert TWO_SHARDS.shard_for_hash_key(int(part.record.explicit_hash_key or 0)) == part.lane
+    assert sorted(key for key, _ in user_records(call)) == sorted(keys)
+
+
+def test_a_call_respects_500_records_and_its_byte_limit() -> None:
+    h = Harness(aggregation=False, max_call_bytes=20_000)
+    for i in range(1200):
+        h.add(f"k{i}", b"x" * 10)
+    call = h.call()
+    assert len(call.parts) == 500
+    h2 = Harness(aggregation=False, max_call_bytes=20_000)
+    for i in range(100):
+        h2.add(f"k{i}", b"x" * 996)  # 1,000 bytes with a 4-character key... about
+    call = h2.call()
+    assert call.nbytes <= 20_000
+    assert len(call.parts) == 20_000 // 1_000
+
+
+def test_preserve_order_keeps_one_record_per_key_in_flight() -> None:
+    h = Harness(aggregation=False)
+    for _ in range(3):
+        h.add("hot")
+    first = h.call()
+    assert len(first.parts) == 1
+    assert h.pipeline.next_call(5.0, force=True) is None  # the next "hot" waits for the ack
+    h.pipeline.complete(first, ok(first), 1.0)
+    second = h.call(now=1.0)
+    assert [e.data for p in second.parts for e in p.entries] == [b"hot-1"]
+
+
+def test_without_preserve_order_a_key_goes_as_fast_as_limits_allow() -> None:
+    h = Harness(aggregation=False, preserve_order=False)
+    for _ in range(3):
+        h.add("hot")
+    call = h.call()
+    assert [e.data for p in call.parts for e in p.entries] == [b"hot-0", b"hot-1", b"hot-2"]
+
+
+def test_a_throttled_record_is_retried_before_later_records_of_its_key() -> None:
+    """Lesson 18 and the ordering guarantee: a partial failure never reorders a key."""
+    h = Harness(aggregation=False)
+    a0, b0 = h.add("a"), h.add("b")
+    first = h.call()
+    a1 = h.add("a", now=1.0)
+    results = ok(first)
+    failed_index = next(i for i, p in enumerate(first.parts) if p.entries[0] is a0)
+    results[failed_index] = {"ErrorCode": "ProvisionedThroughputExceededException"}
+    h.pipeline.complete(first, results, 1.0)
+    assert [outcome[0] for outcome in h.settled] == [b0]
+    assert h.pipeline.throttled == 1 and h.pipeline.retries == 1
+    # "a" waits out its backoff; a1 must not overtake a0.
+    assert h.pipeline.next_call(1.0, force=True) is None
+    wake = h.pipeline.next_wakeup(1.0, force=True)
+    assert wake is not None and 1.0 < wake <= 1.1
+    retry = h.call(now=wake)
+    assert [e for p in retry.parts for e in p.entries] == [a0]
+    h.pipeline.complete(retry, ok(retry), wake)
+    last = h.call(now=wake)
+    assert [e for p in last.parts for e in p.entries] == [a1]
+    assert a0.attempts == 1
+
+
+def test_records_of_an_aggregate_get_sub_sequence_numbers_in_order() -> None:
+    h = Harness()
+    entries = [h.add("same") for _ in range(5)]
+    call = h.call()
+    h.pipeline.complete(call, ok(call), 1.0)
+    results = {id(e): r for e, r, _ in h.settled}
+    subs = [getattr(results[id(e)], "sub_sequence_number", None) for e in entries]
+    assert subs == [0, 1, 2, 3, 4]
+    lone = Harness()
+    single = lone.add("one")
+    call = lone.call()
+    lone.pipeline.complete(call, ok(call), 1.0)
+    expected = PutResult(TWO_SHARDS.shard_for("one") or "", "0", 0)
+    assert lone.settled[0][0] is single and lone.settled[0][1] == expected
+
+
+def test_a_non_retryable_failure_settles_with_its_typed_error() -> None:
+    h = Harness()
+    entry = h.add("k")
+    call = h.call()
+    h.pipeline.complete(call, [{"ErrorCode": "KMSAccessDeniedException", "ErrorMessage": "no"}], 1)
+    assert h.settled[0][0] is entry
+    assert isinstance(h.settled[0][2], errors.KMSError)
+    assert h.pipeline.pending_records == 0
+
+
+def test_record_ttl_fails_a_record_instead_of_retrying_it_forever() -> None:
+    h = Harness(record_ttl=2.0, aggregation=False)
+    entry = h.add("k", now=0.0)
+    call = h.call(now=0.1)
+    throttled = errors.ThrottlingError("slow down")
+    h.pipeline.fail(call, throttled, 2.5)
+    outcome = h.settled[0]
+    assert outcome[0] is entry
+    assert isinstance(outcome[2], errors.RecordExpiredError)
+    assert outcome[2].__cause__ is throttled
+
+
+def test_record_ttl_also_expires_records_that_never_left() -> None:
+    h = Harness(record_ttl=1.0, aggregation=False)
+    first = h.add("k", now=0.0)
+    h.call(now=0.0)  # "k" is now in flight and its second record waits
+    waiting = h.add("k", now=0.0)
+    assert h.pipeline.next_call(2.0, force=True) is None
+    assert [e for e, _, x in h.settled if isinstance(x, errors.RecordExpiredError)] == [waiting]
+    assert first not in [e for e, _, _ in h.settled]
+
+
+def test_an_acknowledgement_on_another_shard_asks_for_a_new_shard_map() -> None:
+    h = Harness()
+    h.add("k")
+    call = h.call()
+    wrong = "s1" if call.parts[0].lane == "s0" else "s0"
+    h.pipeline.complete(call, [{"ShardId": wrong, "SequenceNumber": "9"}], 1.0)
+    assert h.pipeline.needs_refresh and h.pipeline.mispredicted == 1
+    assert h.settled[0][1] == PutResult(wrong, "9", 0)  # the truth, not the prediction
+
+
+def test_a_new_shard_map_moves_waiting_records_to_their_new_lanes() -> None:
+    h = Harness()
+    for i in range(20):
+        h.add(f"k{i}")
+    # A split of both shards into four.
+    quarter = MAX_HASH_KEY // 4
+    four = ShardMap(
+        [
+            HashRange("c0", 0, quarter),
+            HashRange("c1", quarter + 1, HALF),
+            HashRange("c2", HALF + 1, HALF + quarter),
+            HashRange("c3", HALF + quarter + 1, MAX_HASH_KEY),
+        ]
+    )
+    h.pipeline.set_shard_map(four)
+    call = h.call()
+    for part in call.parts:
+        assert {four.shard_for(e.partition_key) for e in part.entries} == {part.lane}
+    assert sum(len(p.entries) for p in call.parts) == 20
+
+
+def test_a_gap_in_the_shard_map_uses_the_unpredicted_lane_and_asks_for_a_refresh() -> None:
+    h = Harness(shard_map=ShardMap([HashRange("s0", 0, HALF)]))
+    key = next(f"k{i}" for i in range(100) if hash_key(f"k{i}") > HALF)
+    h.add(key)
+    assert h.pipeline.needs_refresh
+    assert h.call().parts[0].lane == UNPREDICTED_LANE
+
+
+def test_auto_distribution_uses_one_lane_for_the_stream() -> None:
+    h = Harness(shard_map=None)
+    for i in range(10):
+        h.add(f"k{i}")
+    call = h.call()
+    assert [p.lane for p in call.parts] == [WHOLE_STREAM_LANE]
+    assert len(call.parts[0].entries) == 10
+
+
+def test_a_rate_limited_lane_waits_and_does_not_hold_up_the_other() -> None:
+    limiter = ShardRateLimiter(records_per_s=2, bytes_per_s=1e9, rate_limit=1.0)
+    h = Harness(limiter=limiter, aggregation=False, preserve_order=False)
+    s0_keys = [f"k{i}" for i in range(50) if TWO_SHARDS.shard_for(f"k{i}") == "s0"][:5]
+    s1_key = next(f"k{i}" for i in range(50) if TWO_SHARDS.shard_for(f"k{i}") == "s1")
+    for key in s0_keys:
+        h.add(key)
+    h.add(s1_key)
+    call = h.call(now=0.0)
+    by_lane: dict[str, int] = {}
+    for part in call.parts:
+        by_lane[part.lane] = by_lane.get(part.lane, 0) + 1
+    assert by_lane == {"s0": 2, "s1": 1}  # a bucket of 2 records; s1 unaffected
+    wake = h.pipeline.next_wakeup(0.0, force=True)
+    assert wake is not None and 0.4 < wake <= 0.51
+
+
+def test_drain_and_abandon_settle_everything_with_the_error() -> None:
+    h = Harness(aggregation=False)
+    sent = h.add("a")
+    call = h.call()
+    waiting = [h.add("a"), h.add("b")]
+    closed = errors.ProducerClosedError("closed")
+    assert h.pipeline.drain(closed) == 2
+    h.pipeline.abandon(call, closed)
+    assert {id(e) for e, _, x in h.settled if x is closed} == {id(sent), *map(id, waiting)}
+
+
+def test_an_answer_with_the_wrong_number_of_results_is_a_retryable_failure() -> None:
+    h = Harness(aggregation=False)
+    h.add("a")
+    h.add("b")
+    call = h.call()
+    h.pipeline.complete(call, [], 1.0)
+    assert h.settled == []
+    assert h.pipeline.retries == 2
