@@ -10,6 +10,7 @@ full, the hop waits: the caller's thread is backpressured, memory stays bounded.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Self
@@ -31,7 +32,8 @@ class SyncProducer:
     ``put`` returns the record's :class:`~kinesis_actors.PutHandle`; after ``flush`` every
     handle of an earlier ``put`` is settled (``handle.result()`` gives the result or raises).
     Records are handed to the loop every ``batch_size`` puts, on ``flush`` and on ``close``.
-    Use it as a context manager; leaving flushes and, unless the block raised, raises
+    Thread-safe: threads may share one; each thread's records enter the queue in the order
+    it put them. Use it as a context manager; leaving flushes and, unless the block raised, raises
     :class:`~kinesis_actors.errors.ProducerFailedError` if a record failed for good.
     """
 
@@ -54,6 +56,7 @@ class SyncProducer:
             raise ConfigError(f"backend must be 'asyncio' or 'trio', got {backend!r}")
         self._batch_size = batch_size
         self._pending: list[_Item] = []
+        self._lock = threading.Lock()
         self._closed = False
         self._stack = contextlib.ExitStack()
         client = KinesisClient(region, endpoint_url, verify, credentials, config=client_config)
@@ -86,9 +89,10 @@ class SyncProducer:
             raise ProducerClosedError(f"SyncProducer for {self._producer.stream!r} is closed")
         data, size, hashed = self._producer.prepare(data, partition_key, explicit_hash_key)
         handle = PutHandle()
-        self._pending.append((data, partition_key, explicit_hash_key, size, hashed, handle))
-        if len(self._pending) >= self._batch_size:
-            self._submit()
+        with self._lock:
+            self._pending.append((data, partition_key, explicit_hash_key, size, hashed, handle))
+            if len(self._pending) >= self._batch_size:
+                self._submit()
         return handle
 
     def put_many(self, records: Iterable[tuple[Any, ...]]) -> list[PutHandle]:
@@ -97,7 +101,8 @@ class SyncProducer:
 
     def flush(self) -> None:
         """Send everything buffered and wait until every record so far is settled."""
-        self._submit()
+        with self._lock:
+            self._submit()
         self._portal.call(self._producer.flush)
 
     def close(self) -> None:
@@ -106,7 +111,8 @@ class SyncProducer:
             return
         self._closed = True
         try:
-            self._submit()
+            with self._lock:
+                self._submit()
         finally:
             self._stack.close()
 
@@ -123,11 +129,12 @@ class SyncProducer:
             self.close()
             return
         self._closed = True
-        with contextlib.suppress(Exception):  # the block's own error is the one to see
+        with contextlib.suppress(Exception), self._lock:  # the block's own error wins
             self._submit()
         self._stack.__exit__(exc_type, exc, tb)
 
     def _submit(self) -> None:
+        """Hand the buffer to the loop. Callers hold ``_lock``: batches enter in put order."""
         if not self._pending:
             return
         batch, self._pending = self._pending, []

@@ -64,6 +64,7 @@ class RejectRecords:
 
     indices: frozenset[int]
     code: str = "ProvisionedThroughputExceededException"
+    delay: float = 0.0  # a slow server that also throttles
 
 
 Fault = Cut | Reply | Delay | RejectRecords | None
@@ -202,6 +203,8 @@ class FaultProxy:
                     await asyncio.sleep(fault.seconds)
                 rejected: list[int] = []
                 if isinstance(fault, RejectRecords):
+                    if fault.delay:
+                        await asyncio.sleep(fault.delay)
                     records = json.loads(body)["Records"]
                     rejected = sorted(i for i in fault.indices if 0 <= i < len(records))
                     self._count("rejected-records")

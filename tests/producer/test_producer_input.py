@@ -1,0 +1,109 @@
+"""Bad input gets a typed error at put (or at open), and nothing else is affected."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kinesis_actors import KinesisClient, Producer, ProducerConfig, errors
+
+pytestmark = pytest.mark.anyio
+
+ONE_MIB = 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    ("data", "key", "hash_key", "error", "match"),
+    [
+        (b"", "k", None, errors.ValidationError, "empty"),
+        ("text", "k", None, errors.ValidationError, "bytes"),
+        (None, "k", None, errors.ValidationError, "bytes"),
+        (b"x" * ONE_MIB, "k", None, errors.RecordTooLargeError, "limit"),
+        (b"x", "", None, errors.ValidationError, "partition key"),
+        (b"x", "k" * 257, None, errors.ValidationError, "partition key"),
+        (b"x", "\ud800", None, errors.ValidationError, "surrogate"),
+        (b"x", 7, None, errors.ValidationError, "partition_key"),
+        (b"x", "k", "abc", errors.ValidationError, "explicit hash key"),
+        (b"x", "k", "-1", errors.ValidationError, "explicit hash key"),
+        (b"x", "k", "01", errors.ValidationError, "explicit hash key"),
+        (b"x", "k", str(2**128), errors.ValidationError, "explicit hash key"),
+        (b"x", "k", 5, errors.ValidationError, "explicit_hash_key"),
+    ],
+    ids=[
+        "empty-data",
+        "str-data",
+        "none-data",
+        "oversized",
+        "empty-key",
+        "257-char-key",
+        "lone-surrogate-key",
+        "int-key",
+        "letters-hash-key",
+        "negative-hash-key",
+        "leading-zero-hash-key",
+        "hash-key-above-2**128",
+        "int-hash-key",
+    ],
+)
+async def test_bad_records_raise_typed_errors_and_leave_the_producer_working(
+    client: KinesisClient,
+    stream_name: str,
+    data: Any,
+    key: Any,
+    hash_key: Any,
+    error: type[Exception],
+    match: str,
+) -> None:
+    await client.create_stream(stream_name, 1)
+    async with Producer(client, stream_name, ProducerConfig(linger=0.01)) as producer:
+        with pytest.raises(error, match=match):
+            await producer.put(data, key, hash_key)
+        assert producer.metrics.records_put == 0
+        assert producer.metrics.outstanding_records == 0
+        good = await producer.put(b"fine", "k")
+        await producer.flush()
+    assert good.result().shard_id
+
+
+async def test_the_size_limit_counts_the_partition_key_and_allows_the_maximum(
+    client: KinesisClient, stream_name: str
+) -> None:
+    await client.create_stream(stream_name, 1)
+    async with Producer(client, stream_name, ProducerConfig(linger=0.01)) as producer:
+        with pytest.raises(errors.RecordTooLargeError, match=stream_name):
+            await producer.put(b"x" * (ONE_MIB - 1), "kk")
+        biggest = await producer.put(b"x" * (ONE_MIB - 2), "kk")
+    assert biggest.result().sub_sequence_number == 0
+
+
+async def test_explicit_hash_keys_route_records(client: KinesisClient, stream_name: str) -> None:
+    await client.create_stream(stream_name, 2)
+    async with Producer(client, stream_name, ProducerConfig(linger=0.01)) as producer:
+        shard_map = producer.shard_map
+        assert shard_map is not None
+        low = await producer.put(b"low", "same", "0")
+        high = await producer.put(b"high", "same", str(2**128 - 1))
+    assert low.result().shard_id == shard_map.shard_for_hash_key(0)
+    assert high.result().shard_id == shard_map.shard_for_hash_key(2**128 - 1)
+    assert low.result().shard_id != high.result().shard_id
+
+
+async def test_an_unknown_stream_fails_at_open(client: KinesisClient) -> None:
+    with pytest.raises(errors.ResourceNotFoundError):
+        async with Producer(client, "no-such-stream"):
+            pass
+
+
+def test_bad_arguments_fail_before_any_network_call() -> None:
+    client = KinesisClient("us-east-1", "http://127.0.0.1:1", credentials=("a", "b"))
+    with pytest.raises(errors.ConfigError, match="stream"):
+        Producer(client, "")
+    with pytest.raises(errors.ConfigError, match="ProducerConfig"):
+        Producer(client, "s", config={"linger": 1})  # type: ignore[arg-type]
+
+
+async def test_put_before_open_is_refused(client: KinesisClient) -> None:
+    producer = Producer(client, "s")
+    with pytest.raises(errors.ProducerClosedError, match="async with"):
+        await producer.put(b"x", "k")

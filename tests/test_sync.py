@@ -1,0 +1,103 @@
+"""The blocking producer for threads and Spark tasks, against the local server."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from kinesis_actors import LocalKinesis, ProducerConfig, errors
+from kinesis_actors.sync import SyncProducer
+from tests.producer.test_producer_local import read_back
+
+
+@pytest.fixture
+def stream(local_kinesis: LocalKinesis, stream_name: str) -> str:
+    import boto3
+
+    kinesis = boto3.client(
+        "kinesis",
+        region_name="us-east-1",
+        endpoint_url=local_kinesis.endpoint_url,
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
+    kinesis.create_stream(StreamName=stream_name, ShardCount=2)
+    kinesis.get_waiter("stream_exists").wait(
+        StreamName=stream_name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100}
+    )
+    return stream_name
+
+
+def _producer(local: LocalKinesis, stream: str, **config: object) -> SyncProducer:
+    return SyncProducer(
+        stream,
+        endpoint_url=local.endpoint_url,
+        credentials=local.credentials,
+        config=ProducerConfig(linger=0.01, **config),  # type: ignore[arg-type]
+        batch_size=100,
+    )
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_every_record_is_settled_after_flush(
+    local_kinesis: LocalKinesis, stream: str, backend: str
+) -> None:
+    with SyncProducer(
+        stream,
+        endpoint_url=local_kinesis.endpoint_url,
+        credentials=local_kinesis.credentials,
+        config=ProducerConfig(linger=0.01),
+        backend=backend,
+    ) as producer:
+        handles = [producer.put(f"r{i}".encode(), f"k{i % 9}") for i in range(1_000)]
+        producer.flush()
+        assert all(handle.done() for handle in handles)
+        assert producer.metrics.records_sent == 1_000
+    assert {h.result().shard_id for h in handles} <= set(read_back(local_kinesis, stream))
+    total = sum(len(r) for r in read_back(local_kinesis, stream).values())
+    assert 0 < total <= 1_000  # aggregated: fewer Kinesis records than user records
+
+
+def test_bad_input_raises_in_the_callers_thread(local_kinesis: LocalKinesis, stream: str) -> None:
+    with _producer(local_kinesis, stream) as producer:
+        with pytest.raises(errors.ValidationError):
+            producer.put(b"", "k")
+        with pytest.raises(errors.ValidationError):
+            producer.put(b"x", "k" * 300)
+        handle = producer.put(b"fine", "k")
+    assert handle.result().shard_id
+
+
+def test_closing_sends_what_is_buffered_and_then_refuses(
+    local_kinesis: LocalKinesis, stream: str
+) -> None:
+    producer = _producer(local_kinesis, stream)
+    handle = producer.put(b"buffered", "k")  # below batch_size: still in this thread
+    assert not handle.done()
+    producer.close()
+    assert handle.result().shard_id
+    producer.close()  # idempotent
+    with pytest.raises(errors.ProducerClosedError):
+        producer.put(b"late", "k")
+
+
+def test_threads_can_share_one_producer(local_kinesis: LocalKinesis, stream: str) -> None:
+    with _producer(local_kinesis, stream) as producer:
+
+        def work(n: int) -> None:
+            for i in range(200):
+                producer.put(f"{n}-{i}".encode(), f"t{n}")
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        producer.flush()
+        assert producer.metrics.records_sent == 800
+
+
+def test_an_unknown_stream_fails_at_construction(local_kinesis: LocalKinesis) -> None:
+    with pytest.raises(errors.ResourceNotFoundError):
+        _producer(local_kinesis, "no-such-stream")
