@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import hashlib
 import json
 import random
@@ -184,11 +185,11 @@ def bench_arrow(count: int, size: int, repeats: int) -> dict[str, Any]:
     for name, raw in (("plain", plain), ("aggregated", aggregated)):
         assert build_record_batch("stream", "shard", raw).batch.num_rows == count
         variants: dict[str, Callable[[], object]] = {
-            "ours": lambda raw=raw: build_record_batch("stream", "shard", raw)
+            "ours": functools.partial(build_record_batch, "stream", "shard", raw)
         }
         if agg_deaggregator is not None:
             assert _theirs_to_arrow(raw).num_rows == count
-            variants["aws_kinesis_agg_plus_from_pylist"] = lambda raw=raw: _theirs_to_arrow(raw)
+            variants["aws_kinesis_agg_plus_from_pylist"] = functools.partial(_theirs_to_arrow, raw)
         result[name] = {"kinesis_records": len(raw), **_compare(count, variants, repeats)}
     return result
 
