@@ -2,17 +2,15 @@
 
 :class:`Producer` is the public face; :class:`ProducerConfig` its settings; ``put`` returns a
 :class:`PutHandle` that settles to a :class:`PutResult`. The policies underneath are sans-IO:
-:class:`Collector` limits, :class:`ShardRateLimiter` pacing, and the private pipeline that
-turns accepted records into PutRecords calls.
+:class:`ShardRateLimiter` paces each shard, and the private pipeline turns accepted records
+into PutRecords calls (ordering domains per key, lanes per shard, aggregates per lane).
 """
 
-from ._collector import (
+from ._calls import (
     DEFAULT_LINGER,
     DEFAULT_MAX_CALL_BYTES,
     PUT_RECORDS_MAX_BYTES,
     PUT_RECORDS_MAX_RECORDS,
-    Batch,
-    Collector,
 )
 from ._config import ProducerConfig
 from ._handle import PutHandle, PutResult
@@ -25,8 +23,6 @@ __all__ = [
     "DEFAULT_MAX_CALL_BYTES",
     "PUT_RECORDS_MAX_BYTES",
     "PUT_RECORDS_MAX_RECORDS",
-    "Batch",
-    "Collector",
     "Producer",
     "ProducerConfig",
     "ProducerMetrics",

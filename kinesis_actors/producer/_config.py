@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from .._validate import check_non_negative, check_positive, check_type
 from ..errors import ConfigError
 from ..records import DEFAULT_AGGREGATION_MAX_BYTES
-from ._collector import DEFAULT_LINGER, DEFAULT_MAX_CALL_BYTES, PUT_RECORDS_MAX_BYTES
+from ._calls import DEFAULT_LINGER, DEFAULT_MAX_CALL_BYTES, PUT_RECORDS_MAX_BYTES
 
 __all__ = ["ProducerConfig"]
 

@@ -22,11 +22,12 @@ import heapq
 import random
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from typing import Any
 
 from .. import errors
 from ..client._retry import is_retryable
 from ..records import Aggregator, OutboundRecord, ShardMap
+from ._calls import Call, Entry, Part
 from ._handle import PutResult
 from ._ratelimit import ShardRateLimiter
 
@@ -44,45 +45,6 @@ _MIN_AGGREGATE_ROOM = 64
 _IDLE, _READY, _IN_FLIGHT, _WAITING = range(4)
 
 Settle = Callable[["Entry", PutResult | None, BaseException | None], None]
-
-
-class Entry:
-    """One accepted user record on its way; ``handle`` is opaque to the pipeline."""
-
-    __slots__ = (
-        "attempts",
-        "data",
-        "enqueued",
-        "epoch",
-        "explicit_hash_key",
-        "handle",
-        "hash_key",
-        "last_error",
-        "partition_key",
-        "size",
-    )
-
-    def __init__(  # noqa: PLR0917 - built once per record on the hot path
-        self,
-        data: bytes,
-        partition_key: str,
-        explicit_hash_key: str | None,
-        hash_key: int,
-        size: int,
-        enqueued: float,
-        handle: Any = None,
-        epoch: int = 0,
-    ) -> None:
-        self.data = data
-        self.partition_key = partition_key
-        self.explicit_hash_key = explicit_hash_key
-        self.hash_key = hash_key
-        self.size = size
-        self.enqueued = enqueued
-        self.handle = handle
-        self.epoch = epoch
-        self.attempts = 0
-        self.last_error: BaseException | None = None
 
 
 class _Domain:
@@ -106,33 +68,6 @@ class _Lane:
         self.shard_id = shard_id
         self.ready: deque[_Domain] = deque()
         self.resume_at = 0.0
-
-
-class Part(NamedTuple):
-    """One Kinesis record of a call and the user records inside it, in sub-sequence order."""
-
-    record: OutboundRecord
-    lane: str
-    entries: list[Entry]
-    size: int
-
-
-class Call(NamedTuple):
-    """One PutRecords call: its Kinesis records and their total size (data plus keys)."""
-
-    parts: list[Part]
-    nbytes: int
-
-    def request(self, stream: str) -> dict[str, Any]:
-        """The PutRecords parameters, in boto3's shapes."""
-        records = []
-        for part in self.parts:
-            record = part.record
-            item: dict[str, Any] = {"Data": record.data, "PartitionKey": record.partition_key}
-            if record.explicit_hash_key is not None:
-                item["ExplicitHashKey"] = record.explicit_hash_key
-            records.append(item)
-        return {"StreamName": stream, "Records": records}
 
 
 def _key_bytes(partition_key: str) -> int:

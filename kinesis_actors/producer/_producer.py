@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import math
-from functools import lru_cache
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
@@ -22,14 +21,16 @@ import anyio
 from anyio.abc import TaskGroup
 
 from .. import errors
-from ..records import ShardMap, hash_key, parse_explicit_hash_key, validate_partition_key
+from ..records import ShardMap
 from ._admission import Admission
-from ._collector import PUT_RECORDS_MAX_RECORDS
+from ._calls import PUT_RECORDS_MAX_RECORDS
 from ._config import ProducerConfig
 from ._handle import PutHandle, PutResult
 from ._metrics import ProducerMetrics
 from ._pipeline import Call, Entry, Pipeline
 from ._ratelimit import ShardRateLimiter
+from ._stream import DEFAULT_MAX_RECORD_BYTES, describe_stream, list_open_shards
+from ._validation import prepare_record
 
 if TYPE_CHECKING:
     from ..client import KinesisClient
@@ -38,20 +39,7 @@ __all__ = ["Producer"]
 
 log = logging.getLogger("kinesis_actors.producer")
 
-DEFAULT_MAX_RECORD_BYTES = 1024 * 1024
 _CHECKPOINT_EVERY = 64  # puts that never wait still yield to the loop this often
-
-
-@lru_cache(maxsize=65_536)
-def _cached_hash_key(partition_key: str) -> int:
-    return hash_key(partition_key)
-
-
-@lru_cache(maxsize=65_536)
-def _key_size(partition_key: str) -> int:
-    """Validate a partition key (cached: keys repeat) and return its size in UTF-8 bytes."""
-    validate_partition_key(partition_key)
-    return len(partition_key.encode("utf-8"))
 
 
 class Producer:
@@ -242,38 +230,9 @@ class Producer:
 
         Raises the typed error ``put`` would raise. Pure, so other threads may call it.
         """
-        if not isinstance(data, bytes):
-            if isinstance(data, bytearray | memoryview):
-                data = bytes(data)
-            else:
-                raise errors.ValidationError(
-                    f"data must be bytes, got {type(data).__name__} (encode text first)"
-                )
-        if not data:
-            raise errors.ValidationError("data must not be empty")
-        if not isinstance(partition_key, str):
-            raise errors.ValidationError(
-                f"partition_key must be a str, got {type(partition_key).__name__}"
-            )
-        if explicit_hash_key is not None and not isinstance(explicit_hash_key, str):
-            raise errors.ValidationError(
-                f"explicit_hash_key must be a str or None, got {explicit_hash_key!r}"
-            )
-        try:
-            key_size = _key_size(partition_key)
-            if explicit_hash_key is None:
-                hashed = _cached_hash_key(partition_key)
-            else:
-                hashed = parse_explicit_hash_key(explicit_hash_key)
-        except ValueError as exc:
-            raise errors.ValidationError(str(exc)) from None
-        size = len(data) + key_size
-        if size > self._max_record_bytes:
-            raise errors.RecordTooLargeError(
-                f"record of {len(data)} data bytes plus a {key_size}-byte partition key "
-                f"exceeds the {self._max_record_bytes}-byte limit of stream {self._stream!r}"
-            )
-        return data, size, hashed
+        return prepare_record(
+            data, partition_key, explicit_hash_key, self._max_record_bytes, self._stream
+        )
 
     async def _put(
         self, data: bytes, partition_key: str, explicit_hash_key: str | None, handle: PutHandle
@@ -528,27 +487,13 @@ class Producer:
         )
 
     async def _describe_stream(self) -> None:
-        response = await self._client.call("DescribeStreamSummary", {"StreamName": self._stream})
-        summary = response["StreamDescriptionSummary"]
-        max_kib = summary.get("MaxRecordSizeInKiB")
-        if isinstance(max_kib, int) and max_kib > 0:
-            self._max_record_bytes = max_kib * 1024
-        self._record_distribution = (
-            summary.get("RecordDistributionStrategy") or "USER_PARTITION_KEY"
-        )
-        self._open_shards = int(summary.get("OpenShardCount") or 1)
+        info = await describe_stream(self._client, self._stream)
+        self._max_record_bytes = info.max_record_bytes
+        self._record_distribution = info.record_distribution
+        self._open_shards = info.open_shards
 
     async def _list_shards(self) -> ShardMap:
-        shards: list[dict[str, Any]] = []
-        params: dict[str, Any] = {"StreamName": self._stream, "ShardFilter": {"Type": "AT_LATEST"}}
-        while True:
-            page = await self._client.call("ListShards", params)
-            shards.extend(page.get("Shards", []))
-            token = page.get("NextToken")
-            if not token:
-                break
-            params = {"NextToken": token}
-        return ShardMap.from_shards(shards)
+        return await list_open_shards(self._client, self._stream)
 
     async def _refresh_shard_map(self) -> None:
         pipeline = self._pipeline

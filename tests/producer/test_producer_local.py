@@ -253,3 +253,13 @@ def test_shard_map_lookup_is_the_services_rule() -> None:
     shard_map = ShardMap.from_shards(shards)
     assert shard_map.shard_for("k", explicit_hash_key="0") == "a"
     assert shard_map.shard_for("k", explicit_hash_key=str(2**127)) == "b"
+
+
+async def test_lesson_9_the_shard_map_reads_every_page(
+    client: KinesisClient, stream_name: str
+) -> None:
+    from kinesis_actors.producer._stream import list_open_shards
+
+    await client.create_stream(stream_name, 5)
+    shard_map = await list_open_shards(client, stream_name, page_size=2)
+    assert len(shard_map) == 5 and not shard_map.gaps()

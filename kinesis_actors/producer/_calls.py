@@ -1,0 +1,92 @@
+"""What travels through the producer: accepted records, and the PutRecords calls built of them.
+
+The call limits are the service's (lesson 21: a client that sent 501-record batches had every
+such call rejected); the KPL caps a call at 5 MiB, which is the default here too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from ..records import OutboundRecord
+
+__all__ = [
+    "DEFAULT_LINGER",
+    "DEFAULT_MAX_CALL_BYTES",
+    "PUT_RECORDS_MAX_BYTES",
+    "PUT_RECORDS_MAX_RECORDS",
+    "Call",
+    "Entry",
+    "Part",
+]
+
+PUT_RECORDS_MAX_RECORDS = 500
+PUT_RECORDS_MAX_BYTES = 10 * 1024 * 1024
+DEFAULT_MAX_CALL_BYTES = 5 * 1024 * 1024
+DEFAULT_LINGER = 0.1
+
+
+class Entry:
+    """One accepted user record on its way; ``handle`` is opaque to the pipeline."""
+
+    __slots__ = (
+        "attempts",
+        "data",
+        "enqueued",
+        "epoch",
+        "explicit_hash_key",
+        "handle",
+        "hash_key",
+        "last_error",
+        "partition_key",
+        "size",
+    )
+
+    def __init__(  # noqa: PLR0917 - built once per record on the hot path
+        self,
+        data: bytes,
+        partition_key: str,
+        explicit_hash_key: str | None,
+        hash_key: int,
+        size: int,
+        enqueued: float,
+        handle: Any = None,
+        epoch: int = 0,
+    ) -> None:
+        self.data = data
+        self.partition_key = partition_key
+        self.explicit_hash_key = explicit_hash_key
+        self.hash_key = hash_key
+        self.size = size
+        self.enqueued = enqueued
+        self.handle = handle
+        self.epoch = epoch
+        self.attempts = 0
+        self.last_error: BaseException | None = None
+
+
+class Part(NamedTuple):
+    """One Kinesis record of a call and the user records inside it, in sub-sequence order."""
+
+    record: OutboundRecord
+    lane: str
+    entries: list[Entry]
+    size: int
+
+
+class Call(NamedTuple):
+    """One PutRecords call: its Kinesis records and their total size (data plus keys)."""
+
+    parts: list[Part]
+    nbytes: int
+
+    def request(self, stream: str) -> dict[str, Any]:
+        """The PutRecords parameters, in boto3's shapes."""
+        records = []
+        for part in self.parts:
+            record = part.record
+            item: dict[str, Any] = {"Data": record.data, "PartitionKey": record.partition_key}
+            if record.explicit_hash_key is not None:
+                item["ExplicitHashKey"] = record.explicit_hash_key
+            records.append(item)
+        return {"StreamName": stream, "Records": records}

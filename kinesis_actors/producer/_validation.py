@@ -1,0 +1,69 @@
+"""Checking a record before it takes room in the queue: typed errors, at ``put``, at once."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from .. import errors
+from ..records import hash_key, parse_explicit_hash_key, validate_partition_key
+
+__all__ = ["prepare_record"]
+
+
+@lru_cache(maxsize=65_536)
+def _cached_hash_key(partition_key: str) -> int:
+    return hash_key(partition_key)
+
+
+@lru_cache(maxsize=65_536)
+def _key_size(partition_key: str) -> int:
+    """Validate a partition key (cached: keys repeat) and return its size in UTF-8 bytes."""
+    validate_partition_key(partition_key)
+    return len(partition_key.encode("utf-8"))
+
+
+def prepare_record(
+    data: bytes,
+    partition_key: str,
+    explicit_hash_key: str | None,
+    max_record_bytes: int,
+    stream: str,
+) -> tuple[bytes, int, int]:
+    """``(data as bytes, size counted against the limits, hash key)``, or a typed error.
+
+    The size is the data plus the UTF-8 partition key, as the service counts it against the
+    record limit (``MaxRecordSizeInKiB``, 1 MiB by default) and the call limit. Partition
+    keys are validated and hashed through small caches, since real workloads repeat them.
+    """
+    if not isinstance(data, bytes):
+        if isinstance(data, bytearray | memoryview):
+            data = bytes(data)
+        else:
+            raise errors.ValidationError(
+                f"data must be bytes, got {type(data).__name__} (encode text first)"
+            )
+    if not data:
+        raise errors.ValidationError("data must not be empty")
+    if not isinstance(partition_key, str):
+        raise errors.ValidationError(
+            f"partition_key must be a str, got {type(partition_key).__name__}"
+        )
+    if explicit_hash_key is not None and not isinstance(explicit_hash_key, str):
+        raise errors.ValidationError(
+            f"explicit_hash_key must be a str or None, got {explicit_hash_key!r}"
+        )
+    try:
+        key_size = _key_size(partition_key)
+        if explicit_hash_key is None:
+            hashed = _cached_hash_key(partition_key)
+        else:
+            hashed = parse_explicit_hash_key(explicit_hash_key)
+    except ValueError as exc:
+        raise errors.ValidationError(str(exc)) from None
+    size = len(data) + key_size
+    if size > max_record_bytes:
+        raise errors.RecordTooLargeError(
+            f"record of {len(data)} data bytes plus a {key_size}-byte partition key "
+            f"exceeds the {max_record_bytes}-byte limit of stream {stream!r}"
+        )
+    return data, size, hashed
