@@ -5,6 +5,7 @@ The public surface is re-exported here; everything in underscore modules is priv
 
 from . import errors
 from .client import ClientConfig, KinesisClient, RetryPolicy, RetrySettings
+from .consumer import Consumer, ConsumerConfig, RecordBatch, StartingPosition
 from .local import LocalKinesis
 from .producer import Producer, ProducerConfig, ProducerMetrics, PutHandle, PutResult
 from .records import RECORD_SCHEMA
@@ -12,6 +13,8 @@ from .records import RECORD_SCHEMA
 __all__ = [
     "RECORD_SCHEMA",
     "ClientConfig",
+    "Consumer",
+    "ConsumerConfig",
     "KinesisClient",
     "LocalKinesis",
     "Producer",
@@ -19,8 +22,10 @@ __all__ = [
     "ProducerMetrics",
     "PutHandle",
     "PutResult",
+    "RecordBatch",
     "RetryPolicy",
     "RetrySettings",
+    "StartingPosition",
     "errors",
 ]
 

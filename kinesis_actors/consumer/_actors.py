@@ -1,0 +1,107 @@
+"""The per-shard actors: a reader that fills a shard's buffer, a processor that runs a handler.
+
+Both are supervised (``_consumer``), and both keep their state in the shard's
+:class:`~kinesis_actors.consumer._pipeline.ShardPipeline`, which outlives them: a restarted
+reader resumes after the last batch it delivered, a restarted processor rewinds the shard to
+its last committed position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from .. import errors
+from ..runtime import Actor, ActorContext
+from ._batch import RecordBatch
+from ._config import StartingPosition
+from ._pipeline import ShardPipeline
+from ._reader import ShardRead, ShardReader
+
+__all__ = ["Handler", "ProcessorActor", "ReaderActor"]
+
+Handler = Callable[[RecordBatch], Awaitable[None]]
+ReaderFactory = Callable[[ShardPipeline, StartingPosition], ShardReader]
+
+
+class ReaderActor(Actor[None]):
+    """Reads one shard into its pipeline: a credit first, then a read, then a non-blocking offer.
+
+    It never awaits the buffer, so a shard nobody takes from holds only its own reader (lesson
+    1). After the shard's end it stays until the shard is finished (everything committed),
+    because a processor's restart may rewind the shard and need it again; a rewind cancels the
+    current generation and reading starts over from the committed position.
+    """
+
+    def __init__(self, pipeline: ShardPipeline, make_reader: ReaderFactory) -> None:
+        self._pipeline = pipeline
+        self._make_reader = make_reader
+
+    async def run(self, ctx: ActorContext[None]) -> None:
+        pipeline = self._pipeline
+        while True:
+            with anyio.CancelScope() as scope:
+                pipeline.reader_scope = scope
+                if not pipeline.end_reached:
+                    await self._read_to_end(pipeline)
+                await pipeline.let_go.wait()
+                return
+            # Cancelled by a rewind (an outer cancellation does not get here): read again.
+
+    async def _read_to_end(self, pipeline: ShardPipeline) -> None:
+        generation = pipeline.generation
+        start, skip = pipeline.cursor()
+        reader = self._make_reader(pipeline, start)
+        pipeline.metrics.state = "reading"
+        try:
+            while not pipeline.end_reached:
+                gate = pipeline.gate
+                await gate.acquire()
+                try:
+                    read = await reader.read()
+                except errors.ResourceNotFoundError:
+                    # The shard expired while we read it: nothing more to read.
+                    read = ShardRead((), finished=True)
+                except BaseException:
+                    if generation == pipeline.generation:
+                        gate.withdraw()  # the credit must not leak with a crashed read
+                    raise
+                if pipeline.start.type == "LATEST":
+                    pipeline.start = reader.start  # pinned to the first iterator's time
+                pipeline.accept(read, skip, generation)
+                if read.records:
+                    skip = None
+        finally:
+            with anyio.CancelScope(shield=True):
+                await reader.aclose()
+
+
+class ProcessorActor(Actor[None]):
+    """Calls the handler for one shard's batches, one at a time, in order, committing each.
+
+    A restarted incarnation first rewinds the shard to its last committed position, so the
+    batch whose handler failed (and what was read after it) is delivered again.
+    """
+
+    def __init__(
+        self,
+        pipeline: ShardPipeline,
+        handler: Handler,
+        commit: Callable[[RecordBatch], None],
+    ) -> None:
+        self._pipeline = pipeline
+        self._handler = handler
+        self._commit = commit
+
+    async def on_start(self, ctx: ActorContext[None]) -> None:
+        if ctx.incarnation > 0:
+            self._pipeline.rewind()
+
+    async def run(self, ctx: ActorContext[None]) -> None:
+        while True:
+            batch = await self._pipeline.take()
+            if batch is None:
+                return  # the shard ended and everything was handled
+            await self._handler(batch)
+            self._commit(batch)

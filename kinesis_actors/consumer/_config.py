@@ -1,0 +1,268 @@
+"""What a consumer reads and how: :class:`StartingPosition` and :class:`ConsumerConfig`.
+
+Everything is validated on construction (or, for what depends on the stream names, by
+:meth:`ConsumerConfig.check_for`), so a bad configuration fails with a
+:class:`~kinesis_actors.errors.ConfigError` naming the option, before any network call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from .._validate import check_choice, check_non_negative, check_positive, check_type
+from ..errors import ConfigError
+
+__all__ = ["MAX_RECORDS_PER_CALL", "ConsumerConfig", "StartingPosition"]
+
+#: GetRecords' own limit on ``Limit``.
+MAX_RECORDS_PER_CALL = 10_000
+
+_TYPES = (
+    "TRIM_HORIZON",
+    "LATEST",
+    "AT_TIMESTAMP",
+    "AT_SEQUENCE_NUMBER",
+    "AFTER_SEQUENCE_NUMBER",
+)
+#: How far in the future an AT_TIMESTAMP may be before it is refused (clock skew allowance).
+_FUTURE_TOLERANCE = timedelta(seconds=5)
+
+
+@dataclass(frozen=True, slots=True)
+class StartingPosition:
+    """Where a shard is read from when there is no committed position for it.
+
+    Use :meth:`trim_horizon`, :meth:`latest` or :meth:`at_timestamp`. The sequence-number forms
+    (:meth:`at_sequence_number`, :meth:`after_sequence_number`) exist for resuming; they are
+    what positions turn into.
+    """
+
+    type: str
+    timestamp: datetime | None = None
+    sequence_number: str | None = None
+
+    def __post_init__(self) -> None:
+        check_choice("StartingPosition.type", self.type, _TYPES)
+        if self.type == "AT_TIMESTAMP":
+            check_type("StartingPosition.timestamp", self.timestamp, datetime, "a datetime")
+        elif self.timestamp is not None:
+            raise ConfigError(
+                f"StartingPosition.timestamp is only for AT_TIMESTAMP, not {self.type}"
+            )
+        if self.type.endswith("SEQUENCE_NUMBER"):
+            if not isinstance(self.sequence_number, str) or not self.sequence_number.isdigit():
+                raise ConfigError(
+                    "StartingPosition.sequence_number must be a string of digits, "
+                    f"got {self.sequence_number!r}"
+                )
+        elif self.sequence_number is not None:
+            raise ConfigError(
+                f"StartingPosition.sequence_number is only for *_SEQUENCE_NUMBER, not {self.type}"
+            )
+
+    @classmethod
+    def trim_horizon(cls) -> StartingPosition:
+        """The oldest record still retained."""
+        return cls("TRIM_HORIZON")
+
+    @classmethod
+    def latest(cls) -> StartingPosition:
+        """Only records that arrive after the shard's iterator is taken."""
+        return cls("LATEST")
+
+    @classmethod
+    def at_timestamp(cls, timestamp: datetime) -> StartingPosition:
+        """Records that arrived at or after ``timestamp`` (naive datetimes are UTC).
+
+        A timestamp in the future is a :class:`ConfigError`: the service would quietly
+        return nothing until then, which is never what a user meant.
+        """
+        check_type("StartingPosition.at_timestamp", timestamp, datetime, "a datetime")
+        stamp = timestamp if timestamp.tzinfo is not None else timestamp.replace(tzinfo=UTC)
+        if stamp > datetime.now(UTC) + _FUTURE_TOLERANCE:
+            raise ConfigError(
+                f"StartingPosition.at_timestamp must not be in the future, got {stamp.isoformat()}"
+            )
+        return cls("AT_TIMESTAMP", timestamp=stamp)
+
+    @classmethod
+    def at_sequence_number(cls, sequence_number: str) -> StartingPosition:
+        return cls("AT_SEQUENCE_NUMBER", sequence_number=sequence_number)
+
+    @classmethod
+    def after_sequence_number(cls, sequence_number: str) -> StartingPosition:
+        return cls("AFTER_SEQUENCE_NUMBER", sequence_number=sequence_number)
+
+    def iterator_params(self) -> dict[str, Any]:
+        """The GetShardIterator parameters for this position (without stream and shard)."""
+        params: dict[str, Any] = {"ShardIteratorType": self.type}
+        if self.timestamp is not None:
+            params["Timestamp"] = self.timestamp
+        if self.sequence_number is not None:
+            params["StartingSequenceNumber"] = self.sequence_number
+        return params
+
+    def to_dict(self) -> dict[str, str]:
+        """JSON-serializable form (used inside ``positions()``)."""
+        out = {"type": self.type}
+        if self.timestamp is not None:
+            out["timestamp"] = self.timestamp.isoformat()
+        if self.sequence_number is not None:
+            out["sequence_number"] = self.sequence_number
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any, *, option: str = "positions") -> StartingPosition:
+        """Parse :meth:`to_dict`'s output; anything else is a :class:`ConfigError`."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("type"), str):
+            raise ConfigError(f"{option}: a start must be a dict with a 'type', got {data!r}")
+        stamp = data.get("timestamp")
+        try:
+            when = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
+        except ValueError:
+            raise ConfigError(f"{option}: bad timestamp {stamp!r}") from None
+        if when is not None and when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return cls(data["type"], timestamp=when, sequence_number=data.get("sequence_number"))
+
+
+Mode = Literal["polling", "efo"]
+Registration = Literal["lazy", "eager", "none"]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConfig:
+    """How a :class:`~kinesis_actors.consumer.Consumer` reads.
+
+    - ``mode``: ``"polling"`` (GetRecords) or ``"efo"`` (Enhanced Fan-Out, next release).
+      ``consumer_name``, ``registration`` (``"lazy"``, ``"eager"`` or ``"none"``) and
+      ``consumer_arns`` (stream → consumer ARN, for ``"none"``) belong to EFO.
+    - ``start``: where shards without a committed position begin. ``positions``, what
+      :meth:`Consumer.positions` returned, overrides it for every shard it names; shards it does
+      not name are new since then and are read from the trim horizon.
+    - ``shard_discovery_interval``: seconds between ListShards rounds (jittered ±20 %);
+      ``list_shards_page_size`` is ListShards' ``MaxResults``.
+    - ``worker_index`` / ``worker_count``: static assignment of shards to workers (see
+      ``docs/consumer.md``).
+    - ``prefetch_batches``: batches read ahead per shard; memory is O(shards x prefetch).
+    - ``max_records_per_call``: GetRecords' ``Limit`` (at most 10,000).
+    - ``max_calls_per_second`` and ``max_bytes_per_second``: the per-shard read budget,
+      the service's 5 calls/s and 2 MiB/s by default.
+    - ``idle_backoff_initial`` / ``idle_backoff_max``: the wait after an empty read, doubling
+      per consecutive empty read (lesson 8: idle shards are not hammered).
+    - ``throttle_backoff_initial`` / ``throttle_backoff_max``: the same after a throttle.
+    - ``restart_intensity``: (restarts, seconds) allowed to the per-shard readers and, under
+      :meth:`Consumer.run`, to the handlers' processors before the consumer gives up.
+    """
+
+    mode: Mode = "polling"
+    consumer_name: str | None = None
+    registration: Registration = "lazy"
+    consumer_arns: Mapping[str, str] = field(default_factory=dict)
+    start: StartingPosition = field(default_factory=StartingPosition.latest)
+    positions: Mapping[str, Any] | None = None
+    shard_discovery_interval: float = 10.0
+    list_shards_page_size: int = 1000
+    worker_index: int = 0
+    worker_count: int = 1
+    prefetch_batches: int = 2
+    max_records_per_call: int = MAX_RECORDS_PER_CALL
+    max_calls_per_second: float = 5.0
+    max_bytes_per_second: float = 2 * 1024 * 1024
+    idle_backoff_initial: float = 0.25
+    idle_backoff_max: float = 2.0
+    throttle_backoff_initial: float = 0.5
+    throttle_backoff_max: float = 5.0
+    restart_intensity: tuple[int, float] = (5, 30.0)
+
+    def __post_init__(self) -> None:
+        check_choice("ConsumerConfig.mode", self.mode, ("polling", "efo"))
+        check_choice("ConsumerConfig.registration", self.registration, ("lazy", "eager", "none"))
+        if self.consumer_name is not None and (
+            not isinstance(self.consumer_name, str) or not 1 <= len(self.consumer_name) <= 128
+        ):
+            raise ConfigError(
+                "ConsumerConfig.consumer_name must be None or a string of 1 to 128 characters, "
+                f"got {self.consumer_name!r}"
+            )
+        check_type("ConsumerConfig.consumer_arns", self.consumer_arns, Mapping, "a dict")
+        for stream, arn in self.consumer_arns.items():
+            if not isinstance(stream, str) or not isinstance(arn, str) or not arn:
+                raise ConfigError(
+                    "ConsumerConfig.consumer_arns must map stream names to ARNs, "
+                    f"got {stream!r}: {arn!r}"
+                )
+        if self.mode == "efo" and self.registration == "none" and not self.consumer_arns:
+            raise ConfigError('ConsumerConfig.consumer_arns is required with registration="none"')
+        check_type("ConsumerConfig.start", self.start, StartingPosition, "a StartingPosition")
+        if self.start.type.endswith("SEQUENCE_NUMBER"):
+            raise ConfigError(
+                "ConsumerConfig.start must be trim_horizon(), latest() or at_timestamp(); "
+                "resume from a sequence number with ConsumerConfig.positions"
+            )
+        if self.positions is not None:
+            check_type(
+                "ConsumerConfig.positions", self.positions, Mapping, "what positions() returned"
+            )
+        check_positive("ConsumerConfig.shard_discovery_interval", self.shard_discovery_interval)
+        check_positive(
+            "ConsumerConfig.list_shards_page_size", self.list_shards_page_size, integer=True
+        )
+        if self.list_shards_page_size > 10_000:
+            raise ConfigError(
+                "ConsumerConfig.list_shards_page_size must be at most 10000, "
+                f"got {self.list_shards_page_size!r}"
+            )
+        check_positive("ConsumerConfig.worker_count", self.worker_count, integer=True)
+        check_non_negative("ConsumerConfig.worker_index", self.worker_index, integer=True)
+        if self.worker_index >= self.worker_count:
+            raise ConfigError(
+                f"ConsumerConfig.worker_index must be below worker_count ({self.worker_count}), "
+                f"got {self.worker_index!r}"
+            )
+        check_positive("ConsumerConfig.prefetch_batches", self.prefetch_batches, integer=True)
+        check_positive(
+            "ConsumerConfig.max_records_per_call", self.max_records_per_call, integer=True
+        )
+        if self.max_records_per_call > MAX_RECORDS_PER_CALL:
+            raise ConfigError(
+                f"ConsumerConfig.max_records_per_call must be at most {MAX_RECORDS_PER_CALL}, "
+                f"got {self.max_records_per_call!r}"
+            )
+        check_positive("ConsumerConfig.max_calls_per_second", self.max_calls_per_second)
+        if self.max_calls_per_second > 5:
+            raise ConfigError(
+                "ConsumerConfig.max_calls_per_second must be at most 5 (the service's limit per "
+                f"shard), got {self.max_calls_per_second!r}"
+            )
+        check_positive("ConsumerConfig.max_bytes_per_second", self.max_bytes_per_second)
+        for name in (
+            "idle_backoff_initial",
+            "idle_backoff_max",
+            "throttle_backoff_initial",
+            "throttle_backoff_max",
+        ):
+            check_positive(f"ConsumerConfig.{name}", getattr(self, name))
+        for low, high in (
+            ("idle_backoff_initial", "idle_backoff_max"),
+            ("throttle_backoff_initial", "throttle_backoff_max"),
+        ):
+            if getattr(self, high) < getattr(self, low):
+                raise ConfigError(f"ConsumerConfig.{high} must be at least {low}")
+        intensity = self.restart_intensity
+        if (
+            not isinstance(intensity, tuple)
+            or len(intensity) != 2
+            or isinstance(intensity[0], bool)
+            or not isinstance(intensity[0], int)
+            or intensity[0] < 0
+            or not isinstance(intensity[1], int | float)
+            or intensity[1] <= 0
+        ):
+            raise ConfigError(
+                "ConsumerConfig.restart_intensity must be (max_restarts >= 0, period > 0), "
+                f"got {intensity!r}"
+            )

@@ -1,0 +1,475 @@
+"""The ``Consumer`` facade: discovery, per-shard readers and processors, commit and positions.
+
+Shape (all in one task group, opened with the consumer):
+
+* discovery: one paginated ListShards per stream per round, every
+  ``shard_discovery_interval`` seconds (±20 % jitter), and early when a shard ends with
+  children not seen yet;
+* a scheduler that starts a shard's pipeline and reader once the shard is assigned to this
+  worker and its parents are released (``_shards``);
+* a supervisor of reader actors, one per shard (``_actors.ReaderActor``);
+* either the async iterator, which takes batches in arrival order across shards, or
+  :meth:`Consumer.run`, a supervisor of one processor actor per shard.
+
+Nothing that reads the network awaits a buffer: readers take a credit first (runtime's
+protocol), so memory is O(shards x prefetch_batches) and one slow shard stalls only itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from .. import errors
+from .._validate import check_type
+from ..client import KinesisClient
+from ..errors import ConfigError
+from ..runtime import Backoff, ChildSpec, Restart, RestartIntensityExceeded, Strategy, Supervisor
+from ._actors import Handler, ProcessorActor, ReaderActor
+from ._batch import RecordBatch
+from ._config import ConsumerConfig, StartingPosition
+from ._discovery import list_shards
+from ._pacing import PacingSettings, ReadPacer
+from ._pipeline import ShardPipeline
+from ._positions import SavedShard, ShardKey, encode_positions, parse_positions
+from ._reader import PollingReader, ShardReader
+from ._shards import ShardGraph, ShardInfo
+
+__all__ = ["Consumer"]
+
+log = logging.getLogger("kinesis_actors.consumer")
+
+_JITTER = 0.2
+_RESTART_BACKOFF = Backoff(initial=0.05, maximum=2.0)
+
+
+def _stream_names(streams: Any) -> list[str]:
+    names = [streams] if isinstance(streams, str) else streams
+    if not isinstance(names, list | tuple) or not names:
+        raise ConfigError(
+            f"streams must be a stream name or a non-empty list of them, got {streams!r}"
+        )
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"streams must hold non-empty stream names, got {name!r}")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"streams must not repeat a stream, got {list(names)!r}")
+    return list(names)
+
+
+class Consumer:
+    """Reads one or more streams shard by shard; an async context manager and iterator.
+
+    ``async for batch in consumer`` yields :class:`RecordBatch` es in arrival order across
+    shards and in order within each shard. ``await consumer.run(handler)`` instead gives every
+    shard its own supervised processor. ``commit(batch)`` and ``positions()`` make restarts
+    resume exactly after the last committed record. See ``docs/consumer.md``.
+    """
+
+    def __init__(
+        self,
+        client: KinesisClient,
+        streams: str | Sequence[str],
+        config: ConsumerConfig | None = None,
+    ) -> None:
+        check_type("client", client, KinesisClient, "a KinesisClient")
+        config = ConsumerConfig() if config is None else config
+        check_type("config", config, ConsumerConfig, "a ConsumerConfig")
+        self._client = client
+        self._streams = _stream_names(streams)
+        self._config = config
+        self._saved: dict[ShardKey, SavedShard] = (
+            parse_positions(config.positions, self._streams) if config.positions is not None else {}
+        )
+        self._graph = ShardGraph(config.worker_index, config.worker_count)
+        self._pacing = PacingSettings(
+            max_calls_per_second=config.max_calls_per_second,
+            max_bytes_per_second=config.max_bytes_per_second,
+            idle_initial=config.idle_backoff_initial,
+            idle_max=config.idle_backoff_max,
+            throttle_initial=config.throttle_backoff_initial,
+            throttle_max=config.throttle_backoff_max,
+        )
+        self._pipelines: dict[ShardKey, ShardPipeline] = {}
+        self._initial: set[ShardKey] | None = None
+        self._arrivals: deque[ShardPipeline] = deque()  # one entry per buffered batch
+        self._mode: str | None = None
+        self._failure: BaseException | None = None
+        self._state = "new"
+        self._opened_at = datetime.now(UTC)
+        self._list_calls = 0
+        self._discoveries = 0
+        self._readers: Supervisor | None = None
+        self._processors: Supervisor | None = None
+        self._processing: set[ShardKey] = set()
+        self._stack: AsyncExitStack | None = None
+        self._tg: TaskGroup | None = None
+
+    @property
+    def streams(self) -> list[str]:
+        return list(self._streams)
+
+    @property
+    def config(self) -> ConsumerConfig:
+        return self._config
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        if self._state != "new":
+            raise RuntimeError("a Consumer can be opened only once")
+        if self._config.mode == "efo":
+            raise ConfigError(
+                "ConsumerConfig.mode='efo': Enhanced Fan-Out comes with the next release "
+                "(issue 6); use mode='polling' for now"
+            )
+        self._arrived = anyio.Event()
+        self._done = anyio.Event()
+        self._rediscover = anyio.Event()
+        self._reschedule = anyio.Event()
+        for stream in self._streams:  # an unknown stream fails here: ResourceNotFoundError
+            await self._client.call("DescribeStreamSummary", {"StreamName": stream})
+        self._opened_at = datetime.now(UTC)
+        stack = AsyncExitStack()
+        self._stack = stack
+        await stack.__aenter__()
+        try:
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+            await self._tg.start(self._supervise_readers)
+            await self._discover()
+            await self._schedule()
+            self._tg.start_soon(self._discovery_loop)
+            self._tg.start_soon(self._scheduler_loop)
+        except BaseException as exc:
+            if self._tg is not None:
+                self._tg.cancel_scope.cancel()
+            # No shield around it: the task group must be exited in the scope it was entered in.
+            await stack.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        self._state = "open"
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop every actor (bounded) and end iteration; positions stay readable."""
+        if self._state in ("closed", "new"):
+            self._state = "closed"
+            return
+        self._state = "closed"
+        self._done.set()
+        self._arrived.set()
+        if self._tg is not None:
+            self._tg.cancel_scope.cancel()
+        if self._stack is not None:
+            # The supervisors' stops are shielded and bounded themselves.
+            await self._stack.aclose()
+
+    def stop(self) -> None:
+        """Ask :meth:`run` and the iterator to end (from any task of this loop)."""
+        if self._state == "open":
+            self._done.set()
+            self._arrived.set()
+
+    def _fail(self, error: BaseException) -> None:
+        if self._failure is None:
+            log.error("consumer failed: %r", error)
+            self._failure = error
+        self._done.set()
+        self._arrived.set()
+
+    # -- the background tasks ---------------------------------------------------------------
+
+    async def _supervise_readers(self, *, task_status: TaskStatus[None]) -> None:
+        try:
+            async with Supervisor(
+                Strategy.ONE_FOR_ONE,
+                name="readers",
+                intensity=self._config.restart_intensity,
+                backoff=_RESTART_BACKOFF,
+            ) as supervisor:
+                self._readers = supervisor
+                task_status.started()
+                await anyio.sleep_forever()
+        except RestartIntensityExceeded as exc:
+            self._fail(exc)
+
+    async def _discovery_loop(self) -> None:
+        interval = self._config.shard_discovery_interval
+        while True:
+            delay = interval * random.uniform(1 - _JITTER, 1 + _JITTER)
+            with anyio.move_on_after(delay):
+                await self._rediscover.wait()
+            self._rediscover = anyio.Event()
+            try:
+                await self._discover()
+            except errors.ResourceNotFoundError as exc:
+                self._fail(exc)
+                return
+            except errors.KinesisError as exc:
+                log.warning("shard discovery failed, retrying next round: %s", exc)
+                continue
+            except Exception as exc:  # a bug must not cancel the user's code: report it
+                self._fail(exc)
+                return
+            self._reschedule.set()
+
+    async def _scheduler_loop(self) -> None:
+        while True:
+            await self._reschedule.wait()
+            self._reschedule = anyio.Event()
+            try:
+                await self._schedule()
+            except Exception as exc:  # as above: into the iterator or run(), not the task group
+                self._fail(exc)
+                return
+
+    async def _discover(self) -> None:
+        page_size = self._config.list_shards_page_size
+        for stream in self._streams:
+            shards, calls = await list_shards(self._client, stream, page_size)
+            self._list_calls += calls
+            self._graph.update(stream, shards)
+        self._discoveries += 1
+        if self._initial is None:
+            self._initial = {shard.key for shard in self._graph.shards()}
+        # Shards no longer listed have expired: they count as finished, and leave positions.
+        for key in [key for key in self._saved if not self._graph.listed(key)]:
+            del self._saved[key]
+        for key, pipeline in list(self._pipelines.items()):
+            if pipeline.finished and not self._graph.listed(key):
+                del self._pipelines[key]
+
+    async def _schedule(self) -> None:
+        for shard in self._graph.shards():
+            if shard.key in self._pipelines or not self._graph.ready(shard, self._released):
+                continue
+            await self._start_shard(shard)
+        if self._mode == "run":
+            for pipeline in list(self._pipelines.values()):
+                await self._start_processor(pipeline)
+
+    def _released(self, key: ShardKey) -> bool:
+        pipeline = self._pipelines.get(key)
+        if pipeline is not None:
+            return pipeline.released
+        saved = self._saved.get(key)
+        return saved is not None and saved.finished
+
+    def _start_for(self, shard: ShardInfo) -> StartingPosition:
+        """Where a shard with no saved position starts (see docs/consumer.md)."""
+        if (
+            self._initial is None
+            or shard.key not in self._initial
+            or self._config.positions is not None
+        ):
+            return StartingPosition.trim_horizon()  # new since we started (or since the save)
+        start = self._config.start
+        if start.type == "LATEST" and self._graph.has_parents(shard):
+            # Read only after its parents: "latest" must still mean "from when we opened".
+            return StartingPosition("AT_TIMESTAMP", timestamp=self._opened_at)
+        return start
+
+    async def _start_shard(self, shard: ShardInfo) -> None:
+        key = shard.key
+        saved = self._saved.get(key) or SavedShard(start=self._start_for(shard))
+        pipeline = ShardPipeline(
+            key,
+            saved,
+            self._config.prefetch_batches,
+            on_change=self._reschedule_soon,
+            on_arrival=self._arrival,
+        )
+        pipeline.run_mode = self._mode == "run"
+        if self._mode == "iterate":
+            pipeline.let_go.set()
+        self._pipelines[key] = pipeline
+        log.debug("starting %s/%s from %s", shard.stream, shard.shard_id, saved)
+        if pipeline.end_reached:
+            self._reschedule_soon()
+            return
+        supervisor = self._readers
+        if supervisor is None:
+            raise RuntimeError("the readers' supervisor is not running")
+
+        def factory() -> ReaderActor:
+            return ReaderActor(pipeline, self._make_reader)
+
+        await supervisor.start_child(
+            ChildSpec(
+                f"{shard.stream}:{shard.shard_id}",
+                factory,
+                restart=Restart.TRANSIENT,
+                capacity=1,
+                shutdown_timeout=0.0,
+                cleanup_timeout=1.0,
+            )
+        )
+
+    def _make_reader(self, pipeline: ShardPipeline, start: StartingPosition) -> ShardReader:
+        return PollingReader(
+            self._client,
+            pipeline.stream,
+            pipeline.shard_id,
+            start,
+            pacer=ReadPacer(self._pacing),
+            metrics=pipeline.metrics,
+            limit=self._config.max_records_per_call,
+        )
+
+    def _reschedule_soon(self) -> None:
+        self._reschedule.set()
+        for pipeline in self._pipelines.values():
+            if pipeline.end_reached and any(
+                not self._graph.listed((pipeline.stream, child)) for child in pipeline.children
+            ):
+                self._rediscover.set()  # children we have not listed yet: look now
+                break
+
+    def _arrival(self, pipeline: ShardPipeline) -> None:
+        if self._mode != "run":
+            self._arrivals.append(pipeline)
+            self._arrived.set()
+
+    def _claim(self, mode: str) -> None:
+        if self._state != "open":
+            raise RuntimeError("the Consumer is not open: use 'async with Consumer(...)'")
+        if self._mode == mode:
+            return
+        if self._mode is not None:
+            raise RuntimeError("a Consumer is either iterated or run(handler), not both")
+        self._mode = mode
+        for pipeline in self._pipelines.values():
+            pipeline.run_mode = mode == "run"
+            if mode == "iterate":
+                pipeline.let_go.set()
+        if mode == "run":
+            self._arrivals.clear()
+
+    # -- consuming --------------------------------------------------------------------------
+
+    def __aiter__(self) -> AsyncIterator[RecordBatch]:
+        return self
+
+    async def __anext__(self) -> RecordBatch:
+        if self._state == "closed":
+            raise StopAsyncIteration
+        self._claim("iterate")
+        while True:
+            if self._failure is not None:
+                raise self._failure
+            while self._arrivals:
+                pipeline = self._arrivals.popleft()
+                try:
+                    return pipeline.take_nowait()
+                except (anyio.WouldBlock, anyio.EndOfStream):
+                    continue  # rewound since it arrived: nothing left to take
+            if self._done.is_set():
+                raise StopAsyncIteration
+            self._arrived = anyio.Event()
+            await self._arrived.wait()
+
+    async def run(self, handler: Handler) -> None:
+        """Give every shard a supervised processor that calls ``await handler(batch)``.
+
+        Batches of a shard are handled one at a time, in order, each committed when its
+        handler returns; a slow handler delays only its shard. A handler's exception restarts
+        that shard's processor from its last committed position; more restarts than
+        ``restart_intensity`` allows raise :class:`RestartIntensityExceeded` from here. Returns
+        after :meth:`stop` or when the consumer closes; cancel it to stop as well.
+        """
+        if not callable(handler):
+            raise ConfigError(f"handler must be an async callable, got {handler!r}")
+        self._claim("run")
+        self._handler = handler
+        try:
+            # Stopping is a cancellation: handlers in progress are cancelled (their batches are
+            # not committed, so a resume delivers them again), and none is waited for.
+            with anyio.CancelScope() as stopping:
+                async with Supervisor(
+                    Strategy.ONE_FOR_ONE,
+                    name="processors",
+                    intensity=self._config.restart_intensity,
+                    backoff=_RESTART_BACKOFF,
+                ) as supervisor:
+                    self._processors = supervisor
+                    for pipeline in list(self._pipelines.values()):
+                        await self._start_processor(pipeline)
+                    await self._done.wait()
+                    stopping.cancel()
+                    await anyio.lowlevel.checkpoint()
+        finally:
+            self._processors = None
+        if self._failure is not None:
+            raise self._failure
+
+    async def _start_processor(self, pipeline: ShardPipeline) -> None:
+        supervisor = self._processors
+        if supervisor is None or pipeline.key in self._processing or pipeline.finished:
+            return
+        self._processing.add(pipeline.key)
+        handler = self._handler
+
+        def factory() -> ProcessorActor:
+            return ProcessorActor(pipeline, handler, self.commit)
+
+        await supervisor.start_child(
+            ChildSpec(
+                f"{pipeline.stream}:{pipeline.shard_id}",
+                factory,
+                restart=Restart.TRANSIENT,
+                capacity=1,
+                shutdown_timeout=0.0,
+                cleanup_timeout=1.0,
+            )
+        )
+
+    # -- positions --------------------------------------------------------------------------
+
+    def commit(self, batch: RecordBatch) -> None:
+        """Mark everything up to the end of ``batch`` (in its shard) as processed."""
+        check_type("batch", batch, RecordBatch, "a RecordBatch from this consumer")
+        pipeline = self._pipelines.get((batch.stream, batch.shard_id))
+        if pipeline is None:
+            raise ValueError(f"{batch.stream}/{batch.shard_id} is not read by this consumer")
+        pipeline.commit(batch.last_position)
+
+    def positions(self) -> dict[str, Any]:
+        """Every shard's committed position or ``finished`` flag, as JSON-serializable data.
+
+        Pass it back as ``ConsumerConfig(positions=...)`` to resume exactly after the last
+        committed record of every shard.
+        """
+        entries = dict(self._saved)
+        for key, pipeline in self._pipelines.items():
+            entries[key] = pipeline.saved()
+        return encode_positions(entries, self._streams)
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """A snapshot: per shard (``"stream/shard_id"``) counters, plus discovery counters."""
+        shards: dict[str, dict[str, Any]] = {}
+        for (stream, shard_id), pipeline in self._pipelines.items():
+            pipeline.metrics.buffer_depth = len(pipeline.buffer)
+            shards[f"{stream}/{shard_id}"] = pipeline.metrics.to_dict()
+        return {
+            "shards": shards,
+            "discoveries": self._discoveries,
+            "list_shards_calls": self._list_calls,
+            "buffered_batches": sum(len(p.buffer) for p in self._pipelines.values()),
+        }

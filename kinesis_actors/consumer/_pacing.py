@@ -1,0 +1,73 @@
+"""Read pacing for one polled shard, sans-IO: when may the next GetRecords go out?
+
+Three rules, each a lower bound on the time of the next call:
+
+* the call rate: at most ``max_calls_per_second`` GetRecords per shard (the service allows 5);
+* the byte rate: a response of *b* bytes is worth ``b / max_bytes_per_second`` seconds of
+  the shard's read budget (a 10 MiB answer costs 5 s, as the service itself enforces);
+* backoff: after an empty read the wait doubles from ``idle_initial`` up to ``idle_max``, so
+  an idle shard is polled a few times a minute rather than hammered (lesson 8, FLINK-36947);
+  after a throttle the same with the throttle settings. Any non-empty read resets both.
+
+Times are plain floats from the caller's clock, so the policy is tested without a loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["PacingSettings", "ReadPacer"]
+
+
+@dataclass(frozen=True, slots=True)
+class PacingSettings:
+    max_calls_per_second: float = 5.0
+    max_bytes_per_second: float = 2 * 1024 * 1024
+    idle_initial: float = 0.25
+    idle_max: float = 2.0
+    throttle_initial: float = 0.5
+    throttle_max: float = 5.0
+
+
+class ReadPacer:
+    """Decides the earliest time of the next read from the outcome of the previous ones."""
+
+    def __init__(self, settings: PacingSettings) -> None:
+        self._settings = settings
+        self._next_at = float("-inf")
+        self._empty_streak = 0
+        self._throttle_streak = 0
+
+    @property
+    def empty_streak(self) -> int:
+        return self._empty_streak
+
+    def next_read_at(self) -> float:
+        """The earliest time the next GetRecords may be sent."""
+        return self._next_at
+
+    def delay(self, now: float) -> float:
+        """Seconds to wait from ``now`` before the next read (0 if it may go now)."""
+        return max(0.0, self._next_at - now)
+
+    def read(self, now: float, records: int, size: int) -> None:
+        """A GetRecords that started at ``now`` returned ``records`` records of ``size`` bytes."""
+        settings = self._settings
+        self._throttle_streak = 0
+        wait = max(1.0 / settings.max_calls_per_second, size / settings.max_bytes_per_second)
+        if records == 0:
+            idle = settings.idle_initial * 2.0 ** min(self._empty_streak, 32)
+            wait = max(wait, min(settings.idle_max, idle))
+            self._empty_streak += 1
+        else:
+            self._empty_streak = 0
+        self._next_at = now + wait
+
+    def throttled(self, now: float) -> None:
+        """The service refused a read for rate (after the client's own retries)."""
+        settings = self._settings
+        wait = settings.throttle_initial * 2.0 ** min(self._throttle_streak, 32)
+        self._throttle_streak += 1
+        self._next_at = now + max(
+            1.0 / settings.max_calls_per_second, min(settings.throttle_max, wait)
+        )

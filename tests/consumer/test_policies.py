@@ -1,0 +1,233 @@
+"""The sans-IO parts, without a server: pacing, lineage and assignment, positions, a pipeline."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kinesis_actors.consumer import RecordBatch, ShardRead, StartingPosition
+from kinesis_actors.consumer._pacing import PacingSettings, ReadPacer
+from kinesis_actors.consumer._pipeline import ShardPipeline
+from kinesis_actors.consumer._positions import (
+    SavedShard,
+    encode_positions,
+    parse_positions,
+    resume_from,
+)
+from kinesis_actors.consumer._shards import ShardGraph, ShardInfo, owner
+from kinesis_actors.records import RECORD_SCHEMA, Aggregator, Position
+
+# -- pacing ----------------------------------------------------------------------------------
+
+
+def test_reads_never_exceed_five_per_second() -> None:
+    pacer = ReadPacer(PacingSettings())
+    pacer.read(10.0, records=100, size=1000)
+    assert pacer.next_read_at() == pytest.approx(10.2)
+    assert pacer.delay(10.1) == pytest.approx(0.1)
+    assert pacer.delay(11.0) == 0.0
+
+
+def test_a_large_answer_costs_its_share_of_two_mib_per_second() -> None:
+    pacer = ReadPacer(PacingSettings())
+    pacer.read(0.0, records=10_000, size=10 * 1024 * 1024)
+    assert pacer.next_read_at() == pytest.approx(5.0)  # as the service itself enforces
+
+
+def test_empty_reads_back_off_doubling_to_the_maximum_and_data_resets() -> None:
+    pacer = ReadPacer(PacingSettings(idle_initial=0.25, idle_max=2.0))
+    waits = []
+    now = 0.0
+    for _ in range(6):
+        pacer.read(now, records=0, size=0)
+        waits.append(pacer.next_read_at() - now)
+        now = pacer.next_read_at()
+    assert waits == pytest.approx([0.25, 0.5, 1.0, 2.0, 2.0, 2.0])
+    pacer.read(now, records=1, size=10)
+    assert pacer.next_read_at() - now == pytest.approx(0.2)
+    assert pacer.empty_streak == 0
+
+
+def test_throttles_back_off_and_a_read_resets_them() -> None:
+    pacer = ReadPacer(PacingSettings(throttle_initial=0.5, throttle_max=2.0))
+    waits = []
+    for _ in range(4):
+        pacer.throttled(0.0)
+        waits.append(pacer.next_read_at())
+    assert waits == pytest.approx([0.5, 1.0, 2.0, 2.0])
+    pacer.read(0.0, records=5, size=5)
+    pacer.throttled(0.0)
+    assert pacer.next_read_at() == pytest.approx(0.5)
+
+
+# -- lineage and assignment ------------------------------------------------------------------
+
+
+def _listing(shards: list[tuple[str, tuple[str, ...], bool]]) -> list[ShardInfo]:
+    return [ShardInfo("s", shard_id, parents, closed) for shard_id, parents, closed in shards]
+
+
+def test_a_child_waits_for_all_its_parents() -> None:
+    graph = ShardGraph()
+    graph.update(
+        "s",
+        _listing(
+            [
+                ("p0", (), True),
+                ("p1", (), True),
+                ("split-a", ("p0",), False),
+                ("merged", ("p0", "p1"), False),
+            ]
+        ),
+    )
+    released: set[tuple[str, str]] = set()
+    shards = {shard.shard_id: shard for shard in graph.shards()}
+    assert graph.ready(shards["p0"], released.__contains__)
+    assert not graph.ready(shards["split-a"], released.__contains__)
+    released.add(("s", "p0"))
+    assert graph.ready(shards["split-a"], released.__contains__)
+    assert not graph.ready(shards["merged"], released.__contains__)  # p1 still open
+    released.add(("s", "p1"))
+    assert graph.ready(shards["merged"], released.__contains__)
+
+
+def test_an_expired_parent_counts_as_finished() -> None:
+    graph = ShardGraph()
+    graph.update("s", _listing([("child", ("gone",), False)]))
+    (child,) = graph.shards()
+    assert graph.ready(child, lambda key: False)
+    assert not graph.has_parents(child)
+
+
+@given(st.lists(st.text(min_size=1, max_size=20), min_size=1, max_size=50, unique=True))
+def test_workers_partition_the_shards_with_no_overlap_and_no_gap(shard_ids: list[str]) -> None:
+    for count in (1, 2, 3, 7):
+        graphs = [ShardGraph(index, count) for index in range(count)]
+        for graph in graphs:
+            graph.update("s", [ShardInfo("s", shard_id) for shard_id in shard_ids])
+        owned = [{shard.shard_id for shard in graph.shards()} for graph in graphs]
+        assert sum(len(ids) for ids in owned) == len(shard_ids)
+        assert set().union(*owned) == set(shard_ids)
+
+
+def test_assignment_is_a_pure_function_of_the_names() -> None:
+    # Pinned values: a change here reassigns shards between running workers.
+    assert [owner("orders", f"shardId-{i:012d}", 2) for i in range(6)] == [
+        owner("orders", f"shardId-{i:012d}", 2) for i in range(6)
+    ]
+    spread = {owner("orders", f"shardId-{i:012d}", 4) for i in range(64)}
+    assert spread == {0, 1, 2, 3}
+
+
+# -- positions -------------------------------------------------------------------------------
+
+SEQ = "49590338271490256608559692538361571095921575989136588898"
+
+
+def test_positions_round_trip_through_json() -> None:
+    entries = {
+        ("s", "shardId-0"): SavedShard(committed=Position(SEQ, 3)),
+        ("s", "shardId-1"): SavedShard(finished=True),
+        ("s", "shardId-2"): SavedShard(
+            start=StartingPosition("AT_TIMESTAMP", timestamp=datetime(2024, 5, 1, tzinfo=UTC))
+        ),
+        ("t", "shardId-0"): SavedShard(start=StartingPosition.trim_horizon()),
+    }
+    document = json.loads(json.dumps(encode_positions(entries, ["s", "t"])))
+    assert document["version"] == 1
+    assert parse_positions(document, ["s", "t"]) == entries
+
+
+def test_a_committed_position_resumes_at_its_sequence_number_dropping_through_it() -> None:
+    start, skip = resume_from(SavedShard(committed=Position(SEQ, 7)))
+    assert start.iterator_params() == {
+        "ShardIteratorType": "AT_SEQUENCE_NUMBER",
+        "StartingSequenceNumber": SEQ,
+    }
+    assert skip == Position(SEQ, 7)
+
+
+# -- one pipeline ----------------------------------------------------------------------------
+
+
+def _records(sequence_numbers: list[int], aggregate_of: int = 0) -> list[dict[str, Any]]:
+    out = []
+    for number in sequence_numbers:
+        data = b"plain-%d" % number
+        if aggregate_of:
+            aggregator = Aggregator(2**20)
+            for i in range(aggregate_of):
+                assert aggregator.add(b"u%d-%d" % (number, i), f"k{i}", None)
+            data = aggregator.build_container()
+        out.append(
+            {
+                "SequenceNumber": str(number),
+                "ApproximateArrivalTimestamp": datetime(2024, 1, 1, tzinfo=UTC),
+                "Data": data,
+                "PartitionKey": "k",
+            }
+        )
+    return out
+
+
+@pytest.mark.anyio
+async def test_a_pipeline_delivers_under_credit_and_finishes_when_committed() -> None:
+    pipeline = ShardPipeline(("s", "shard"), SavedShard(start=StartingPosition.trim_horizon()), 2)
+    assert pipeline.gate.try_acquire()
+    pipeline.accept(ShardRead(_records([1, 2])), None, pipeline.generation)
+    assert pipeline.gate.try_acquire()
+    pipeline.accept(ShardRead(_records([3], aggregate_of=4), finished=True), None, 0)
+    assert not pipeline.gate.try_acquire()  # two batches buffered: no credit left
+    assert pipeline.end_reached and not pipeline.released and not pipeline.finished
+    first = pipeline.take_nowait()
+    second = pipeline.take_nowait()
+    assert isinstance(first, RecordBatch) and first.arrow.schema == RECORD_SCHEMA
+    assert second.last_position == Position("3", 3)
+    assert pipeline.released  # iterated: everything taken
+    pipeline.commit(first.last_position)
+    assert not pipeline.finished
+    assert pipeline.saved() == SavedShard(committed=Position("2", 0))
+    pipeline.commit(second.slice(0, 2).last_position)
+    assert pipeline.saved() == SavedShard(committed=Position("3", 1))
+    pipeline.commit(second.last_position)
+    assert pipeline.finished and pipeline.let_go.is_set()
+    assert pipeline.saved() == SavedShard(finished=True)
+    assert await pipeline.take() is None
+
+
+@pytest.mark.anyio
+async def test_a_rewind_drops_the_buffer_and_resumes_after_the_commit() -> None:
+    pipeline = ShardPipeline(("s", "shard"), SavedShard(start=StartingPosition.latest()), 2)
+    pipeline.gate.try_acquire()
+    pipeline.accept(ShardRead(_records([5], aggregate_of=3)), None, 0)
+    batch = pipeline.take_nowait()
+    pipeline.commit(batch.slice(0, 2).last_position)
+    pipeline.gate.try_acquire()
+    stale_generation = pipeline.generation
+    pipeline.rewind()
+    # A read that was in flight during the rewind is ignored.
+    pipeline.accept(ShardRead(_records([6])), None, stale_generation)
+    assert len(pipeline.buffer) == 0
+    start, skip = pipeline.cursor()
+    assert start == StartingPosition.at_sequence_number("5")
+    assert skip == Position("5", 1)
+    assert pipeline.metrics.restarts == 1
+    assert pipeline.gate.try_acquire()  # the new generation's credits are all free
+
+
+@pytest.mark.anyio
+async def test_under_run_a_shard_is_released_only_once_committed() -> None:
+    pipeline = ShardPipeline(("s", "shard"), SavedShard(), 1)
+    pipeline.run_mode = True
+    pipeline.gate.try_acquire()
+    pipeline.accept(ShardRead(_records([1]), finished=True, child_shards=("c",)), None, 0)
+    batch = await pipeline.take()
+    assert batch is not None
+    assert not pipeline.released
+    pipeline.commit(batch.last_position)
+    assert pipeline.released and pipeline.children == ("c",)
