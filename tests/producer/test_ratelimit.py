@@ -161,7 +161,7 @@ def test_waiting_time_until_is_always_enough(
 
 
 def test_a_shard_sustains_the_record_rate_times_rate_limit() -> None:
-    limiter = ShardRateLimiter()
+    limiter = ShardRateLimiter(rate_limit=1.5)
     sent = _drain_shard(limiter, "shard-0", 10, 60.0)
     expected = 1500 * 60 + 1500
     assert abs(sent - expected) <= 0.01 * expected
@@ -221,8 +221,8 @@ def test_lesson_19_one_throttled_record_does_not_halve_the_rate() -> None:
     assert hot is not None
     assert hot.throttles == 1
     assert hot.factor == pytest.approx(0.9)
-    assert hot.records_per_s == pytest.approx(0.9 * 1500)
-    assert hot.bytes_per_s == pytest.approx(0.9 * 1.5 * MIB)
+    assert hot.records_per_s == pytest.approx(0.9 * 1000)
+    assert hot.bytes_per_s == pytest.approx(0.9 * MIB)
     # Partial failures are routine: one throttled record in every 500-record call, 10 calls/s.
     lowest = 1.0
     for call in range(100):
@@ -235,8 +235,8 @@ def test_lesson_19_one_throttled_record_does_not_halve_the_rate() -> None:
     cold = limiter.stats("cold")
     assert cold is not None
     assert cold.factor == 1.0
-    assert cold.records_per_s == 1500
-    assert cold.bytes_per_s == 1.5 * MIB
+    assert cold.records_per_s == 1000
+    assert cold.bytes_per_s == MIB
     assert cold.throttles == 0
 
 
@@ -246,8 +246,8 @@ def test_a_throttled_shard_sends_less_and_the_other_shard_keeps_its_rate() -> No
         limiter.on_throttled("hot", 0.0)
     hot = _drain_shard(limiter, "hot", 10, 10.0)
     cold = _drain_shard(limiter, "cold", 10, 10.0)
-    assert hot == pytest.approx(0.05 * 1500 * 11, rel=0.02)
-    assert cold == pytest.approx(1500 * 11, rel=0.01)
+    assert hot == pytest.approx(0.05 * 1000 * 11, rel=0.02)
+    assert cold == pytest.approx(1000 * 11, rel=0.01)
 
 
 def test_the_factor_has_a_floor() -> None:
@@ -257,7 +257,7 @@ def test_the_factor_has_a_floor() -> None:
     stats = limiter.stats("s")
     assert stats is not None
     assert stats.factor == 0.05
-    assert stats.records_per_s == pytest.approx(0.05 * 1500)
+    assert stats.records_per_s == pytest.approx(0.05 * 1000)
     assert stats.decreases == 1000
 
 
@@ -287,7 +287,7 @@ def test_successes_recover_additively_up_to_the_ceiling_and_no_further() -> None
     stats = limiter.stats("s")
     assert stats is not None
     assert stats.factor == 1.0
-    assert stats.records_per_s == 1500
+    assert stats.records_per_s == 1000
 
 
 def test_forget_drops_a_shard() -> None:
@@ -355,5 +355,5 @@ def test_factor_and_rates_stay_within_floor_and_ceiling(
             limiter.on_success(shard, a, now)
         for stats in limiter.all_stats().values():
             assert 0.05 <= stats.factor <= 1.0
-            assert stats.records_per_s == pytest.approx(1500 * stats.factor)
-            assert stats.bytes_per_s == pytest.approx(1.5 * MIB * stats.factor)
+            assert stats.records_per_s == pytest.approx(1000 * stats.factor)
+            assert stats.bytes_per_s == pytest.approx(MIB * stats.factor)
