@@ -1,57 +1,57 @@
 """``kinesis-actors demo``: the product end to end on the embedded local Kinesis.
 
-This is the foundation's demo: it creates a stream, writes a keyed workload with PutRecords,
-reads every shard back over Enhanced Fan-Out (SubscribeToShard on HTTP/2) and checks that
-every record arrived exactly once, in order per key.
+It creates a stream, writes a keyed workload through the :class:`~kinesis_actors.Producer`
+(bounded queue, KPL aggregation per shard), reads it back with the
+:class:`~kinesis_actors.Consumer` as Arrow batches, and checks that every record arrived
+exactly once, in order per key. The Spark stage joins it with the Spark bridge.
 """
 
 from __future__ import annotations
 
 import time
-from functools import partial
 
 import anyio
 
 from ..client import KinesisClient
+from ..consumer import Consumer, ConsumerConfig, StartingPosition
 from ..local import LocalKinesis
+from ..producer import Producer, ProducerConfig
 
-_BATCH = 500
+_KEYS = 50
 
 
-async def _write(client: KinesisClient, stream: str, records: int) -> dict[str, list[int]]:
+async def _write(
+    client: KinesisClient, stream: str, records: int
+) -> tuple[dict[str, list[int]], str]:
     sent: dict[str, list[int]] = {}
-    for start in range(0, records, _BATCH):
-        batch = []
-        for i in range(start, min(start + _BATCH, records)):
-            key = f"user-{i % 50}"
+    async with Producer(client, stream, ProducerConfig(linger=0.02)) as producer:
+        for i in range(records):
+            key = f"user-{i % _KEYS}"
             sent.setdefault(key, []).append(i)
-            batch.append({"Data": f"{key}:{i}".encode(), "PartitionKey": key})
-        result = await client.call("PutRecords", {"StreamName": stream, "Records": batch})
-        if result["FailedRecordCount"]:
-            raise RuntimeError(f"{result['FailedRecordCount']} records failed")
-    return sent
+            await producer.put(f"{key}:{i}".encode(), key)
+    metrics = producer.metrics
+    summary = (
+        f"{metrics.records_sent:,} acknowledged in {metrics.calls} PutRecords calls, "
+        f"{metrics.records_per_kinesis_record:.0f} records per aggregate, "
+        f"{metrics.backpressure_cycles} backpressure waits, {metrics.records_failed} failed"
+    )
+    return sent, summary
 
 
-async def _read_shard(
-    client: KinesisClient,
-    *,
-    consumer_arn: str,
-    shard_id: str,
-    received: dict[str, list[int]],
-    expected: int,
-    done: anyio.Event,
-) -> None:
-    async with client.subscribe_to_shard(
-        consumer_arn, shard_id, {"Type": "TRIM_HORIZON"}
-    ) as subscription:
-        async for event in subscription:
-            for record in event["Records"]:
-                key, index = record["Data"].decode().split(":")
+async def _read(client: KinesisClient, stream: str, records: int) -> dict[str, list[int]]:
+    received: dict[str, list[int]] = {}
+    count = 0
+    config = ConsumerConfig(start=StartingPosition.trim_horizon(), idle_backoff_initial=0.05)
+    async with Consumer(client, stream, config) as consumer:
+        async for batch in consumer:
+            for data in batch.arrow.column("data").to_pylist():
+                key, index = data.decode().split(":")
                 received.setdefault(key, []).append(int(index))
-            if sum(map(len, received.values())) >= expected:
-                done.set()
-            if done.is_set():
-                return
+            count += len(batch)
+            consumer.commit(batch)
+            if count >= records:
+                break
+    return received
 
 
 async def run_demo(records: int, shards: int) -> int:
@@ -59,44 +59,18 @@ async def run_demo(records: int, shards: int) -> int:
     async with LocalKinesis() as server, server.client(tls=True) as client:
         stream = "demo"
         await client.create_stream(stream, shards)
-        summary = await client.wait_for_stream(stream)
         started = time.perf_counter()
-        sent = await _write(client, stream, records)
+        sent, produced = await _write(client, stream, records)
         write_seconds = time.perf_counter() - started
-        registered = await client.call(
-            "RegisterStreamConsumer",
-            {"StreamARN": summary["StreamARN"], "ConsumerName": "demo-reader"},
-        )
-        consumer_arn = registered["Consumer"]["ConsumerARN"]
-        await client.wait_for_consumer(consumer_arn)
-        shard_ids = [
-            s["ShardId"]
-            for s in (await client.call("ListShards", {"StreamName": stream}))["Shards"]
-        ]
-        received: dict[str, list[int]] = {}
-        done = anyio.Event()
         started = time.perf_counter()
         with anyio.fail_after(120):
-            async with anyio.create_task_group() as group:
-                for shard_id in shard_ids:
-                    group.start_soon(
-                        partial(
-                            _read_shard,
-                            client,
-                            consumer_arn=consumer_arn,
-                            shard_id=shard_id,
-                            received=received,
-                            expected=records,
-                            done=done,
-                        )
-                    )
+            received = await _read(client, stream, records)
         read_seconds = time.perf_counter() - started
-        await client.call("DeregisterStreamConsumer", {"ConsumerARN": consumer_arn})
     ok = received == sent
     print(
-        f"wrote {records} records over {shards} shards in {write_seconds:.2f} s "
-        f"({records / write_seconds:,.0f} records/s, PutRecords)\n"
-        f"read them back over HTTP/2 fan-out in {read_seconds:.2f} s "
+        f"produced {records:,} records over {shards} shards in {write_seconds:.2f} s "
+        f"({records / write_seconds:,.0f} records/s): {produced}\n"
+        f"consumed them as Arrow batches in {read_seconds:.2f} s "
         f"({records / read_seconds:,.0f} records/s)\n"
         f"every record exactly once, in order per key: {'yes' if ok else 'NO'}"
     )

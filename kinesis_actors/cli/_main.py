@@ -9,12 +9,14 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from functools import partial
 
 import anyio
 
 from .. import errors
 from ._demo import run_demo
 from ._local import run_local
+from ._put import run_put
 
 __all__ = ["main"]
 
@@ -35,7 +37,38 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "local", help="run the embedded local Kinesis in the foreground and print its endpoints"
     )
+
+    put = commands.add_parser(
+        "put",
+        help="produce standard input's lines to a stream, one record per line",
+        description="Reads lines from standard input and produces each non-empty line as one "
+        "record (bounded queue, KPL aggregation, retries); prints a JSON summary.",
+    )
+    put.add_argument("--stream", required=True, help="the stream to write to")
+    put.add_argument(
+        "--key", help="partition key for every line (default: the line number, spreading lines)"
+    )
+    put.add_argument(
+        "--no-aggregation", action="store_true", help="send one Kinesis record per line"
+    )
+    _connection_flags(put)
     return parser
+
+
+def _connection_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--endpoint-url", help="the Kinesis endpoint (default: AWS for --region)")
+    parser.add_argument("--region", default="us-east-1", help="AWS region (default us-east-1)")
+    parser.add_argument(
+        "--no-verify", action="store_true", help="do not verify TLS certificates (local servers)"
+    )
+
+
+def _client_options(args: argparse.Namespace) -> dict[str, object]:
+    return {
+        "region": args.region,
+        "endpoint_url": args.endpoint_url,
+        "verify": not args.no_verify,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -48,6 +81,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return anyio.run(run_demo, args.records, args.shards)
         if args.command == "local":
             return run_local()
+        if args.command == "put":
+            return anyio.run(
+                partial(
+                    run_put,
+                    sys.stdin.buffer,
+                    stream=args.stream,
+                    key=args.key,
+                    client_options=_client_options(args),
+                    aggregation=not args.no_aggregation,
+                )
+            )
     except errors.KinesisError as exc:
         print(f"kinesis-actors: error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,82 @@
+"""The kinesis-actors command: the demo end to end, put from standard input, user errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kinesis_actors import LocalKinesis
+from kinesis_actors.cli import main
+from tests.producer.test_producer_local import read_back
+
+
+def _cli(
+    *args: str, stdin: bytes = b"", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "kinesis_actors.cli", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def test_the_demo_runs_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--records", "600", "--shards", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "every record exactly once, in order per key: yes" in out
+
+
+def test_put_produces_each_line_once(local_kinesis: LocalKinesis, stream_name: str) -> None:
+    import boto3
+
+    kinesis = boto3.client(
+        "kinesis",
+        region_name="us-east-1",
+        endpoint_url=local_kinesis.endpoint_url,
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
+    kinesis.create_stream(StreamName=stream_name, ShardCount=2)
+    kinesis.get_waiter("stream_exists").wait(
+        StreamName=stream_name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100}
+    )
+    lines = b"".join(b"line %d\n" % i for i in range(300)) + b"\n"  # a blank line is skipped
+    creds = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+    done = _cli(
+        "put",
+        "--stream",
+        stream_name,
+        "--endpoint-url",
+        local_kinesis.endpoint_url,
+        "--no-aggregation",
+        stdin=lines,
+        env=creds,
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["records"] == 300 and summary["failed"] == 0
+    stored = [r["Data"] for shard in read_back(local_kinesis, stream_name).values() for r in shard]
+    assert sorted(stored) == sorted(b"line %d" % i for i in range(300))
+
+
+def test_an_unknown_stream_is_one_line_and_exit_2(local_kinesis: LocalKinesis) -> None:
+    creds = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+    done = _cli(
+        "put",
+        "--stream",
+        "nope",
+        "--endpoint-url",
+        local_kinesis.endpoint_url,
+        stdin=b"x\n",
+        env=creds,
+    )
+    assert done.returncode == 2
+    assert done.stderr.decode().startswith("kinesis-actors: error:")
+    assert "Traceback" not in done.stderr.decode()
