@@ -214,8 +214,12 @@ class LocalKinesis:
         self._log.seek(0)
         return self._log.read()[-4000:].decode("utf-8", "replace")
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop the server (SIGTERM, then SIGKILL after ``timeout``); idempotent."""
+    def stop(self, timeout: float = 3.0) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after ``timeout``); idempotent.
+
+        The server keeps nothing worth a long grace period (its data lives in memory), and
+        with HTTP/2 subscriptions recently closed it was seen to sit out a 10 s SIGTERM wait.
+        """
         process, self._process = self._process, None
         if process is not None:
             if process.poll() is None:

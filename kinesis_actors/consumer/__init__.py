@@ -6,21 +6,38 @@
 * ``commit(batch)`` / ``positions()`` - resume exactly after the last committed record,
   including in the middle of a KPL aggregate and across resharding.
 
-Polling (GetRecords) today; Enhanced Fan-Out plugs into the same core through
-:class:`ShardReader`.
+``ConsumerConfig(mode="polling")`` reads with GetRecords, ``mode="efo"`` with Enhanced Fan-Out
+(SubscribeToShard, :class:`EfoReader`); both plug into the same core through
+:class:`ShardReader`. EFO registration and cleanup: :func:`register_consumers` (the ``eager``
+step), :func:`list_consumers`, :func:`deregister_consumer`, :func:`default_consumer_name`.
 """
 
 from ._batch import RecordBatch
 from ._config import ConsumerConfig, StartingPosition
 from ._consumer import Consumer
+from ._efo import EfoReader, EfoSettings
 from ._reader import PollingReader, ShardRead, ShardReader
+from ._registration import (
+    default_consumer_name,
+    deregister_consumer,
+    deregister_consumers,
+    list_consumers,
+    register_consumers,
+)
 
 __all__ = [
     "Consumer",
     "ConsumerConfig",
+    "EfoReader",
+    "EfoSettings",
     "PollingReader",
     "RecordBatch",
     "ShardRead",
     "ShardReader",
     "StartingPosition",
+    "default_consumer_name",
+    "deregister_consumer",
+    "deregister_consumers",
+    "list_consumers",
+    "register_consumers",
 ]

@@ -57,7 +57,12 @@ class ReaderActor(Actor[None]):
         try:
             while not pipeline.end_reached:
                 gate = pipeline.gate
-                await gate.acquire()
+                if not gate.try_acquire():
+                    pipeline.backpressured_since = anyio.current_time()
+                    try:
+                        await gate.acquire()
+                    finally:
+                        pipeline.backpressure_ended()
                 try:
                     read = await reader.read()
                 except errors.ResourceNotFoundError:

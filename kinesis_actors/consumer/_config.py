@@ -137,7 +137,7 @@ Registration = Literal["lazy", "eager", "none"]
 class ConsumerConfig:
     """How a :class:`~kinesis_actors.consumer.Consumer` reads.
 
-    - ``mode``: ``"polling"`` (GetRecords) or ``"efo"`` (Enhanced Fan-Out, next release).
+    - ``mode``: ``"polling"`` (GetRecords) or ``"efo"`` (Enhanced Fan-Out, SubscribeToShard).
       ``consumer_name``, ``registration`` (``"lazy"``, ``"eager"`` or ``"none"``) and
       ``consumer_arns`` (stream → consumer ARN, for ``"none"``) belong to EFO.
     - ``start``: where shards without a committed position begin. ``positions``, what
@@ -156,6 +156,11 @@ class ConsumerConfig:
     - ``throttle_backoff_initial`` / ``throttle_backoff_max``: the same after a throttle.
     - ``restart_intensity``: (restarts, seconds) allowed to the per-shard readers and, under
       :meth:`Consumer.run`, to the handlers' processors before the consumer gives up.
+    - EFO: ``efo_watchdog_timeout`` (seconds without an event, while asking, before a
+      resubscription), ``efo_subscription_lifetime`` (renew a subscription after this long;
+      the service ends them after 5 minutes), ``deregister_on_close`` (None: only ``lazy``
+      with ``worker_count == 1`` deregisters on a clean close), ``registration_timeout``
+      (registering / waiting for ACTIVE at open).
     """
 
     mode: Mode = "polling"
@@ -177,6 +182,10 @@ class ConsumerConfig:
     throttle_backoff_initial: float = 0.5
     throttle_backoff_max: float = 5.0
     restart_intensity: tuple[int, float] = (5, 30.0)
+    efo_watchdog_timeout: float = 30.0
+    efo_subscription_lifetime: float = 300.0
+    deregister_on_close: bool | None = None
+    registration_timeout: float = 120.0
 
     def __post_init__(self) -> None:
         check_choice("ConsumerConfig.mode", self.mode, ("polling", "efo"))
@@ -195,8 +204,16 @@ class ConsumerConfig:
                     "ConsumerConfig.consumer_arns must map stream names to ARNs, "
                     f"got {stream!r}: {arn!r}"
                 )
-        if self.mode == "efo" and self.registration == "none" and not self.consumer_arns:
-            raise ConfigError('ConsumerConfig.consumer_arns is required with registration="none"')
+        if self.mode == "efo" and self.registration != "lazy" and not self.consumer_arns:
+            raise ConfigError(
+                f'ConsumerConfig.consumer_arns is required with registration="{self.registration}"'
+            )
+        for name in ("efo_watchdog_timeout", "efo_subscription_lifetime", "registration_timeout"):
+            check_positive(f"ConsumerConfig.{name}", getattr(self, name))
+        if self.deregister_on_close is not None:
+            check_type(
+                "ConsumerConfig.deregister_on_close", self.deregister_on_close, bool, "a bool"
+            )
         check_type("ConsumerConfig.start", self.start, StartingPosition, "a StartingPosition")
         if self.start.type.endswith("SEQUENCE_NUMBER"):
             raise ConfigError(

@@ -38,10 +38,17 @@ from ._actors import Handler, ProcessorActor, ReaderActor
 from ._batch import RecordBatch
 from ._config import ConsumerConfig, StartingPosition
 from ._discovery import list_shards
+from ._efo import EfoReader, EfoSettings
 from ._pacing import PacingSettings, ReadPacer
 from ._pipeline import ShardPipeline
 from ._positions import SavedShard, ShardKey, encode_positions, parse_positions
 from ._reader import PollingReader, ShardReader
+from ._registration import (
+    check_efo_endpoint,
+    deregister_consumers,
+    deregisters_on_close,
+    resolve_consumer_arns,
+)
 from ._shards import ShardGraph, ShardInfo
 
 __all__ = ["Consumer"]
@@ -50,6 +57,7 @@ log = logging.getLogger("kinesis_actors.consumer")
 
 _JITTER = 0.2
 _RESTART_BACKOFF = Backoff(initial=0.05, maximum=2.0)
+_DEREGISTER_TIMEOUT = 10.0
 
 
 def _stream_names(streams: Any) -> list[str]:
@@ -113,6 +121,11 @@ class Consumer:
         self._processing: set[ShardKey] = set()
         self._stack: AsyncExitStack | None = None
         self._tg: TaskGroup | None = None
+        self._consumer_arns: dict[str, str] = {}
+        self._efo = EfoSettings(
+            watchdog_timeout=config.efo_watchdog_timeout,
+            subscription_lifetime=config.efo_subscription_lifetime,
+        )
 
     @property
     def streams(self) -> list[str]:
@@ -128,16 +141,19 @@ class Consumer:
         if self._state != "new":
             raise RuntimeError("a Consumer can be opened only once")
         if self._config.mode == "efo":
-            raise ConfigError(
-                "ConsumerConfig.mode='efo': Enhanced Fan-Out comes with the next release "
-                "(issue 6); use mode='polling' for now"
-            )
+            check_efo_endpoint(self._client)
         self._arrived = anyio.Event()
         self._done = anyio.Event()
         self._rediscover = anyio.Event()
         self._reschedule = anyio.Event()
         for stream in self._streams:  # an unknown stream fails here: ResourceNotFoundError
             await self._client.call("DescribeStreamSummary", {"StreamName": stream})
+        config = self._config
+        if config.mode == "efo":
+            with anyio.fail_after(config.registration_timeout):
+                self._consumer_arns = await resolve_consumer_arns(
+                    self._client, self._streams, config
+                )
         self._opened_at = datetime.now(UTC)
         stack = AsyncExitStack()
         self._stack = stack
@@ -164,10 +180,17 @@ class Consumer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.aclose()
+        await self._close(clean=exc is None)
 
     async def aclose(self) -> None:
-        """Stop every actor (bounded) and end iteration; positions stay readable."""
+        """Stop every actor (bounded) and end iteration; positions stay readable.
+
+        In EFO mode a clean close also deregisters the consumer when ``deregister_on_close``
+        says so (see ``docs/consumer.md``).
+        """
+        await self._close(clean=True)
+
+    async def _close(self, *, clean: bool) -> None:
         if self._state in ("closed", "new"):
             self._state = "closed"
             return
@@ -179,6 +202,9 @@ class Consumer:
         if self._stack is not None:
             # The supervisors' stops are shielded and bounded themselves.
             await self._stack.aclose()
+        if clean and self._failure is None and deregisters_on_close(self._config):
+            with anyio.move_on_after(_DEREGISTER_TIMEOUT, shield=True):
+                await deregister_consumers(self._client, self._consumer_arns)
 
     def stop(self) -> None:
         """Ask :meth:`run` and the iterator to end (from any task of this loop)."""
@@ -322,6 +348,17 @@ class Consumer:
         )
 
     def _make_reader(self, pipeline: ShardPipeline, start: StartingPosition) -> ShardReader:
+        if self._config.mode == "efo":
+            return EfoReader(
+                self._client,
+                pipeline.stream,
+                pipeline.shard_id,
+                self._consumer_arns[pipeline.stream],
+                start,
+                metrics=pipeline.metrics,
+                settings=self._efo,
+                closed=lambda: getattr(self._graph.get(pipeline.key), "closed", False),
+            )
         return PollingReader(
             self._client,
             pipeline.stream,
@@ -461,12 +498,18 @@ class Consumer:
         return encode_positions(entries, self._streams)
 
     @property
+    def consumer_arns(self) -> dict[str, str]:
+        """EFO: the consumer ARN used per stream (empty when polling)."""
+        return dict(self._consumer_arns)
+
+    @property
     def metrics(self) -> dict[str, Any]:
         """A snapshot: per shard (``"stream/shard_id"``) counters, plus discovery counters."""
         shards: dict[str, dict[str, Any]] = {}
         for (stream, shard_id), pipeline in self._pipelines.items():
             pipeline.metrics.buffer_depth = len(pipeline.buffer)
-            shards[f"{stream}/{shard_id}"] = pipeline.metrics.to_dict()
+            shard = shards[f"{stream}/{shard_id}"] = pipeline.metrics.to_dict()
+            shard["backpressured_seconds"] = pipeline.backpressured_seconds()
         return {
             "shards": shards,
             "discoveries": self._discoveries,

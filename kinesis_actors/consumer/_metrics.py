@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = ["ShardMetrics"]
@@ -15,6 +15,13 @@ class ShardMetrics:
     ``records`` counts Kinesis records and ``user_records`` what they expand to;
     ``aggregated_records`` the Kinesis records that were KPL aggregates. ``last_read_*`` describe
     the latest GetRecords. ``buffer_depth`` is filled in when the snapshot is taken.
+
+    Enhanced Fan-Out adds ``events`` (SubscribeToShard events, empty ones included; each is
+    also a read), ``subscriptions`` (opened) and ``resubscriptions`` by cause: ``renewal``
+    (the subscription's lifetime was up), ``end`` (the server ended the stream), ``error``
+    (exception event or transport failure), ``watchdog`` (silence), ``resource_in_use``.
+    ``backpressured_seconds`` (both modes) is the time the reader waited for a credit because
+    the application had not taken the shard's batches.
     """
 
     state: str = "waiting"
@@ -34,6 +41,10 @@ class ShardMetrics:
     batches: int = 0
     buffer_depth: int = 0
     restarts: int = 0
+    events: int = 0
+    subscriptions: int = 0
+    resubscriptions: dict[str, int] = field(default_factory=dict)
+    backpressured_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

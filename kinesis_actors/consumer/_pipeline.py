@@ -57,6 +57,8 @@ class ShardPipeline:
         self.run_mode = False
         self.generation = 0
         self.reader_scope: anyio.CancelScope | None = None
+        self.backpressured_since: float | None = None
+        """When the reader began waiting for a credit (None: it is not waiting)."""
         self.let_go = anyio.Event()
         """Set when the reader may end for good: the shard is finished, or nobody can rewind
         it (the consumer is iterated, not run)."""
@@ -73,6 +75,17 @@ class ShardPipeline:
         self.buffer: Mailbox[RecordBatch] = Mailbox(self._prefetch, FullPolicy.FAIL, name=name)
 
     # -- reader side ------------------------------------------------------------------------
+
+    def backpressure_ended(self) -> None:
+        if self.backpressured_since is not None:
+            self.metrics.backpressured_seconds += anyio.current_time() - self.backpressured_since
+            self.backpressured_since = None
+
+    def backpressured_seconds(self) -> float:
+        """Time the reader waited for credits so far, including a wait in progress."""
+        since = self.backpressured_since
+        ongoing = 0.0 if since is None else anyio.current_time() - since
+        return self.metrics.backpressured_seconds + ongoing
 
     def cursor(self) -> tuple[StartingPosition, Position | None]:
         """Where a (re)started reader begins, and the user records to drop there."""

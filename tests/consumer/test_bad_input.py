@@ -36,9 +36,11 @@ async def test_one_unknown_stream_among_known_ones_fails_at_open(
             pass
 
 
-async def test_efo_mode_says_it_comes_next(plain_client: KinesisClient, stream_name: str) -> None:
+async def test_efo_mode_needs_an_https_endpoint(
+    plain_client: KinesisClient, stream_name: str
+) -> None:
     calls = plain_client.stats.calls
-    with pytest.raises(errors.ConfigError, match="next release"):
+    with pytest.raises(errors.ConfigError, match="https"):
         async with Consumer(plain_client, stream_name, ConsumerConfig(mode="efo")):
             pass
     assert plain_client.stats.calls == calls  # refused before any network call
@@ -70,6 +72,10 @@ def test_a_timestamp_in_the_future_is_refused() -> None:
         ({"start": StartingPosition.at_sequence_number("1")}, "start"),
         ({"consumer_name": ""}, "consumer_name"),
         ({"mode": "efo", "registration": "none"}, "consumer_arns"),
+        ({"mode": "efo", "registration": "eager"}, "consumer_arns"),
+        ({"efo_watchdog_timeout": 0}, "efo_watchdog_timeout"),
+        ({"efo_subscription_lifetime": -1}, "efo_subscription_lifetime"),
+        ({"deregister_on_close": "yes"}, "deregister_on_close"),
         ({"positions": [1, 2]}, "positions"),
     ],
 )

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import Literal
 
 import anyio
 import pytest
@@ -44,6 +46,16 @@ async def plain_client(local_kinesis: LocalKinesis) -> AsyncIterator[KinesisClie
         yield kinesis
 
 
+@pytest.fixture(params=["polling", "efo"])
+async def mode_client(
+    request: pytest.FixtureRequest, local_kinesis: LocalKinesis
+) -> AsyncIterator[tuple[Literal["polling", "efo"], KinesisClient]]:
+    """(mode, client): polling over plain HTTP, EFO over the TLS port (HTTP/2 subscriptions)."""
+    mode: Literal["polling", "efo"] = "efo" if request.param == "efo" else "polling"
+    async with local_kinesis.client(tls=mode == "efo") as kinesis:
+        yield mode, kinesis
+
+
 @pytest.fixture(scope="module")
 def mixed_stream(local_kinesis: LocalKinesis) -> Iterator[tuple[str, int]]:
     """4 shards: 10,000 plain records, then 10,000 user records in 200 KPL aggregates.
@@ -71,10 +83,12 @@ def mixed_stream(local_kinesis: LocalKinesis) -> Iterator[tuple[str, int]]:
 
 
 async def test_20k_plain_and_aggregated_records_exactly_once_in_order(
-    plain_client: KinesisClient, mixed_stream: tuple[str, int]
+    mode_client: tuple[Literal["polling", "efo"], KinesisClient], mixed_stream: tuple[str, int]
 ) -> None:
+    mode, client = mode_client
     stream, aggregates = mixed_stream
-    async with Consumer(plain_client, stream, FAST) as consumer:
+    config = dataclasses.replace(FAST, mode=mode)
+    async with Consumer(client, stream, config) as consumer:
         with anyio.fail_after(60):
             seen: list[Row] = []
             async for batch in consumer:
@@ -114,8 +128,9 @@ async def test_20k_plain_and_aggregated_records_exactly_once_in_order(
 
 
 async def test_restart_in_the_middle_of_an_aggregate_resumes_exactly(
-    plain_client: KinesisClient, stream_name: str
+    mode_client: tuple[Literal["polling", "efo"], KinesisClient], stream_name: str
 ) -> None:
+    mode, plain_client = mode_client
     await plain_client.create_stream(stream_name, 1)
     shards = await shard_map(plain_client, stream_name)
     await put_plain(plain_client, stream_name, [(b"before-%d" % i, "k") for i in range(5)])
@@ -124,10 +139,12 @@ async def test_restart_in_the_middle_of_an_aggregate_resumes_exactly(
     await put_plain(plain_client, stream_name, [(b"after-%d" % i, "k") for i in range(5)])
     everything = 5 + 30 + 5
 
-    async with Consumer(plain_client, stream_name, FAST) as consumer:
+    async with Consumer(
+        plain_client, stream_name, dataclasses.replace(FAST, mode=mode)
+    ) as consumer:
         with anyio.fail_after(30):
             batch = await consumer.__anext__()
-        assert len(batch) == everything  # one GetRecords answer
+        assert len(batch) == everything  # one GetRecords answer, or one EFO event
         # Commit up to the 4th user record of the second aggregate (row 5 + 10 + 3).
         cut = 5 + 10 + 4
         consumer.commit(batch.slice(0, cut))
@@ -138,7 +155,9 @@ async def test_restart_in_the_middle_of_an_aggregate_resumes_exactly(
     assert saved["version"] == 1
     entry = saved["streams"][stream_name]["shardId-000000000000"]
     assert entry["sub_sequence_number"] == 3
-    resumed = ConsumerConfig(positions=saved, idle_backoff_initial=0.05, idle_backoff_max=0.2)
+    resumed = ConsumerConfig(
+        mode=mode, positions=saved, idle_backoff_initial=0.05, idle_backoff_max=0.2
+    )
     async with Consumer(plain_client, stream_name, resumed) as consumer:
         with anyio.fail_after(30):
             second_run = await consume(consumer, everything - cut)

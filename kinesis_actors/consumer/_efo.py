@@ -1,0 +1,313 @@
+"""The Enhanced Fan-Out reader: :class:`ShardReader` over SubscribeToShard.
+
+One :class:`EfoReader` per shard, driven by the shard's ``ReaderActor`` task, which is the
+only task that ever touches the subscription: it opens it, pulls one event per ``read()``
+(after the core has taken a credit), and every failure (end of stream, exception event,
+transport error, watchdog, ResourceInUse) lands in the one ``read()`` loop, which closes the
+current subscription *by generation* and opens the next one from the last continuation
+(lesson 4). Nothing reads the socket without a credit, so a backpressured shard stops reading
+its own connection and TCP pushes back on that connection only (lessons 1-3).
+
+- Each event advances the position to ``AFTER_SEQUENCE_NUMBER(continuation)``, empty events
+  included (lesson 15); a null continuation ends the shard for good (lesson 5).
+- Subscriptions are renewed after ``subscription_lifetime`` (the service's 5 minutes) or when
+  the server ends the stream; exception events and read timeouts resubscribe from the last
+  delivered position (lesson 14); ResourceInUse backs off exponentially (lesson 6), and no
+  shard subscribes more than once per second (the service's rule).
+- A watchdog resubscribes when no event arrived for ``watchdog_timeout`` seconds of *asking*
+  (time spent waiting for a credit does not count), so a zombie subscription cannot hang a
+  shard (lesson 6).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+
+from .. import errors
+from ..client import KinesisClient
+from ._config import StartingPosition
+from ._metrics import ShardMetrics
+from ._reader import ShardRead
+
+__all__ = ["EfoReader", "EfoSettings"]
+
+log = logging.getLogger("kinesis_actors.consumer")
+
+#: Least time between two end-of-shard probes (see ``_at_end_of_closed_shard``).
+_PROBE_INTERVAL = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class EfoSettings:
+    watchdog_timeout: float = 30.0
+    subscription_lifetime: float = 300.0
+    min_subscribe_interval: float = 1.0
+    """The service allows one SubscribeToShard per second per shard and consumer."""
+    backoff_initial: float = 1.0
+    backoff_max: float = 10.0
+    max_consecutive_failures: int = 5
+    """Errors in a row (no event in between) before the reader crashes to its supervisor."""
+
+
+def subscribe_position(position: StartingPosition) -> dict[str, Any]:
+    """SubscribeToShard's ``StartingPosition`` for a position."""
+    out: dict[str, Any] = {"Type": position.type}
+    if position.timestamp is not None:
+        out["Timestamp"] = position.timestamp
+    if position.sequence_number is not None:
+        out["SequenceNumber"] = position.sequence_number
+    return out
+
+
+class EfoReader:
+    """SubscribeToShard on one shard; each ``read()`` returns one event (see module doc)."""
+
+    def __init__(
+        self,
+        client: KinesisClient,
+        stream: str,
+        shard_id: str,
+        consumer_arn: str,
+        start: StartingPosition,
+        *,
+        metrics: ShardMetrics,
+        settings: EfoSettings,
+        closed: Callable[[], bool] = lambda: False,
+        clock: Callable[[], float] = anyio.current_time,
+    ) -> None:
+        self._client = client
+        self._stream = stream
+        self._shard_id = shard_id
+        self._arn = consumer_arn
+        self._start = start
+        self._position = start
+        self._metrics = metrics
+        self._settings = settings
+        self._clock = clock
+        self._closed = closed
+        self._last_probe = -_PROBE_INTERVAL
+        self._generation = 0
+        self._stack: AsyncExitStack | None = None
+        self._events: AsyncIterator[dict[str, Any]] | None = None
+        self._opened_at = 0.0
+        self._not_before = 0.0  # earliest time of the next SubscribeToShard
+        self._failures = 0
+        self._finished = False
+
+    @property
+    def start(self) -> StartingPosition:
+        return self._start
+
+    @property
+    def position(self) -> StartingPosition:
+        """Where the next subscription starts: after the last continuation received."""
+        return self._position
+
+    @property
+    def generation(self) -> int:
+        """Incremented each time a subscription is disposed of."""
+        return self._generation
+
+    # -- the one loop -----------------------------------------------------------------------
+
+    async def read(self) -> ShardRead:
+        if self._finished:
+            raise RuntimeError(f"{self._stream}/{self._shard_id} is finished; nothing to read")
+        settings = self._settings
+        while True:
+            if self._events is None:
+                await self._subscribe()
+                continue
+            generation = self._generation
+            if self._clock() - self._opened_at >= settings.subscription_lifetime:
+                await self._dispose(generation, "renewal")
+                continue
+            try:
+                with anyio.move_on_after(settings.watchdog_timeout) as watchdog:
+                    event = await self._events.__anext__()
+            except StopAsyncIteration:
+                # The server ended the stream: its 5 minutes are up, or it just closed it.
+                await self._dispose(generation, "end")
+                continue
+            except errors.ResourceInUseError:
+                await self._dispose(generation, "resource_in_use")
+                self._failed()
+                continue
+            except errors.ResourceNotFoundError:
+                await self._dispose(generation, "error")
+                await self._check_consumer()
+                raise
+            except errors.KinesisError as exc:
+                # Exception events, resets, read timeouts (e.g. after long backpressure):
+                # recoverable, from the last delivered position (lesson 14).
+                log.info("%s/%s: subscription failed: %s", self._stream, self._shard_id, exc)
+                self._metrics.transient_errors += 1
+                await self._dispose(generation, "error")
+                self._failed(exc)
+                continue
+            if watchdog.cancelled_caught:
+                log.warning(
+                    "%s/%s: no event for %.1fs; resubscribing",
+                    self._stream,
+                    self._shard_id,
+                    settings.watchdog_timeout,
+                )
+                await self._dispose(generation, "watchdog")
+                self._failed()
+                continue
+            self._failures = 0
+            return await self._accept(event, generation)
+
+    async def _accept(self, event: Mapping[str, Any], generation: int) -> ShardRead:
+        records = event.get("Records") or []
+        continuation = event.get("ContinuationSequenceNumber")
+        children = tuple(child["ShardId"] for child in event.get("ChildShards") or ())
+        self._metrics.events += 1
+        if continuation and not records and not children:
+            found = await self._at_end_of_closed_shard(event, continuation)
+            if found is not None:
+                children, continuation = found, None
+        if continuation:
+            self._position = StartingPosition.after_sequence_number(continuation)
+        else:
+            # A null continuation is the shard's end: never resubscribe (lesson 5).
+            self._finished = True
+            await self._dispose(generation, None)
+        return ShardRead(
+            records,
+            millis_behind_latest=event.get("MillisBehindLatest"),
+            finished=self._finished,
+            child_shards=children,
+            size=sum(len(record["Data"]) for record in records),
+        )
+
+    async def _at_end_of_closed_shard(
+        self, event: Mapping[str, Any], continuation: str
+    ) -> tuple[str, ...] | None:
+        """For a shard that discovery lists as closed, at the tip of its subscription: whether
+        it has ended, with its children (None: not known to have ended).
+
+        Real Kinesis ends a closed shard's subscription with a null continuation and its
+        ``ChildShards``; kinesis-mock 0.6.2 never does (it sends empty events forever), and a
+        consumer would then wait for ever on a parent it can never release. One GetRecords
+        after the continuation, at most once a second and only in that state, settles it.
+        """
+        if event.get("MillisBehindLatest") not in (0, None) or not self._closed():
+            return None
+        now = self._clock()
+        if now - self._last_probe < _PROBE_INTERVAL:
+            return None
+        self._last_probe = now
+        try:
+            iterator = await self._client.call(
+                "GetShardIterator",
+                {
+                    "StreamName": self._stream,
+                    "ShardId": self._shard_id,
+                    "ShardIteratorType": "AFTER_SEQUENCE_NUMBER",
+                    "StartingSequenceNumber": continuation,
+                },
+            )
+            result = await self._client.call(
+                "GetRecords", {"ShardIterator": iterator["ShardIterator"], "Limit": 1}
+            )
+        except errors.KinesisError as exc:
+            log.debug("%s/%s: end-of-shard probe failed: %s", self._stream, self._shard_id, exc)
+            return None
+        if result.get("Records") or result.get("NextShardIterator"):
+            return None
+        return tuple(child["ShardId"] for child in result.get("ChildShards") or ())
+
+    # -- owning the subscription ------------------------------------------------------------
+
+    async def _subscribe(self) -> None:
+        delay = self._not_before - self._clock()
+        if delay > 0:
+            await anyio.sleep(delay)
+        self._not_before = self._clock() + self._settings.min_subscribe_interval
+        position = self._position
+        taken_at = datetime.now(UTC)
+        stack = AsyncExitStack()
+        try:
+            subscription = await stack.enter_async_context(
+                self._client.subscribe_to_shard(
+                    self._arn, self._shard_id, subscribe_position(position)
+                )
+            )
+            events = aiter(subscription)
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                stack.push_async_callback(aclose)
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                await stack.aclose()
+            if isinstance(exc, errors.ResourceInUseError):
+                self._count("resource_in_use")
+                self._failed()
+                return
+            if isinstance(exc, errors.ResourceNotFoundError):
+                await self._check_consumer()
+                raise
+            if isinstance(exc, errors.KinesisError) and not isinstance(exc, errors.ConfigError):
+                self._metrics.transient_errors += 1
+                self._count("error")
+                self._failed(exc)
+                return
+            raise
+        self._metrics.subscriptions += 1
+        if position.type == "LATEST":
+            # Resubscribing at "LATEST" would skip what arrived meanwhile: pin it to a time.
+            pinned = StartingPosition("AT_TIMESTAMP", timestamp=taken_at)
+            self._position = pinned
+            if self._start is position:
+                self._start = pinned
+        self._stack = stack
+        self._events = events
+        self._opened_at = self._clock()
+
+    async def _dispose(self, generation: int, cause: str | None) -> None:
+        """Close the subscription of ``generation`` (a stale generation is a no-op)."""
+        if generation != self._generation or self._stack is None:
+            return
+        self._generation += 1
+        stack, self._stack, self._events = self._stack, None, None
+        with anyio.CancelScope(shield=True):
+            await stack.aclose()
+        if cause is not None:
+            self._count(cause)
+
+    def _count(self, cause: str) -> None:
+        resubscriptions = self._metrics.resubscriptions
+        resubscriptions[cause] = resubscriptions.get(cause, 0) + 1
+
+    def _failed(self, error: BaseException | None = None) -> None:
+        """Back off before the next subscription; give up after too many failures in a row."""
+        self._failures += 1
+        settings = self._settings
+        if error is not None and self._failures > settings.max_consecutive_failures:
+            raise error
+        ceiling = min(
+            settings.backoff_max, settings.backoff_initial * 2 ** min(self._failures - 1, 16)
+        )
+        wait = random.uniform(settings.min_subscribe_interval, max(ceiling, 1e-3))
+        self._not_before = max(self._not_before, self._clock() + wait)
+
+    async def _check_consumer(self) -> None:
+        """ResourceNotFound: the shard expired (finished), unless the consumer itself is gone."""
+        try:
+            await self._client.call("DescribeStreamConsumer", {"ConsumerARN": self._arn})
+        except errors.ResourceNotFoundError:
+            raise errors.KinesisError(
+                f"consumer {self._arn} no longer exists", operation="SubscribeToShard"
+            ) from None
+
+    async def aclose(self) -> None:
+        await self._dispose(self._generation, None)
