@@ -14,6 +14,7 @@ from functools import partial
 import anyio
 
 from .. import errors
+from ._consumers import run_consumers
 from ._demo import run_demo
 from ._local import run_local
 from ._put import run_put
@@ -52,6 +53,21 @@ def _parser() -> argparse.ArgumentParser:
         "--no-aggregation", action="store_true", help="send one Kinesis record per line"
     )
     _connection_flags(put)
+
+    consumers = commands.add_parser(
+        "consumers",
+        help="list or deregister a stream's Enhanced Fan-Out consumers",
+        description="Registered consumers cost money and use one of a stream's 20 slots; "
+        "a killed job can leave one behind. List them (JSON), or deregister one by name.",
+    )
+    actions = consumers.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", help="print the stream's consumers as JSON")
+    listing.add_argument("--stream", required=True, help="the stream")
+    _connection_flags(listing)
+    removal = actions.add_parser("deregister", help="deregister one consumer and wait")
+    removal.add_argument("--stream", required=True, help="the stream")
+    removal.add_argument("--name", required=True, help="the consumer's name")
+    _connection_flags(removal)
     return parser
 
 
@@ -81,6 +97,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return anyio.run(run_demo, args.records, args.shards)
         if args.command == "local":
             return run_local()
+        if args.command == "consumers":
+            return anyio.run(
+                partial(
+                    run_consumers,
+                    args.action,
+                    stream=args.stream,
+                    name=getattr(args, "name", None),
+                    client_options=_client_options(args),
+                )
+            )
         if args.command == "put":
             return anyio.run(
                 partial(

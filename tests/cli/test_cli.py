@@ -80,3 +80,33 @@ def test_an_unknown_stream_is_one_line_and_exit_2(local_kinesis: LocalKinesis) -
     assert done.returncode == 2
     assert done.stderr.decode().startswith("kinesis-actors: error:")
     assert "Traceback" not in done.stderr.decode()
+
+
+def test_consumers_list_and_deregister(local_kinesis: LocalKinesis, stream_name: str) -> None:
+    import boto3
+
+    kinesis = boto3.client(
+        "kinesis",
+        region_name="us-east-1",
+        endpoint_url=local_kinesis.endpoint_url,
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
+    kinesis.create_stream(StreamName=stream_name, ShardCount=1)
+    kinesis.get_waiter("stream_exists").wait(
+        StreamName=stream_name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100}
+    )
+    arn = kinesis.describe_stream_summary(StreamName=stream_name)["StreamDescriptionSummary"][
+        "StreamARN"
+    ]
+    kinesis.register_stream_consumer(StreamARN=arn, ConsumerName="left-behind")
+    creds = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+    where = ("--stream", stream_name, "--endpoint-url", local_kinesis.endpoint_url)
+    listed = _cli("consumers", "list", *where, env=creds)
+    assert listed.returncode == 0, listed.stderr
+    assert [c["name"] for c in json.loads(listed.stdout)] == ["left-behind"]
+    removed = _cli("consumers", "deregister", *where, "--name", "left-behind", env=creds)
+    assert removed.returncode == 0, removed.stderr
+    assert json.loads(_cli("consumers", "list", *where, env=creds).stdout) == []
+    missing = _cli("consumers", "deregister", *where, "--name", "left-behind", env=creds)
+    assert missing.returncode == 2 and "no consumer named" in missing.stderr.decode()

@@ -1,0 +1,44 @@
+"""``kinesis-actors consumers list|deregister``: find and remove EFO consumers (lesson 13).
+
+A consumer left registered by a killed job costs money and uses one of the stream's 20
+slots; these commands are the cleanup.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from ..client import KinesisClient
+from ..consumer import deregister_consumer, list_consumers
+
+
+async def run_consumers(
+    action: str, *, stream: str, name: str | None, client_options: dict[str, Any]
+) -> int:
+    """List as JSON (one object per consumer), or deregister ``name`` and wait until it is gone."""
+    async with KinesisClient(**client_options) as client:
+        if action == "list":
+            consumers = await list_consumers(client, stream)
+            json.dump(
+                [
+                    {
+                        "name": c["ConsumerName"],
+                        "arn": c["ConsumerARN"],
+                        "status": c["ConsumerStatus"],
+                        "created": c["ConsumerCreationTimestamp"].isoformat(),
+                    }
+                    for c in consumers
+                ],
+                sys.stdout,
+                indent=2,
+            )
+            print()
+            return 0
+        assert name is not None
+        if await deregister_consumer(client, stream, name):
+            print(json.dumps({"deregistered": name, "stream": stream}))
+            return 0
+        print(f"kinesis-actors: no consumer named {name!r} on stream {stream!r}", file=sys.stderr)
+        return 2
