@@ -168,8 +168,9 @@ async def test_restart_in_the_middle_of_an_aggregate_resumes_exactly(
 
 
 async def test_two_workers_split_the_shards_without_overlap_or_gap(
-    plain_client: KinesisClient, stream_name: str
+    mode_client: tuple[Literal["polling", "efo"], KinesisClient], stream_name: str
 ) -> None:
+    mode, plain_client = mode_client
     await plain_client.create_stream(stream_name, 6)
     total = 600
     await put_plain(plain_client, stream_name, [(b"r%04d" % i, f"k{i}") for i in range(total)])
@@ -179,6 +180,7 @@ async def test_two_workers_split_the_shards_without_overlap_or_gap(
 
     async def worker(index: int) -> None:
         config = ConsumerConfig(
+            mode=mode,
             start=StartingPosition.trim_horizon(),
             worker_index=index,
             worker_count=2,
@@ -215,14 +217,17 @@ async def test_two_workers_split_the_shards_without_overlap_or_gap(
         assert {f"{stream_name}/{row.shard_id}" for row in per_worker[index]} <= shard_sets[index]
 
 
-async def test_several_streams_in_one_consumer(plain_client: KinesisClient) -> None:
+async def test_several_streams_in_one_consumer(
+    mode_client: tuple[Literal["polling", "efo"], KinesisClient],
+) -> None:
+    mode, plain_client = mode_client
     names = [f"multi-{uuid.uuid4().hex[:8]}" for _ in range(2)]
     for name in names:
         await plain_client.create_stream(name, 2)
         await put_plain(
             plain_client, name, [(name.encode() + b"-%d" % i, str(i)) for i in range(50)]
         )
-    async with Consumer(plain_client, names, FAST) as consumer:
+    async with Consumer(plain_client, names, dataclasses.replace(FAST, mode=mode)) as consumer:
         with anyio.fail_after(30):
             seen: list[tuple[str, bytes]] = []
             async for batch in consumer:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import pytest
@@ -21,10 +21,14 @@ SPLIT_AFTER = 4
 MERGE_AFTER = 9
 
 
-@pytest.fixture
-async def plain_client(local_kinesis: LocalKinesis) -> AsyncIterator[KinesisClient]:
-    async with local_kinesis.client(tls=False) as kinesis:
-        yield kinesis
+@pytest.fixture(params=["polling", "efo"])
+async def reading(
+    request: pytest.FixtureRequest, local_kinesis: LocalKinesis
+) -> AsyncIterator[tuple[Literal["polling", "efo"], KinesisClient]]:
+    """(read mode, client): polling over plain HTTP, EFO over the TLS port (HTTP/2)."""
+    mode: Literal["polling", "efo"] = "efo" if request.param == "efo" else "polling"
+    async with local_kinesis.client(tls=mode == "efo") as kinesis:
+        yield mode, kinesis
 
 
 async def produce_while_resharding(client: KinesisClient, stream: str) -> None:
@@ -80,16 +84,21 @@ def check_per_key_order(seen: list[Row]) -> None:
     ("mode", "backlog"), [("iterate", False), ("iterate", True), ("run", True)]
 )
 async def test_split_and_merge_while_consuming_keep_per_key_order(
-    plain_client: KinesisClient, stream_name: str, mode: str, backlog: bool
+    reading: tuple[Literal["polling", "efo"], KinesisClient],
+    stream_name: str,
+    mode: str,
+    backlog: bool,
 ) -> None:
     """With ``backlog``, everything (split and merge included) is written before reading
     starts, so parents and children all have data waiting: only the parent gate keeps a key's
     later records (in a child) from overtaking its earlier ones (in a parent). Small reads make
     many batches per shard, so an ungated child would interleave with its parent."""
+    read_mode, plain_client = reading
     await plain_client.create_stream(stream_name, 3)
     if backlog:
         await produce_while_resharding(plain_client, stream_name)
     config = ConsumerConfig(
+        mode=read_mode,
         start=StartingPosition.trim_horizon(),
         idle_backoff_initial=0.05,
         idle_backoff_max=0.1,
@@ -127,14 +136,16 @@ async def test_split_and_merge_while_consuming_keep_per_key_order(
 
 
 async def test_a_restore_across_a_split_and_a_merge_repeats_and_skips_nothing(
-    plain_client: KinesisClient, stream_name: str
+    reading: tuple[Literal["polling", "efo"], KinesisClient], stream_name: str
 ) -> None:
     """Lesson 7 (FLINK-37627): positions taken mid-way through resharded data, with parents
     finished and children part-read, resume without re-reading a parent or skipping a child."""
+    read_mode, plain_client = reading
     await plain_client.create_stream(stream_name, 3)
     await produce_while_resharding(plain_client, stream_name)
     total = len(KEYS) * ROUNDS
     options: dict[str, Any] = {
+        "mode": read_mode,
         "idle_backoff_initial": 0.05,
         "idle_backoff_max": 0.1,
         "shard_discovery_interval": 0.5,
