@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from kinesis_actors import KinesisClient, LocalKinesis
+from tests.faults import FaultProxy
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -31,6 +32,13 @@ async def client(local_kinesis: LocalKinesis) -> AsyncIterator[KinesisClient]:
     """A client on the server's TLS port, speaking HTTP/2."""
     async with local_kinesis.client(tls=True) as kinesis:
         yield kinesis
+
+
+@pytest.fixture
+def proxy(local_kinesis: LocalKinesis) -> Iterator[FaultProxy]:
+    """A fault-injecting proxy in front of the server's plain port (see ``tests/faults.py``)."""
+    with FaultProxy(local_kinesis.plain_port) as running:
+        yield running
 
 
 @pytest.fixture

@@ -8,24 +8,12 @@ import pytest
 
 from kinesis_actors import LocalKinesis, ProducerConfig, errors
 from kinesis_actors.sync import SyncProducer
-from tests.producer.test_producer_local import read_back
+from tests.boto import create_stream, read_back
 
 
 @pytest.fixture
 def stream(local_kinesis: LocalKinesis, stream_name: str) -> str:
-    import boto3
-
-    kinesis = boto3.client(
-        "kinesis",
-        region_name="us-east-1",
-        endpoint_url=local_kinesis.endpoint_url,
-        aws_access_key_id="local",
-        aws_secret_access_key="local",
-    )
-    kinesis.create_stream(StreamName=stream_name, ShardCount=2)
-    kinesis.get_waiter("stream_exists").wait(
-        StreamName=stream_name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100}
-    )
+    create_stream(local_kinesis, stream_name, 2)
     return stream_name
 
 

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import atexit
-import ctypes
 import http.client
 import json
 import os
 import select
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -19,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self
+
+from kinesis_actors.local import _die_with_parent  # the same orphan guard as LocalKinesis
 
 from ._config import Faults, Limits, Synthetic, TargetConfig
 from ._server import run_in_thread
@@ -54,11 +54,6 @@ def self_signed_certificate() -> tuple[str, str]:
             )  # fmt: skip
             _CERT = (cert, key)
         return _CERT
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _cpu_from_proc(path: str) -> float | None:

@@ -55,6 +55,7 @@ class Admission:
         self.nbytes = 0
         self.peak_records = 0
         self.peak_bytes = 0
+        # One waiter per suspended put call: bounded by the callers, who are themselves waiting.
         self._line: deque[Waiter] = deque()
 
     @property

@@ -54,6 +54,7 @@ class _Domain:
         self.key = key
         self.hash_key = hash_key
         self.lane = lane
+        # Bounded by the producer's Admission: every entry here holds room in the queue.
         self.entries: deque[Entry] = deque()
         self.nbytes = 0
         self.state = _IDLE
@@ -66,6 +67,8 @@ class _Lane:
 
     def __init__(self, shard_id: str) -> None:
         self.shard_id = shard_id
+        # One entry per domain object (the ``queued`` flag), so bounded like the domains;
+        # entries whose domain moved on are stale and dropped when they reach the head.
         self.ready: deque[_Domain] = deque()
         self.resume_at = 0.0
 
@@ -126,6 +129,8 @@ class Pipeline:
         self.pending_records = 0
         self.needs_refresh = False
         self.mispredicted = 0
+        self.kinesis_records_sent = 0
+        self.bytes_sent = 0
         self.retries = 0
         self.throttled = 0
 
@@ -386,6 +391,8 @@ class Pipeline:
             self.needs_refresh = True
             self.mispredicted += 1
         self._limiter.on_success(part.lane, 1, now)
+        self.kinesis_records_sent += 1
+        self.bytes_sent += part.size
         aggregated = len(part.entries) > 1
         settle = self._settle
         for index, entry in enumerate(part.entries):

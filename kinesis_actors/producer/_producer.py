@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Self
 
 import anyio
 from anyio.abc import TaskGroup
@@ -90,8 +90,6 @@ class Producer:
                 "records_failed",
                 "calls",
                 "failed_calls",
-                "kinesis_records_sent",
-                "bytes_sent",
                 "shard_map_refreshes",
             ),
             0,
@@ -140,8 +138,8 @@ class Producer:
             throttled=pipeline.throttled if pipeline else 0,
             calls=counters["calls"],
             failed_calls=counters["failed_calls"],
-            kinesis_records_sent=counters["kinesis_records_sent"],
-            bytes_sent=counters["bytes_sent"],
+            kinesis_records_sent=pipeline.kinesis_records_sent if pipeline else 0,
+            bytes_sent=pipeline.bytes_sent if pipeline else 0,
             mispredicted=pipeline.mispredicted if pipeline else 0,
             shard_map_refreshes=counters["shard_map_refreshes"],
             in_flight_calls=self._in_flight,
@@ -431,7 +429,7 @@ class Producer:
                 self._counters["failed_calls"] += 1
                 pipeline.fail(call, exc, anyio.current_time())
             else:
-                self._counted(call, response["Records"])
+                self._counters["calls"] += 1
                 pipeline.complete(call, response["Records"], anyio.current_time())
             settled = True
         finally:
@@ -445,14 +443,6 @@ class Producer:
                 )
             self._in_flight -= 1
             self._wake_dispatcher()
-
-    def _counted(self, call: Call, results: list[dict[str, Any]]) -> None:
-        counters = self._counters
-        counters["calls"] += 1
-        for part, result in zip(call.parts, results, strict=False):
-            if "ErrorCode" not in result or result["ErrorCode"] is None:
-                counters["kinesis_records_sent"] += 1
-                counters["bytes_sent"] += part.size
 
     # -- the stream -------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ import pytest
 
 from kinesis_actors import LocalKinesis
 from kinesis_actors.cli import main
-from tests.producer.test_producer_local import read_back
+from tests.boto import create_stream, read_back
 
 
 def _cli(
@@ -34,19 +34,7 @@ def test_the_demo_runs_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_put_produces_each_line_once(local_kinesis: LocalKinesis, stream_name: str) -> None:
-    import boto3
-
-    kinesis = boto3.client(
-        "kinesis",
-        region_name="us-east-1",
-        endpoint_url=local_kinesis.endpoint_url,
-        aws_access_key_id="local",
-        aws_secret_access_key="local",
-    )
-    kinesis.create_stream(StreamName=stream_name, ShardCount=2)
-    kinesis.get_waiter("stream_exists").wait(
-        StreamName=stream_name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100}
-    )
+    create_stream(local_kinesis, stream_name, 2)
     lines = b"".join(b"line %d\n" % i for i in range(300)) + b"\n"  # a blank line is skipped
     creds = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
     done = _cli(
@@ -83,19 +71,7 @@ def test_an_unknown_stream_is_one_line_and_exit_2(local_kinesis: LocalKinesis) -
 
 
 def test_consumers_list_and_deregister(local_kinesis: LocalKinesis, stream_name: str) -> None:
-    import boto3
-
-    kinesis = boto3.client(
-        "kinesis",
-        region_name="us-east-1",
-        endpoint_url=local_kinesis.endpoint_url,
-        aws_access_key_id="local",
-        aws_secret_access_key="local",
-    )
-    kinesis.create_stream(StreamName=stream_name, ShardCount=1)
-    kinesis.get_waiter("stream_exists").wait(
-        StreamName=stream_name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100}
-    )
+    kinesis = create_stream(local_kinesis, stream_name, 1)
     arn = kinesis.describe_stream_summary(StreamName=stream_name)["StreamDescriptionSummary"][
         "StreamARN"
     ]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from kinesis_actors import ClientConfig, KinesisClient, LocalKinesis, errors
@@ -13,12 +11,6 @@ from tests.faults import Cut, FaultProxy, Reply, Request
 pytestmark = pytest.mark.anyio
 
 FAST = RetrySettings(max_retries=3, base=0.001, max=0.005)
-
-
-@pytest.fixture
-def proxy(local_kinesis: LocalKinesis) -> Iterator[FaultProxy]:
-    with FaultProxy(local_kinesis.plain_port) as running:
-        yield running
 
 
 def _client(proxy: FaultProxy, local_kinesis: LocalKinesis) -> KinesisClient:

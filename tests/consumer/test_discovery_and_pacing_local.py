@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import anyio
@@ -105,12 +105,6 @@ async def test_an_idle_shard_is_polled_with_growing_pauses(
     assert metrics["empty_reads"] == metrics["reads"] >= 5
     # Over the window, far fewer calls than the 5/s the service would allow.
     assert len(started) - 1 <= (started[-1] - started[0]) * 5
-
-
-@pytest.fixture
-def proxy(local_kinesis: LocalKinesis) -> Iterator[FaultProxy]:
-    with FaultProxy(local_kinesis.plain_port) as running:
-        yield running
 
 
 def _proxied(proxy: FaultProxy, local_kinesis: LocalKinesis) -> KinesisClient:

@@ -10,7 +10,6 @@ bounded, and once the throttle lifts every record of A must reach B.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import anyio
 import pytest
@@ -39,12 +38,6 @@ class ThrottleAll:
         self.calls += 1
         count = len(request.json()["Records"])  # type: ignore[arg-type]
         return RejectRecords(frozenset(range(count)))
-
-
-@pytest.fixture
-def proxy(local_kinesis: LocalKinesis) -> Iterator[FaultProxy]:
-    with FaultProxy(local_kinesis.plain_port) as running:
-        yield running
 
 
 async def test_flink_34071_efo_into_a_throttled_sink_never_deadlocks(

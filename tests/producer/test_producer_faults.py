@@ -10,7 +10,6 @@ import logging
 import random
 import threading
 import tracemalloc
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -25,18 +24,12 @@ from kinesis_actors import (
     errors,
 )
 from kinesis_actors.client import RetryPolicy, RetrySettings
+from tests.boto import read_back
 from tests.faults import Cut, Delay, Fault, FaultProxy, RejectRecords, Reply, Request
-from tests.producer.test_producer_local import read_back
 
 pytestmark = pytest.mark.anyio
 
 FAST = RetrySettings(max_retries=2, base=0.001, max=0.005)
-
-
-@pytest.fixture
-def proxy(local_kinesis: LocalKinesis) -> Iterator[FaultProxy]:
-    with FaultProxy(local_kinesis.plain_port) as running:
-        yield running
 
 
 def proxied(proxy: FaultProxy, local: LocalKinesis) -> KinesisClient:

@@ -16,7 +16,6 @@ import anyio
 # aws_kinesis_agg.aggregator is imported first: it puts config_pb2 on sys.path for messages_pb2.
 import aws_kinesis_agg.aggregator  # noqa: F401
 import aws_kinesis_agg.deaggregator as agg_deaggregator
-import boto3
 import pytest
 
 from kinesis_actors import (
@@ -28,34 +27,9 @@ from kinesis_actors import (
     errors,
 )
 from kinesis_actors.records import MAGIC, ShardMap
+from tests.boto import read_back
 
 pytestmark = pytest.mark.anyio
-
-
-def read_back(local: LocalKinesis, stream: str) -> dict[str, list[dict[str, Any]]]:
-    """Every raw Kinesis record of every shard, in shard order, with boto3 (blocking)."""
-    kinesis = boto3.client(
-        "kinesis",
-        region_name="us-east-1",
-        endpoint_url=local.endpoint_url,
-        aws_access_key_id="local",
-        aws_secret_access_key="local",
-    )
-    by_shard: dict[str, list[dict[str, Any]]] = {}
-    for shard in kinesis.list_shards(StreamName=stream)["Shards"]:
-        shard_id = shard["ShardId"]
-        iterator = kinesis.get_shard_iterator(
-            StreamName=stream, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
-        )["ShardIterator"]
-        records: list[dict[str, Any]] = []
-        while iterator:
-            page = kinesis.get_records(ShardIterator=iterator, Limit=10_000)
-            records.extend(page["Records"])
-            if not page["Records"] and page.get("MillisBehindLatest", 0) == 0:
-                break
-            iterator = page.get("NextShardIterator")
-        by_shard[shard_id] = records
-    return by_shard
 
 
 def payload(key: str, index: int, size: int) -> bytes:
