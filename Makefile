@@ -14,7 +14,7 @@ setup: $(STAMP) $(KINESIS_LOCAL)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[spark,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[spark,dev,bench]'
 	touch $(STAMP)
 
 $(KINESIS_LOCAL):
