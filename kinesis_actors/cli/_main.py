@@ -14,6 +14,7 @@ from functools import partial
 import anyio
 
 from .. import errors
+from ._bench import add_bench_arguments, run_bench
 from ._consumers import run_consumers
 from ._demo import run_demo
 from ._local import run_local
@@ -68,6 +69,12 @@ def _parser() -> argparse.ArgumentParser:
     removal.add_argument("--stream", required=True, help="the stream")
     removal.add_argument("--name", required=True, help="the consumer's name")
     _connection_flags(removal)
+
+    bench = commands.add_parser(
+        "bench",
+        help="run the benchmark suite against a loopback load target, peers side by side",
+    )
+    add_bench_arguments(bench)
     return parser
 
 
@@ -97,6 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return anyio.run(run_demo, args.records, args.shards)
         if args.command == "local":
             return run_local()
+        if args.command == "bench":
+            return run_bench(args)
         if args.command == "consumers":
             return anyio.run(
                 partial(
