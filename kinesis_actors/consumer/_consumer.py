@@ -497,6 +497,10 @@ class Consumer:
             entries[key] = pipeline.saved()
         return encode_positions(entries, self._streams)
 
+    def shard_parents(self) -> dict[tuple[str, str], tuple[str, ...]]:
+        """Every listed shard of this worker and its parents, by ``(stream, shard_id)``."""
+        return {shard.key: shard.parents for shard in self._graph.shards()}
+
     @property
     def consumer_arns(self) -> dict[str, str]:
         """EFO: the consumer ARN used per stream (empty when polling)."""
@@ -515,4 +519,10 @@ class Consumer:
             "discoveries": self._discoveries,
             "list_shards_calls": self._list_calls,
             "buffered_batches": sum(len(p.buffer) for p in self._pipelines.values()),
+            "waiting_shards": sorted(
+                f"{shard.stream}/{shard.shard_id}"
+                for shard in self._graph.shards()
+                if shard.key not in self._pipelines
+                and not (shard.key in self._saved and self._saved[shard.key].finished)
+            ),
         }

@@ -1,0 +1,38 @@
+"""``KinesisDataSource``: the ``"kinesis"`` format, wiring options to the reader and writers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.datasource import DataSource
+
+from ._options import parse_sink_options, parse_source_options
+from ._schema import spark_schema
+from ._sink import KinesisBatchWriter, KinesisStreamWriter
+from ._source import KinesisStreamReader
+
+__all__ = ["KinesisDataSource"]
+
+
+class KinesisDataSource(DataSource):
+    """Kinesis Data Streams as a Spark data source: a streaming reader, batch and stream writers.
+
+    Options are checked when Spark asks for a reader or writer, on the driver, before any
+    network call; a bad one fails the query with a ConfigError naming it.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "kinesis"
+
+    def schema(self) -> Any:
+        return spark_schema()
+
+    def streamReader(self, schema: Any) -> Any:
+        return KinesisStreamReader(parse_source_options(self.options))
+
+    def writer(self, schema: Any, overwrite: bool) -> Any:
+        return KinesisBatchWriter(parse_sink_options(self.options), schema)
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> Any:
+        return KinesisStreamWriter(parse_sink_options(self.options), schema)

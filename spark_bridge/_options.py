@@ -1,0 +1,293 @@
+"""The ``kinesis`` data source's options, parsed and checked before any network call.
+
+Spark hands options over as a case-insensitive mapping of strings. Everything here turns them
+into small frozen dataclasses that pickle (they travel to executors inside partitions and
+writers) and raises :class:`~kinesis_actors.errors.ConfigError` naming the option otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kinesis_actors.errors import ConfigError
+
+__all__ = [
+    "Connection",
+    "SinkOptions",
+    "SourceOptions",
+    "parse_connection",
+    "parse_sink_options",
+    "parse_source_options",
+]
+
+_TRUE = {"true", "1", "yes"}
+_FALSE = {"false", "0", "no"}
+
+SOURCE_OPTIONS = frozenset(
+    {
+        "streamname",
+        "region",
+        "endpointurl",
+        "verifyssl",
+        "awsaccesskeyid",
+        "awssecretkey",
+        "sessiontoken",
+        "consumermode",
+        "consumername",
+        "registration",
+        "initialposition",
+        "maxrecordspertrigger",
+        "maxbytespertrigger",
+        "maxstagedrecords",
+        "maxstagedbytes",
+        "replaytimeout",
+        "deregisterconsumer",
+        "path",
+    }
+)
+SINK_OPTIONS = frozenset(
+    {
+        "streamname",
+        "region",
+        "endpointurl",
+        "verifyssl",
+        "awsaccesskeyid",
+        "awssecretkey",
+        "sessiontoken",
+        "aggregation",
+        "queuelimitrecords",
+        "flushtimeout",
+        "path",
+        "checkpointlocation",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """Where and as whom to talk to Kinesis: ``KinesisClient``'s arguments, picklable."""
+
+    region: str = "us-east-1"
+    endpoint_url: str | None = None
+    verify: bool = True
+    credentials: tuple[str, str] | tuple[str, str, str] | None = None
+
+    def client_kwargs(self) -> dict[str, Any]:
+        return {
+            "region": self.region,
+            "endpoint_url": self.endpoint_url,
+            "verify": self.verify,
+            "credentials": self.credentials,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """The streaming source's options (see docs/spark.md for each one)."""
+
+    streams: tuple[str, ...]
+    connection: Connection
+    mode: str = "polling"
+    consumer_name: str | None = None
+    registration: str = "lazy"
+    initial_position: str = "trim_horizon"
+    initial_timestamp: datetime | None = None
+    max_records_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
+    max_staged_records: int = 100_000
+    max_staged_bytes: int = 64 * 1024 * 1024
+    replay_timeout: float = 120.0
+    deregister_consumer: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SinkOptions:
+    """The sink's options: the stream, the connection and the producer's knobs."""
+
+    stream: str
+    connection: Connection
+    aggregation: bool = True
+    queue_limit_records: int = 10_000
+    flush_timeout: float = 300.0
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(key).lower(): str(value) for key, value in options.items()}
+
+
+def _unknown(options: Mapping[str, str], known: frozenset[str], what: str) -> None:
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ConfigError(
+            f"unknown {what} option(s) {', '.join(unknown)}; see docs/spark.md for the options"
+        )
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = options.get(name.lower())
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(f"option {name} must be true or false, got {raw!r}")
+
+
+def _positive_int(options: Mapping[str, str], name: str) -> int | None:
+    raw = options.get(name.lower())
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"option {name} must be a positive integer, got {raw!r}") from None
+    if value <= 0:
+        raise ConfigError(f"option {name} must be a positive integer, got {raw!r}")
+    return value
+
+
+def _positive_float(options: Mapping[str, str], name: str) -> float | None:
+    raw = options.get(name.lower())
+    if raw is None:
+        return None
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ConfigError(f"option {name} must be a positive number, got {raw!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise ConfigError(f"option {name} must be a positive number, got {raw!r}")
+    return value
+
+
+def _choice(options: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
+    raw = options.get(name.lower())
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value not in choices:
+        raise ConfigError(f"option {name} must be one of {', '.join(choices)}, got {raw!r}")
+    return value
+
+
+def _stream_names(options: Mapping[str, str]) -> tuple[str, ...]:
+    raw = options.get("streamname") or options.get("path")
+    if raw is None or not raw.strip():
+        raise ConfigError("option streamName is required (the Kinesis stream to use)")
+    names = tuple(name.strip() for name in raw.split(","))
+    if any(not name for name in names):
+        raise ConfigError(f"option streamName has an empty stream name: {raw!r}")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"option streamName names a stream twice: {raw!r}")
+    return names
+
+
+def parse_connection(options: Mapping[str, str]) -> Connection:
+    """The connection options shared by the source, the sink and ``partition_writer``."""
+    options = _lower(options)
+    key = options.get("awsaccesskeyid")
+    secret = options.get("awssecretkey")
+    token = options.get("sessiontoken")
+    credentials: tuple[str, str] | tuple[str, str, str] | None = None
+    if (key is None) != (secret is None):
+        raise ConfigError("options awsAccessKeyId and awsSecretKey must be given together")
+    if key is not None and secret is not None:
+        credentials = (key, secret, token) if token else (key, secret)
+    elif token is not None:
+        raise ConfigError("option sessionToken needs awsAccessKeyId and awsSecretKey")
+    region = options.get("region", "us-east-1").strip()
+    if not region:
+        raise ConfigError("option region must not be empty")
+    endpoint = options.get("endpointurl")
+    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+        raise ConfigError(f"option endpointUrl must start with http:// or https://: {endpoint!r}")
+    return Connection(region, endpoint, _bool(options, "verifySsl", True), credentials)
+
+
+def _initial_position(options: Mapping[str, str]) -> tuple[str, datetime | None]:
+    raw = options.get("initialposition")
+    if raw is None:
+        return "trim_horizon", None
+    value = raw.strip()
+    lowered = value.lower()
+    if lowered in ("trim_horizon", "earliest"):
+        return "trim_horizon", None
+    if lowered == "latest":
+        return "latest", None
+    if lowered.startswith("at_timestamp:"):
+        stamp = value.split(":", 1)[1]
+        try:
+            when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        except ValueError:
+            raise ConfigError(
+                f"option initialPosition: {stamp!r} is not an ISO-8601 timestamp "
+                "(use at_timestamp:2026-01-31T12:00:00Z)"
+            ) from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        if when > datetime.now(UTC):
+            raise ConfigError(f"option initialPosition: {stamp!r} is in the future")
+        return "at_timestamp", when
+    raise ConfigError(
+        "option initialPosition must be trim_horizon, latest or at_timestamp:<ISO-8601>, "
+        f"got {raw!r}"
+    )
+
+
+def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
+    """Check every source option; the first bad one raises a ConfigError naming it."""
+    options = _lower(options)
+    _unknown(options, SOURCE_OPTIONS, "source")
+    streams = _stream_names(options)
+    connection = parse_connection(options)
+    mode = _choice(options, "consumerMode", ("polling", "efo"), "polling")
+    registration = _choice(options, "registration", ("lazy", "eager", "none"), "lazy")
+    if mode == "efo" and registration == "none":
+        raise ConfigError(
+            "option registration=none needs consumer ARNs, which the Spark source does not "
+            "take; use lazy or eager"
+        )
+    name = options.get("consumername")
+    if name is not None and not name.strip():
+        raise ConfigError("option consumerName must not be empty")
+    position, stamp = _initial_position(options)
+    max_records = _positive_int(options, "maxRecordsPerTrigger")
+    max_bytes = _positive_int(options, "maxBytesPerTrigger")
+    staged_records = _positive_int(options, "maxStagedRecords")
+    staged_bytes = _positive_int(options, "maxStagedBytes")
+    replay = _positive_float(options, "replayTimeout")
+    return SourceOptions(
+        streams=streams,
+        connection=connection,
+        mode=mode,
+        consumer_name=name.strip() if name else None,
+        registration=registration,
+        initial_position=position,
+        initial_timestamp=stamp,
+        max_records_per_trigger=max_records,
+        max_bytes_per_trigger=max_bytes,
+        max_staged_records=staged_records or max(100_000, 2 * (max_records or 0)),
+        max_staged_bytes=staged_bytes or max(64 * 1024 * 1024, 2 * (max_bytes or 0)),
+        replay_timeout=replay or 120.0,
+        deregister_consumer=_bool(options, "deregisterConsumer", False),
+    )
+
+
+def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
+    """Check every sink option; the first bad one raises a ConfigError naming it."""
+    options = _lower(options)
+    _unknown(options, SINK_OPTIONS, "sink")
+    streams = _stream_names(options)
+    if len(streams) != 1:
+        raise ConfigError("option streamName: the sink writes to exactly one stream")
+    return SinkOptions(
+        stream=streams[0],
+        connection=parse_connection(options),
+        aggregation=_bool(options, "aggregation", True),
+        queue_limit_records=_positive_int(options, "queueLimitRecords") or 10_000,
+        flush_timeout=_positive_float(options, "flushTimeout") or 300.0,
+    )
