@@ -32,6 +32,8 @@ __all__ = ["DriverConsumer"]
 
 log = logging.getLogger("spark_bridge.source")
 
+_CLOSE_TIMEOUT = 30.0
+
 
 def canonical(offset: Any) -> str:
     """One spelling per offset, to compare what Spark hands back with what we returned."""
@@ -52,6 +54,7 @@ class DriverConsumer:
         self._consumer: Consumer | None = None
         self._room: anyio.Event | None = None
         self._in_hand = False
+        self._stopping = False
         self._reads_at_cutoff: dict[str, int] = {}
         self._stack = ExitStack()
         self._portal: BlockingPortal = self._stack.enter_context(start_blocking_portal())
@@ -86,9 +89,11 @@ class DriverConsumer:
                         self._lock.notify_all()
                     consumer.commit(batch)
                     self._in_hand = False
-                    while self._full():
+                    while self._full() and not self._stopping:
                         self._room = anyio.Event()
                         await self._room.wait()
+                    if self._stopping:
+                        break
         except BaseException as exc:
             if not isinstance(exc, anyio.get_cancelled_exc_class()):
                 log.exception("the kinesis source's consumer failed")
@@ -128,6 +133,12 @@ class DriverConsumer:
     def _sync_state(self) -> None:
         with self._lock:
             self._note_finished()
+
+    def _request_stop(self) -> None:
+        self._stopping = True
+        if self._consumer is not None:
+            self._consumer.stop()
+        self._signal_room()
 
     def _signal_room(self) -> None:
         if self._room is not None:
@@ -204,10 +215,18 @@ class DriverConsumer:
         self._raise_failure()
 
     def close(self) -> None:
-        """Stop the consumer (deregistering the EFO consumer if asked) and the loop thread."""
+        """Stop the consumer (deregistering the EFO consumer if asked) and the loop thread.
+
+        The consumer is asked to stop, so it closes cleanly and deregisters; only if that
+        takes longer than ``_CLOSE_TIMEOUT`` is it cancelled.
+        """
         try:
             if not self._future.done():
-                self._future.cancel()
+                self._portal.call(self._request_stop)
+                try:
+                    self._future.result(timeout=_CLOSE_TIMEOUT)
+                except TimeoutError:
+                    self._future.cancel()
             self._stack.close()
         except Exception:  # the query is ending; the failure was logged when it happened
             log.debug("closing the kinesis source's consumer", exc_info=True)

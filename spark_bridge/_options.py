@@ -251,6 +251,12 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
             "option registration=none needs consumer ARNs, which the Spark source does not "
             "take; use lazy or eager"
         )
+    endpoint = connection.endpoint_url
+    if mode == "efo" and endpoint is not None and endpoint.startswith("http://"):
+        raise ConfigError(
+            "option consumerMode=efo needs an https endpointUrl (SubscribeToShard is HTTP/2 "
+            f"over TLS), got {endpoint!r}"
+        )
     name = options.get("consumername")
     if name is not None and not name.strip():
         raise ConfigError("option consumerName must not be empty")

@@ -185,6 +185,11 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # AvailableNow: end the query only once every shard is read past the cutoff.
             if driver.caught_up():
                 plan = driver.take(start, max_rows, max_bytes)
+                if canonical(plan.end) == canonical(start):
+                    # The query ends here; Spark may kill this process without calling stop(),
+                    # so close (and deregister, if asked) now.
+                    self.stop()
+                    return start
                 break
             driver.wait_for_data(0.5)
         end = plan.end

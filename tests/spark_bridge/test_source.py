@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -97,8 +98,9 @@ class _Collect:
     def __call__(self, frame: Any, batch_id: int) -> None:
         rows = sorted(
             (row.shardId, row.sequenceNumber, row.subSequenceNumber, bytes(row.data))
-            for row in frame.select("shardId", "sequenceNumber", "subSequenceNumber", "data")
-            .collect()
+            for row in frame.select(
+                "shardId", "sequenceNumber", "subSequenceNumber", "data"
+            ).collect()
         )
         self.attempts.setdefault(batch_id, []).append(rows)
         if batch_id == self.fail_on:
@@ -143,3 +145,154 @@ def test_a_batch_failed_after_reading_is_replayed_with_exactly_the_same_records(
     everything = [row for rows in collect.batches.values() for row in rows]
     assert len(everything) == len(set(everything)) == 3000
     assert sorted(row[3] for row in everything) == [b"record-%06d" % i for i in range(3000)]
+
+
+KEYS = [f"k{i}" for i in range(20)]
+
+
+def _put_rounds(kinesis: Any, stream: str, rounds: range) -> None:
+    for round_ in rounds:
+        answer = kinesis.put_records(
+            StreamName=stream,
+            Records=[{"Data": f"{key}:{round_}".encode(), "PartitionKey": key} for key in KEYS],
+        )
+        assert answer["FailedRecordCount"] == 0
+
+
+def _split_first_shard(kinesis: Any, stream: str) -> None:
+    first = kinesis.list_shards(StreamName=stream)["Shards"][0]
+    low, high = (int(first["HashKeyRange"][k]) for k in ("StartingHashKey", "EndingHashKey"))
+    kinesis.split_shard(
+        StreamName=stream, ShardToSplit=first["ShardId"], NewStartingHashKey=str((low + high) // 2)
+    )
+    kinesis.get_waiter("stream_exists").wait(
+        StreamName=stream, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100}
+    )
+
+
+def test_a_split_between_micro_batches_loses_nothing_and_keeps_parents_first(
+    spark: Any, local_kinesis: LocalKinesis, stream_name: str, tmp_path: Path
+) -> None:
+    kinesis = create_stream(local_kinesis, stream_name, 2)
+    options = _options(local_kinesis, stream_name, maxRecordsPerTrigger="60")
+    collect = _Collect()
+    _put_rounds(kinesis, stream_name, range(0, 5))
+    assert _run_batches(spark, options, tmp_path / "cp", collect) is None
+    _put_rounds(kinesis, stream_name, range(5, 10))  # unread in the parent at the split
+    _split_first_shard(kinesis, stream_name)
+    _put_rounds(kinesis, stream_name, range(10, 20))
+    assert _run_batches(spark, options, tmp_path / "cp", collect) is None
+
+    everything = [
+        (batch_id, int(sequence), data.decode())
+        for batch_id, rows in collect.batches.items()
+        for _shard, sequence, _sub, data in rows
+    ]
+    assert len(everything) == len({row[2] for row in everything}) == 20 * len(KEYS)
+    rounds: dict[str, list[int]] = {}
+    for _batch, _sequence, data in sorted(everything):
+        key, round_ = data.split(":")
+        rounds.setdefault(key, []).append(int(round_))
+    for key in KEYS:
+        assert rounds[key] == list(range(20)), f"{key} out of order: {rounds[key]}"
+    assert all(len(rows) <= 60 for rows in collect.batches.values())
+    shards = {shard for rows in collect.batches.values() for shard, *_ in rows}
+    assert len(shards) == 4, shards  # the split parent, its sibling and two children
+
+
+def test_available_now_reads_what_existed_at_start_in_batches_of_the_limit(
+    spark: Any, local_kinesis: LocalKinesis, stream_name: str, tmp_path: Path
+) -> None:
+    kinesis = create_stream(local_kinesis, stream_name, 2)
+    _produce(local_kinesis, stream_name, 2500)
+    options = _options(local_kinesis, stream_name, maxRecordsPerTrigger="1000")
+
+    class LateWriter(_Collect):
+        """Puts more records while the first micro-batch runs: after the query started."""
+
+        def __call__(self, frame: Any, batch_id: int) -> None:
+            if batch_id == 0:
+                kinesis.put_records(
+                    StreamName=stream_name,
+                    Records=[{"Data": b"late-%d" % i, "PartitionKey": "late"} for i in range(50)],
+                )
+            super().__call__(frame, batch_id)
+
+    collect = LateWriter()
+    assert _run_batches(spark, options, tmp_path / "cp", collect) is None
+    sizes = [len(collect.batches[i]) for i in sorted(collect.batches)]
+    assert max(sizes) <= 1000 and sum(sizes) == 2500, sizes
+    assert len(sizes) >= 3
+    datas = sorted(row[3] for rows in collect.batches.values() for row in rows)
+    assert datas == [b"record-%06d" % i for i in range(2500)]
+
+    later = _Collect()  # the next AvailableNow run picks the late records up, and only them
+    assert _run_batches(spark, options, tmp_path / "cp", later) is None
+    late = sorted(row[3] for rows in later.batches.values() for row in rows)
+    assert late == sorted(b"late-%d" % i for i in range(50))
+
+
+def test_efo_mode_reads_every_record_and_deregisters_its_consumer(
+    spark: Any, local_kinesis: LocalKinesis, stream_name: str, tmp_path: Path
+) -> None:
+    kinesis = create_stream(local_kinesis, stream_name, 2)
+    _produce(local_kinesis, stream_name, 1500)
+    options = _options(
+        local_kinesis,
+        stream_name,
+        endpointUrl=local_kinesis.tls_endpoint_url,
+        verifySsl="false",
+        consumerMode="efo",
+        consumerName="spark-test",
+        deregisterConsumer="true",
+        maxRecordsPerTrigger="600",
+    )
+    collect = _Collect()
+    assert _run_batches(spark, options, tmp_path / "cp", collect) is None
+    datas = sorted(row[3] for rows in collect.batches.values() for row in rows)
+    assert datas == [b"record-%06d" % i for i in range(1500)]
+    arn = kinesis.describe_stream_summary(StreamName=stream_name)["StreamDescriptionSummary"][
+        "StreamARN"
+    ]
+    # Spark stops the reader (which deregisters) as the query ends, not before
+    # awaitTermination returns: wait for it, bounded.
+    for _ in range(100):
+        listed = kinesis.list_stream_consumers(StreamARN=arn)["Consumers"]
+        ours = [c["ConsumerStatus"] for c in listed if c["ConsumerName"] == "spark-test"]
+        if ours in ([], ["DELETING"]):
+            break
+        time.sleep(0.1)
+    assert ours in ([], ["DELETING"]), listed
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"streamName": None}, "streamName"),
+        ({"initialPosition": "yesterday"}, "initialPosition"),
+        ({"initialPosition": "at_timestamp:not-a-date"}, "initialPosition"),
+        ({"maxRecordsPerTrigger": "-5"}, "maxRecordsPerTrigger"),
+        ({"maxBytesPerTrigger": "0"}, "maxBytesPerTrigger"),
+        ({"consumerMode": "push"}, "consumerMode"),
+        ({"verifySsl": "maybe"}, "verifySsl"),
+        ({"consumerMode": "efo"}, "https endpointUrl"),
+        ({"maxRecordPerTrigger": "10"}, "maxrecordpertrigger"),
+    ],
+)
+def test_bad_options_fail_at_query_start_naming_the_option(
+    spark: Any, local_kinesis: LocalKinesis, tmp_path: Path, options: dict[str, Any], named: str
+) -> None:
+    given = {**_options(local_kinesis, "some-stream"), **options}
+    given = {k: v for k, v in given.items() if v is not None}
+    with pytest.raises(Exception, match=named):
+        frame = spark.readStream.format("kinesis").options(**given).load()
+        query = (
+            frame.writeStream.format("memory")
+            .queryName(f"bad_{named.lower()}")
+            .option("checkpointLocation", str(tmp_path / "cp"))
+            .start()
+        )
+        try:
+            query.awaitTermination(60)
+        finally:
+            query.stop()
