@@ -288,7 +288,7 @@ def test_bad_options_fail_at_query_start_naming_the_option(
         frame = spark.readStream.format("kinesis").options(**given).load()
         query = (
             frame.writeStream.format("memory")
-            .queryName(f"bad_{named.lower()}")
+            .queryName(f"bad_{abs(hash(named))}")
             .option("checkpointLocation", str(tmp_path / "cp"))
             .start()
         )

@@ -1,0 +1,345 @@
+"""The kinesis sink in real Spark (local mode) against the local Kinesis server.
+
+Every write is read back with the library's consumer (which de-aggregates) and compared with
+what was given: data bytes, partition keys, counts, and for explicit hash keys the shard.
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from pyspark.errors import AnalysisException, PythonException
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+from kinesis_actors import Consumer, ConsumerConfig, LocalKinesis, StartingPosition, errors
+from kinesis_actors.records import hash_key
+from spark_bridge import partition_writer
+from spark_bridge._options import parse_sink_options
+from spark_bridge._sink import write_records
+from tests.boto import create_stream
+from tests.faults import FaultProxy, RejectRecords, Request
+
+pytestmark = pytest.mark.local_kinesis
+
+TOP_HASH_KEY = str(2**128 - 1)
+HALF = 2**127  # two shards split the hash key space here
+
+# What Spark surfaces, with the Python error's traceback in the message: an AnalysisException
+# ([PYTHON_DATA_SOURCE_ERROR]) for an error raised while it creates the writer on the driver,
+# a PythonException for an error raised in a task.
+
+
+Delivered = list[tuple[str, str, str | None, bytes]]  # shard, key, explicit hash key, data
+
+
+def consume(local: LocalKinesis, stream: str, count: int) -> Delivered:
+    """Every user record of ``stream`` (de-aggregated): waits for ``count`` of them, then
+    half a second more, so that duplicates or strays would show up too."""
+
+    async def main() -> Delivered:
+        out: Delivered = []
+        config = ConsumerConfig(
+            start=StartingPosition.trim_horizon(), idle_backoff_initial=0.05, idle_backoff_max=0.2
+        )
+        async with local.client(tls=False) as client, Consumer(client, stream, config) as records:
+            with anyio.fail_after(30):
+                async for batch in records:
+                    table = batch.arrow.to_pydict()
+                    out.extend(
+                        (batch.shard_id, key, explicit, data)
+                        for key, explicit, data in zip(
+                            table["partition_key"],
+                            table["explicit_hash_key"],
+                            table["data"],
+                            strict=True,
+                        )
+                    )
+                    if len(out) >= count:
+                        break
+            with anyio.move_on_after(0.5):
+                async for batch in records:
+                    out.extend((batch.shard_id, "extra", None, b"") for _ in range(len(batch)))
+        return out
+
+    return anyio.run(main)
+
+
+@pytest.fixture
+def stream(local_kinesis: LocalKinesis, stream_name: str) -> str:
+    create_stream(local_kinesis, stream_name, 2)
+    return stream_name
+
+
+@pytest.fixture
+def conn(local_kinesis: LocalKinesis) -> dict[str, str]:
+    return {
+        "endpointUrl": local_kinesis.endpoint_url,
+        "awsAccessKeyId": "local",
+        "awsSecretKey": "local",
+    }
+
+
+def _pairs(delivered: Delivered) -> Counter[tuple[str, bytes]]:
+    return Counter((key, data) for _, key, _, data in delivered)
+
+
+def test_batch_write_delivers_every_row_of_every_partition(
+    spark: Any, local_kinesis: LocalKinesis, stream: str, conn: dict[str, str]
+) -> None:
+    rows = [(f"row {i} é", f"key-{i % 37}") for i in range(3_000)]
+    import time
+
+    t0 = time.perf_counter()
+    df = spark.createDataFrame(rows, "data string, partitionKey string").repartition(3)
+    assert df.rdd.getNumPartitions() == 3
+    print("df", time.perf_counter() - t0)
+    df.write.format("kinesis").mode("append").option("streamName", stream).options(**conn).save()
+
+    print("write", time.perf_counter() - t0)
+    delivered = consume(local_kinesis, stream, len(rows))
+    print("read", time.perf_counter() - t0)
+    assert len(delivered) == len(rows)
+    assert _pairs(delivered) == Counter((key, data.encode()) for data, key in rows)
+    assert {shard for shard, *_ in delivered} == {"shardId-000000000000", "shardId-000000000001"}
+
+
+def test_binary_data_and_explicit_hash_keys_are_honoured(
+    spark: Any, local_kinesis: LocalKinesis, stream: str, conn: dict[str, str]
+) -> None:
+    low_keys = [k for k in (f"p{i}" for i in range(200)) if hash_key(k) < HALF][:5]
+    high_keys = [k for k in (f"p{i}" for i in range(200)) if hash_key(k) >= HALF][:5]
+    rows: list[tuple[bytes, str, str | None]] = []
+    for i in range(300):
+        data = bytes([i % 256, 0, 255]) + i.to_bytes(4, "big")
+        if i % 3 == 0:  # a key that hashes low, pinned to the top of the key space
+            rows.append((data, low_keys[i % 5], TOP_HASH_KEY))
+        elif i % 3 == 1:  # a key that hashes high, pinned to the bottom
+            rows.append((data, high_keys[i % 5], "0"))
+        else:
+            rows.append((data, f"free-{i % 11}", None))
+    schema = StructType(
+        [
+            StructField("data", BinaryType()),
+            StructField("partitionKey", StringType()),
+            StructField("explicitHashKey", StringType()),
+        ]
+    )
+    df = spark.createDataFrame(rows, schema).repartition(2)
+    df.write.format("kinesis").mode("append").option("streamName", stream).options(**conn).save()
+
+    delivered = consume(local_kinesis, stream, len(rows))
+    assert Counter((k, d) for _, k, _, d in delivered) == Counter((k, d) for d, k, _ in rows)
+    shard_of = {data: shard for shard, _, _, data in delivered}
+    for data, _, explicit in rows:
+        if explicit == TOP_HASH_KEY:
+            assert shard_of[data] == "shardId-000000000001", data
+        elif explicit == "0":
+            assert shard_of[data] == "shardId-000000000000", data
+
+
+def test_stream_write_with_available_now_delivers_every_row(
+    spark: Any, local_kinesis: LocalKinesis, stream: str, conn: dict[str, str], tmp_path: Path
+) -> None:
+    folder = tmp_path / "input"
+    rows = [(f"event-{i}", f"user-{i % 13}") for i in range(1_200)]
+    spark.createDataFrame(rows, "data string, partitionKey string").repartition(2).write.parquet(
+        str(folder)
+    )
+    source = (
+        spark.readStream.schema("data string, partitionKey string")
+        .option("maxFilesPerTrigger", 1)  # two micro-batches
+        .parquet(str(folder))
+    )
+    query = (
+        source.writeStream.format("kinesis")
+        .option("streamName", stream)
+        .options(**conn)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(60)
+    assert query.exception() is None
+    assert query.lastProgress["batchId"] >= 1
+
+    delivered = consume(local_kinesis, stream, len(rows))
+    assert len(delivered) == len(rows)
+    assert _pairs(delivered) == Counter((key, data.encode()) for data, key in rows)
+
+
+def test_partition_writer_delivers_every_row(
+    spark: Any, local_kinesis: LocalKinesis, stream: str
+) -> None:
+    rows = [(f"x{i}".encode() * (1 + i % 5), f"k{i % 23}") for i in range(1_500)]
+    df = spark.createDataFrame(rows, "data binary, partitionKey string").repartition(4)
+    writer = partition_writer(
+        stream,
+        endpointUrl=local_kinesis.endpoint_url,
+        awsAccessKeyId="local",
+        awsSecretKey="local",
+        aggregation=False,
+        queueLimitRecords=200,
+        flushTimeout=60,
+    )
+    assert pickle.loads(pickle.dumps(writer)) == writer
+    df.foreachPartition(writer)
+
+    delivered = consume(local_kinesis, stream, len(rows))
+    assert len(delivered) == len(rows)
+    assert _pairs(delivered) == Counter((key, data) for data, key in rows)
+
+
+@pytest.mark.parametrize(
+    ("ddl", "column", "expected"),
+    [
+        ("data string", "partitionKey", "is missing"),
+        ("data int, partitionKey string", "data", "expected binary or string"),
+        ("data string, partitionKey binary", "partitionKey", "expected string"),
+        ("data string, partitionKey string, extra string", "extra", "unexpected"),
+        ("data string, partitionKey string, explicitHashKey int", "explicitHashKey", "expected"),
+    ],
+)
+def test_a_bad_input_schema_fails_before_writing_naming_the_column(
+    spark: Any, conn: dict[str, str], ddl: str, column: str, expected: str
+) -> None:
+    df = spark.createDataFrame([], ddl)
+    with pytest.raises(AnalysisException) as failure:
+        df.write.format("kinesis").mode("append").option("streamName", "s").options(**conn).save()
+    text = str(failure.value)
+    assert "ConfigError" in text
+    assert f"'{column}'" in text
+    assert expected in text
+
+
+def test_a_bad_sink_option_fails_naming_it(spark: Any, conn: dict[str, str]) -> None:
+    df = spark.createDataFrame([("a", "k")], "data string, partitionKey string")
+    with pytest.raises(AnalysisException) as failure:
+        (
+            df.write.format("kinesis")
+            .mode("append")
+            .option("streamName", "s")
+            .option("queueLimitRecords", "-5")
+            .options(**conn)
+            .save()
+        )
+    assert "option queueLimitRecords must be a positive integer" in str(failure.value)
+
+
+def test_partition_writer_checks_its_options_at_once() -> None:
+    with pytest.raises(errors.ConfigError, match="unknown option 'streamname'"):
+        partition_writer("s", streamname="other")
+    with pytest.raises(errors.ConfigError, match="option flushTimeout must be a positive"):
+        partition_writer("s", flushTimeout="soon")
+    with pytest.raises(errors.ConfigError, match="option endpointUrl must start with http"):
+        partition_writer("s", endpointUrl="localhost:4567")
+    with pytest.raises(errors.ConfigError, match="exactly one stream"):
+        partition_writer("a,b")
+
+
+def test_a_null_partition_key_fails_the_task_naming_the_column(
+    spark: Any, stream: str, conn: dict[str, str]
+) -> None:
+    df = spark.createDataFrame([("a", "k"), ("b", None)], "data string, partitionKey string")
+    with pytest.raises(PythonException) as failure:
+        df.coalesce(1).write.format("kinesis").mode("append").option("streamName", stream).options(
+            **conn
+        ).save()
+    text = str(failure.value)
+    assert "column 'partitionKey' is null in row 1" in text
+
+
+def test_an_unknown_stream_fails_the_write(spark: Any, conn: dict[str, str]) -> None:
+    df = spark.createDataFrame([("a", "k")], "data string, partitionKey string")
+    with pytest.raises(PythonException) as failure:
+        (
+            df.write.format("kinesis")
+            .mode("append")
+            .option("streamName", "no-such-stream")
+            .options(**conn)
+            .save()
+        )
+    text = str(failure.value)
+    assert "ResourceNotFound" in text
+    assert "no-such-stream" in text
+
+
+def test_an_oversized_record_fails_the_task_naming_the_row(
+    spark: Any, stream: str, conn: dict[str, str]
+) -> None:
+    rows = [("small", "k"), ("x" * (1024 * 1024 + 1), "k")]
+    df = spark.createDataFrame(rows, "data string, partitionKey string").coalesce(1)
+    with pytest.raises(PythonException) as failure:
+        df.write.format("kinesis").mode("append").option("streamName", stream).options(
+            **conn
+        ).save()
+    text = str(failure.value)
+    assert "row 1 of this task is invalid" in text
+    assert "RecordTooLargeError" in text
+
+
+def test_records_the_stream_never_accepts_fail_the_task_within_flush_timeout(
+    spark: Any, stream: str, proxy: FaultProxy
+) -> None:
+    proxy.decide = lambda r: (
+        RejectRecords(frozenset(range(500))) if r.target == "PutRecords" else None
+    )
+    df = spark.createDataFrame(
+        [(f"r{i}", f"k{i}") for i in range(50)], "data string, partitionKey string"
+    )
+    with pytest.raises(PythonException) as failure:
+        (
+            df.coalesce(1)
+            .write.format("kinesis")
+            .mode("append")
+            .option("streamName", stream)
+            .option("endpointUrl", proxy.endpoint_url)
+            .option("awsAccessKeyId", "local")
+            .option("awsSecretKey", "local")
+            .option("flushTimeout", "2")
+            .save()
+        )
+    text = str(failure.value)
+    assert "TimeoutError" in text
+    assert "within flushTimeout=2.0s" in text
+    assert re.search(r"[1-9]\d* throttled responses", text)  # says why
+    assert proxy.stats.rejected_records >= 50
+
+
+def test_a_task_counts_retries_and_throttles_in_its_commit_message(
+    local_kinesis: LocalKinesis, stream: str, proxy: FaultProxy
+) -> None:
+    calls = 0
+
+    def first_call_throttled(request: Request) -> RejectRecords | None:
+        nonlocal calls
+        if request.target != "PutRecords":
+            return None
+        calls += 1
+        return RejectRecords(frozenset({0})) if calls == 1 else None
+
+    proxy.decide = first_call_throttled
+    options = parse_sink_options(
+        {
+            "streamName": stream,
+            "endpointUrl": proxy.endpoint_url,
+            "awsAccessKeyId": "local",
+            "awsSecretKey": "local",
+            "aggregation": "false",
+        }
+    )
+    rows = [(f"d{i}", f"k{i % 7}", None) for i in range(100)]
+    message = write_records(options, [rows[:60], iter(rows[60:])])
+    assert (message.records, message.bytes) == (100, sum(len(d) for d, _, _ in rows))
+    assert message.retries >= 1
+    assert message.throttled >= 1
+    assert message.kinesis_records == 100  # not aggregated: one Kinesis record each
+    assert pickle.loads(pickle.dumps(message)) == message
+
+    delivered = consume(local_kinesis, stream, len(rows))
+    assert _pairs(delivered) == Counter((key, data.encode()) for data, key, _ in rows)
