@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -296,3 +301,51 @@ def test_bad_options_fail_at_query_start_naming_the_option(
             query.awaitTermination(60)
         finally:
             query.stop()
+
+
+def _job(options: dict[str, str], output: Path, checkpoint: Path, mode: str) -> Any:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.spark_bridge._query_job",
+            json.dumps(options),
+            str(output),
+            str(checkpoint),
+            mode,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group: the JVM and the Python workers
+    )
+
+
+def test_killing_the_driver_mid_stream_loses_and_repeats_nothing(
+    spark: Any, local_kinesis: LocalKinesis, stream_name: str, tmp_path: Path
+) -> None:
+    create_stream(local_kinesis, stream_name, 2)
+    _produce(local_kinesis, stream_name, 4000)
+    options = _options(local_kinesis, stream_name, maxRecordsPerTrigger="300")
+    output, checkpoint = tmp_path / "out", tmp_path / "cp"
+    first = _job(options, output, checkpoint, "continuous")
+    try:
+        commits = checkpoint / "commits"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and first.poll() is None:
+            if commits.is_dir() and len([p for p in commits.iterdir() if p.name.isdigit()]) >= 3:
+                break
+            time.sleep(0.05)  # polling another process's files: there is no event to await
+        assert first.poll() is None, "the first run ended by itself"
+        assert len([p for p in commits.iterdir() if p.name.isdigit()]) >= 3
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(30)
+    offsets = [p for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()]
+    assert len(offsets) < 4000 // 300, "the first run read everything before the kill"
+
+    second = _job(options, output, checkpoint, "available-now")
+    assert second.wait(180) == 0
+    rows = spark.read.parquet(str(output)).collect()
+    keys = [(r.shardId, r.sequenceNumber, r.subSequenceNumber) for r in rows]
+    assert len(keys) == len(set(keys)), "a record was written twice"
+    assert sorted(bytes(r.data) for r in rows) == [b"record-%06d" % i for i in range(4000)]
