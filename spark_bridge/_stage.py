@@ -143,9 +143,11 @@ class Stage:
             if item.arrow is None:
                 entries[key] = SavedShard(finished=True)
                 continue
-            arrow = self._before_cutoff(item)
+            arrow, late = self._before_cutoff(item.arrow)
             if arrow is None:
+                self._past_cutoff.add(key)  # nothing left before the cutoff: done for good
                 continue
+            whole = item.nbytes if not late else data_bytes(arrow)
             rows = int(arrow.num_rows)
             room_rows = rows if max_rows is None else max_rows - plan.rows
             cut = min(rows, room_rows)
@@ -155,16 +157,19 @@ class Stage:
                 kept.extend(items[index:])
                 break
             taken = arrow if cut == rows else arrow.slice(0, cut)
-            size = item.nbytes if cut == rows else data_bytes(taken)
+            size = whole if cut == rows else data_bytes(taken)
             plan.batches.setdefault(key, []).append(taken)
             plan.rows += cut
             plan.nbytes += size
             entries[key] = SavedShard(committed=last_position(taken))
             if cut < rows:
-                rest = arrow.slice(cut)
-                kept.append(StagedItem(key, rest, item.nbytes - size))
+                # The rest before the cutoff waits for the next take; late rows are dropped.
+                kept.append(StagedItem(key, arrow.slice(cut), whole - size))
                 full = True
-            elif max_rows is not None and plan.rows >= max_rows:
+                continue
+            if late:
+                self._past_cutoff.add(key)
+            if max_rows is not None and plan.rows >= max_rows:
                 full = True
         self._items = kept
         self.records = sum(item.rows for item in kept)
@@ -172,19 +177,20 @@ class Stage:
         plan.end = encode_positions(entries, self._streams)
         return plan
 
-    def _before_cutoff(self, item: StagedItem) -> pa.RecordBatch | None:
-        """The item's rows that arrived by the cutoff; past it, the shard is done for good."""
-        arrow = item.arrow
+    def _before_cutoff(self, arrow: pa.RecordBatch | None) -> tuple[pa.RecordBatch | None, bool]:
+        """The leading rows that arrived by the cutoff (None if none), and whether any did not.
+
+        Once a shard's on-time rows are all taken, ``take`` marks it past the cutoff.
+        """
         assert arrow is not None
         if self.cutoff_ms is None:
-            return arrow
+            return arrow, False
         stamps = arrow.column(_ARRIVAL).cast(pa.int64())
         late = pc.greater(stamps, self.cutoff_ms)
         if not pc.any(late).as_py():
-            return arrow
-        self._past_cutoff.add(item.key)
+            return arrow, False
         first_late = int(pc.index(late, True).as_py())
-        return arrow.slice(0, first_late) if first_late else None
+        return (arrow.slice(0, first_late) if first_late else None), True
 
     @staticmethod
     def _rows_within(arrow: pa.RecordBatch, room: int, first: bool) -> int:

@@ -1,0 +1,527 @@
+"""The ``kinesis`` data source's options and Arrow schema: no Spark session, no server."""
+
+from __future__ import annotations
+
+import pickle
+import re
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime, timedelta, timezone
+
+import pyarrow as pa
+import pytest
+
+from kinesis_actors.errors import ConfigError
+from kinesis_actors.records import RECORD_SCHEMA, Aggregator, build_record_batch
+from spark_bridge._options import (
+    Connection,
+    SinkOptions,
+    SourceOptions,
+    parse_connection,
+    parse_sink_options,
+    parse_source_options,
+)
+from spark_bridge._schema import SPARK_ARROW_SCHEMA, spark_schema, to_spark_batch
+
+
+def source(**options: str) -> SourceOptions:
+    return parse_source_options({"streamName": "orders", **options})
+
+
+def sink(**options: str) -> SinkOptions:
+    return parse_sink_options({"streamName": "orders", **options})
+
+
+def fails(option: str) -> AbstractContextManager[pytest.ExceptionInfo[ConfigError]]:
+    """A ConfigError whose message names ``option`` (as the user spells it)."""
+    return pytest.raises(ConfigError, match=re.escape(option))
+
+
+# --- streamName ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("options", [{}, {"streamName": ""}, {"streamName": "   "}])
+def test_stream_name_is_required(options: dict[str, str]) -> None:
+    with fails("streamName"):
+        parse_source_options(options)
+    with fails("streamName"):
+        parse_sink_options(options)
+
+
+@pytest.mark.parametrize("raw", ["a,,b", "a,", ",a", "a, ,b"])
+def test_stream_name_rejects_an_empty_name_in_a_list(raw: str) -> None:
+    with fails("streamName"):
+        source(streamName=raw)
+
+
+@pytest.mark.parametrize("raw", ["a,a", "a, b ,a", " a ,a "])
+def test_stream_name_rejects_a_duplicate(raw: str) -> None:
+    with fails("streamName"):
+        source(streamName=raw)
+
+
+def test_stream_name_comma_list_is_split_and_stripped_in_order() -> None:
+    assert source(streamName=" b , a,c ").streams == ("b", "a", "c")
+    assert source(streamName="orders").streams == ("orders",)
+
+
+def test_path_names_the_stream_and_option_names_are_case_insensitive() -> None:
+    assert parse_source_options({"path": "x,y"}).streams == ("x", "y")
+    assert parse_source_options({"STREAMNAME": "x", "REGION": "eu-west-1"}).streams == ("x",)
+    assert parse_source_options({"streamname": "x", "Region": "eu-west-1"}).connection == (
+        Connection(region="eu-west-1")
+    )
+
+
+def test_sink_writes_to_exactly_one_stream() -> None:
+    with fails("streamName"):
+        sink(streamName="a,b")
+    assert sink(streamName=" a ").stream == "a"
+
+
+# --- connection ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("region", ["", "  "])
+def test_region_must_not_be_empty(region: str) -> None:
+    with fails("region"):
+        source(region=region)
+    with fails("region"):
+        sink(region=region)
+    with fails("region"):
+        parse_connection({"region": region})
+
+
+def test_region_is_stripped() -> None:
+    assert source(region=" eu-central-1 ").connection.region == "eu-central-1"
+
+
+@pytest.mark.parametrize("url", ["localhost:4567", "ftp://host", "HTTPS//host", "", "ws://h"])
+def test_endpoint_url_needs_an_http_scheme(url: str) -> None:
+    with fails("endpointUrl"):
+        source(endpointUrl=url)
+    with fails("endpointUrl"):
+        sink(endpointUrl=url)
+
+
+@pytest.mark.parametrize("url", ["http://localhost:4567", "https://kinesis.example.com"])
+def test_endpoint_url_accepts_http_and_https(url: str) -> None:
+    assert source(endpointUrl=url).connection.endpoint_url == url
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("true", True),
+        ("TRUE", True),
+        (" yes ", True),
+        ("1", True),
+        ("false", False),
+        ("False", False),
+        ("no", False),
+        ("0", False),
+    ],
+)
+def test_verify_ssl_values(raw: str, expected: bool) -> None:
+    assert source(verifySsl=raw).connection.verify is expected
+    assert sink(verifySsl=raw).connection.verify is expected
+
+
+@pytest.mark.parametrize("raw", ["", "maybe", "2", "on", "y"])
+def test_verify_ssl_rejects_other_values(raw: str) -> None:
+    with fails("verifySsl"):
+        source(verifySsl=raw)
+    with fails("verifySsl"):
+        sink(verifySsl=raw)
+
+
+def test_access_key_without_secret_is_an_error() -> None:
+    for options in ({"awsAccessKeyId": "AKID"}, {"awsSecretKey": "secret"}):
+        with pytest.raises(ConfigError) as raised:
+            source(**options)
+        assert "awsAccessKeyId" in str(raised.value)
+        assert "awsSecretKey" in str(raised.value)
+        with fails("awsSecretKey"):
+            sink(**options)
+
+
+def test_session_token_alone_is_an_error() -> None:
+    with fails("sessionToken"):
+        source(sessionToken="token")
+    with fails("sessionToken"):
+        sink(sessionToken="token")
+
+
+def test_credentials_pair_and_triple() -> None:
+    assert source().connection.credentials is None
+    pair = source(awsAccessKeyId="AKID", awsSecretKey="secret")
+    assert pair.connection.credentials == ("AKID", "secret")
+    triple = sink(awsAccessKeyId="AKID", awsSecretKey="secret", sessionToken="token")
+    assert triple.connection.credentials == ("AKID", "secret", "token")
+
+
+def test_connection_defaults_and_client_kwargs() -> None:
+    connection = source().connection
+    assert connection == Connection()
+    assert connection.client_kwargs() == {
+        "region": "us-east-1",
+        "endpoint_url": None,
+        "verify": True,
+        "credentials": None,
+    }
+    custom = parse_connection(
+        {
+            "region": "eu-west-1",
+            "endpointUrl": "https://localhost:4567",
+            "verifySsl": "false",
+            "awsAccessKeyId": "k",
+            "awsSecretKey": "s",
+        }
+    )
+    assert custom.client_kwargs() == {
+        "region": "eu-west-1",
+        "endpoint_url": "https://localhost:4567",
+        "verify": False,
+        "credentials": ("k", "s"),
+    }
+
+
+# --- consumer mode and registration --------------------------------------------------------
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("polling", "polling"), (" EFO ", "efo")])
+def test_consumer_mode_choices(raw: str, expected: str) -> None:
+    assert source(consumerMode=raw).mode == expected
+
+
+@pytest.mark.parametrize("raw", ["", "kcl", "fanout", "push"])
+def test_consumer_mode_rejects_other_values(raw: str) -> None:
+    with fails("consumerMode"):
+        source(consumerMode=raw)
+
+
+@pytest.mark.parametrize("raw", ["lazy", "eager", "none", "EAGER"])
+def test_registration_choices(raw: str) -> None:
+    assert source(registration=raw).registration == raw.lower()
+
+
+@pytest.mark.parametrize("raw", ["", "always", "never"])
+def test_registration_rejects_other_values(raw: str) -> None:
+    with fails("registration"):
+        source(registration=raw)
+
+
+def test_efo_with_registration_none_is_an_error() -> None:
+    with fails("registration"):
+        source(consumerMode="efo", registration="none")
+    # Polling ignores registration, so none is fine there.
+    assert source(consumerMode="polling", registration="none").registration == "none"
+
+
+def test_efo_needs_an_https_endpoint() -> None:
+    with pytest.raises(ConfigError) as raised:
+        source(consumerMode="efo", endpointUrl="http://localhost:4567")
+    assert "consumerMode" in str(raised.value)
+    assert "endpointUrl" in str(raised.value)
+    efo = source(consumerMode="efo", endpointUrl="https://localhost:4567")
+    assert (efo.mode, efo.connection.endpoint_url) == ("efo", "https://localhost:4567")
+    assert source(consumerMode="polling", endpointUrl="http://localhost:4567").mode == "polling"
+
+
+def test_consumer_name_must_not_be_empty() -> None:
+    with fails("consumerName"):
+        source(consumerName="  ")
+    assert source(consumerName=" app ").consumer_name == "app"
+
+
+# --- initialPosition -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("trim_horizon", "trim_horizon"),
+        ("TRIM_HORIZON", "trim_horizon"),
+        ("earliest", "trim_horizon"),
+        (" latest ", "latest"),
+        ("LATEST", "latest"),
+    ],
+)
+def test_initial_position_names(raw: str, expected: str) -> None:
+    options = source(initialPosition=raw)
+    assert (options.initial_position, options.initial_timestamp) == (expected, None)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("at_timestamp:2024-01-31T12:00:00Z", datetime(2024, 1, 31, 12, tzinfo=UTC)),
+        ("AT_TIMESTAMP:2024-01-31T12:00:00.250Z", datetime(2024, 1, 31, 12, 0, 0, 250_000, UTC)),
+        ("at_timestamp:2024-01-31T12:00:00", datetime(2024, 1, 31, 12, tzinfo=UTC)),
+        (
+            "at_timestamp:2024-01-31T14:00:00+02:00",
+            datetime(2024, 1, 31, 14, tzinfo=timezone(timedelta(hours=2))),
+        ),
+        ("at_timestamp:2024-01-31", datetime(2024, 1, 31, tzinfo=UTC)),
+    ],
+)
+def test_initial_position_at_timestamp(raw: str, expected: datetime) -> None:
+    options = source(initialPosition=raw)
+    assert options.initial_position == "at_timestamp"
+    assert options.initial_timestamp == expected
+    assert options.initial_timestamp is not None
+    assert options.initial_timestamp.tzinfo is not None
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["at_timestamp:", "at_timestamp:yesterday", "at_timestamp:2024-13-01T00:00:00Z", "at_ts:x"],
+)
+def test_initial_position_rejects_a_bad_timestamp(raw: str) -> None:
+    with fails("initialPosition"):
+        source(initialPosition=raw)
+
+
+def test_initial_position_rejects_a_timestamp_in_the_future() -> None:
+    future = (datetime.now(UTC) + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    with pytest.raises(ConfigError, match=r"initialPosition.*future"):
+        source(initialPosition=f"at_timestamp:{future}")
+
+
+@pytest.mark.parametrize("raw", ["", "oldest", "trim horizon", "at_sequence_number:1"])
+def test_initial_position_rejects_other_values(raw: str) -> None:
+    with fails("initialPosition"):
+        source(initialPosition=raw)
+
+
+# --- limits --------------------------------------------------------------------------------
+
+SOURCE_INTS = {
+    "maxRecordsPerTrigger": "max_records_per_trigger",
+    "maxBytesPerTrigger": "max_bytes_per_trigger",
+    "maxStagedRecords": "max_staged_records",
+    "maxStagedBytes": "max_staged_bytes",
+}
+BAD_INTS = ["0", "-1", "", "abc", "1.5", "1e3", "nan"]
+BAD_FLOATS = ["0", "-0.5", "", "abc", "nan", "inf", "-inf"]
+
+
+@pytest.mark.parametrize("option", sorted(SOURCE_INTS))
+@pytest.mark.parametrize("raw", BAD_INTS)
+def test_source_limits_must_be_positive_integers(option: str, raw: str) -> None:
+    with fails(option):
+        source(**{option: raw})
+
+
+@pytest.mark.parametrize(("option", "field"), sorted(SOURCE_INTS.items()))
+def test_source_limits_accept_positive_integers(option: str, field: str) -> None:
+    assert getattr(source(**{option: " 7 "}), field) == 7
+
+
+@pytest.mark.parametrize("raw", BAD_FLOATS)
+def test_replay_timeout_must_be_a_positive_number(raw: str) -> None:
+    with fails("replayTimeout"):
+        source(replayTimeout=raw)
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("2.5", 2.5), ("30", 30.0), (" 1e-3 ", 0.001)])
+def test_replay_timeout_accepts_positive_numbers(raw: str, expected: float) -> None:
+    assert source(replayTimeout=raw).replay_timeout == expected
+
+
+def test_staged_limits_default_to_twice_the_trigger_limits_when_larger() -> None:
+    small = source(maxRecordsPerTrigger="10", maxBytesPerTrigger="10")
+    assert (small.max_staged_records, small.max_staged_bytes) == (100_000, 64 * 1024 * 1024)
+    large = source(maxRecordsPerTrigger="80000", maxBytesPerTrigger=str(50 * 1024 * 1024))
+    assert (large.max_staged_records, large.max_staged_bytes) == (160_000, 100 * 1024 * 1024)
+    explicit = source(maxRecordsPerTrigger="80000", maxStagedRecords="5")
+    assert explicit.max_staged_records == 5
+
+
+def test_deregister_consumer() -> None:
+    assert source(deregisterConsumer="true").deregister_consumer is True
+    with fails("deregisterConsumer"):
+        source(deregisterConsumer="sometimes")
+
+
+def test_source_defaults() -> None:
+    assert source() == SourceOptions(
+        streams=("orders",),
+        connection=Connection(region="us-east-1", endpoint_url=None, verify=True, credentials=None),
+        mode="polling",
+        consumer_name=None,
+        registration="lazy",
+        initial_position="trim_horizon",
+        initial_timestamp=None,
+        max_records_per_trigger=None,
+        max_bytes_per_trigger=None,
+        max_staged_records=100_000,
+        max_staged_bytes=64 * 1024 * 1024,
+        replay_timeout=120.0,
+        deregister_consumer=False,
+    )
+
+
+# --- unknown options -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["maxRecordsPerBatch", "streamNames", "aggregation"])
+def test_unknown_source_option_is_named(name: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        source(**{name: "1"})
+    assert name.lower() in str(raised.value).lower()
+
+
+@pytest.mark.parametrize("name", ["consumerMode", "initialPosition", "queueLimit", "bogus"])
+def test_unknown_sink_option_is_named(name: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        sink(**{name: "1"})
+    assert name.lower() in str(raised.value).lower()
+
+
+def test_unknown_options_are_checked_before_the_stream_name() -> None:
+    with pytest.raises(ConfigError, match="bogus"):
+        parse_source_options({"bogus": "1"})
+
+
+# --- sink ----------------------------------------------------------------------------------
+
+
+def test_sink_defaults() -> None:
+    assert sink() == SinkOptions(
+        stream="orders",
+        connection=Connection(),
+        aggregation=True,
+        queue_limit_records=10_000,
+        flush_timeout=300.0,
+    )
+
+
+def test_sink_accepts_spark_paths_and_checkpoint_location() -> None:
+    options = parse_sink_options({"path": "orders", "checkpointLocation": "/tmp/cp"})
+    assert options.stream == "orders"
+
+
+def test_sink_options() -> None:
+    options = sink(
+        aggregation="false", queueLimitRecords="5", flushTimeout="1.5", region="ap-south-1"
+    )
+    assert (options.aggregation, options.queue_limit_records, options.flush_timeout) == (
+        False,
+        5,
+        1.5,
+    )
+    assert options.connection.region == "ap-south-1"
+
+
+@pytest.mark.parametrize("raw", BAD_INTS)
+def test_sink_queue_limit_must_be_a_positive_integer(raw: str) -> None:
+    with fails("queueLimitRecords"):
+        sink(queueLimitRecords=raw)
+
+
+@pytest.mark.parametrize("raw", BAD_FLOATS)
+def test_sink_flush_timeout_must_be_a_positive_number(raw: str) -> None:
+    with fails("flushTimeout"):
+        sink(flushTimeout=raw)
+
+
+def test_sink_aggregation_must_be_a_boolean() -> None:
+    with fails("aggregation"):
+        sink(aggregation="sometimes")
+
+
+def test_options_pickle() -> None:
+    # They travel to executors inside partitions and writers.
+    full = source(
+        streamName="a,b",
+        awsAccessKeyId="k",
+        awsSecretKey="s",
+        sessionToken="t",
+        initialPosition="at_timestamp:2024-01-31T12:00:00Z",
+        maxRecordsPerTrigger="9",
+    )
+    assert pickle.loads(pickle.dumps(full)) == full
+    out = sink(flushTimeout="2")
+    assert pickle.loads(pickle.dumps(out)) == out
+
+
+# --- the Spark Arrow schema ----------------------------------------------------------------
+
+
+def _records_batch() -> pa.RecordBatch:
+    aggregator = Aggregator()
+    assert aggregator.add(b"first", "pk-a")
+    assert aggregator.add(b"second", "pk-b", "12345")
+    aggregate = aggregator.build()
+    records = [
+        {
+            "SequenceNumber": "49590338271490256608559692538361571095921575989136588898",
+            "ApproximateArrivalTimestamp": datetime(2024, 1, 31, 12, 0, 0, 123_000, UTC),
+            "Data": b"\x00plain",
+            "PartitionKey": "pk",
+        },
+        {
+            "SequenceNumber": "49590338271490256608559692538361571095921575989136588899",
+            "ApproximateArrivalTimestamp": datetime(2024, 1, 31, 12, 0, 1, 999_000, UTC),
+            "Data": aggregate.data,
+            "PartitionKey": aggregate.partition_key,
+            "ExplicitHashKey": aggregate.explicit_hash_key,
+        },
+    ]
+    return build_record_batch("orders", "shardId-000000000001", records).batch
+
+
+def test_spark_arrow_schema_is_what_spark_expects() -> None:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    expected = to_arrow_schema(spark_schema(), timezone="UTC")
+    assert SPARK_ARROW_SCHEMA.equals(expected, check_metadata=True)
+    converted = to_spark_batch(_records_batch())
+    assert converted.schema.equals(expected, check_metadata=True)
+
+
+def test_spark_schema_columns() -> None:
+    schema = spark_schema()
+    assert schema.fieldNames() == [
+        "stream",
+        "shardId",
+        "sequenceNumber",
+        "subSequenceNumber",
+        "partitionKey",
+        "explicitHashKey",
+        "approximateArrivalTimestamp",
+        "data",
+    ]
+    nullable = [field.nullable for field in schema.fields]
+    assert nullable == [field.nullable for field in RECORD_SCHEMA]
+    assert [field.name for field in schema.fields if field.nullable] == ["explicitHashKey"]
+
+
+def test_to_spark_batch_preserves_values() -> None:
+    original = _records_batch()
+    assert original.num_rows == 3
+    converted = to_spark_batch(original)
+
+    assert converted.num_rows == original.num_rows
+    for index, name in enumerate(converted.schema.names):
+        if name == "approximateArrivalTimestamp":
+            continue
+        assert converted.column(index).to_pylist() == original.column(index).to_pylist(), name
+    assert converted.column("explicitHashKey").to_pylist() == [None, None, "12345"]
+    assert converted.column("subSequenceNumber").to_pylist() == [0, 0, 1]
+
+    millis = original.column(6).cast(pa.int64()).to_pylist()
+    micros = converted.column("approximateArrivalTimestamp").cast(pa.int64()).to_pylist()
+    assert micros == [value * 1000 for value in millis]
+    assert converted.column("approximateArrivalTimestamp").to_pylist() == [
+        datetime(2024, 1, 31, 12, 0, 0, 123_000, UTC),
+        datetime(2024, 1, 31, 12, 0, 1, 999_000, UTC),
+        datetime(2024, 1, 31, 12, 0, 1, 999_000, UTC),
+    ]
+
+
+def test_to_spark_batch_of_an_empty_batch() -> None:
+    empty = pa.RecordBatch.from_pylist([], schema=RECORD_SCHEMA)
+    converted = to_spark_batch(empty)
+    assert converted.num_rows == 0
+    assert converted.schema == SPARK_ARROW_SCHEMA
