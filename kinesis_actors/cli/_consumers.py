@@ -8,37 +8,39 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
 
 from ..client import KinesisClient
 from ..consumer import deregister_consumer, list_consumers
 
 
 async def run_consumers(
-    action: str, *, stream: str, name: str | None, client_options: dict[str, Any]
+    client: KinesisClient, *, action: str, stream: str, name: str | None
 ) -> int:
     """List as JSON (one object per consumer), or deregister ``name`` and wait until it is gone."""
-    async with KinesisClient(**client_options) as client:
-        if action == "list":
-            consumers = await list_consumers(client, stream)
-            json.dump(
-                [
-                    {
-                        "name": c["ConsumerName"],
-                        "arn": c["ConsumerARN"],
-                        "status": c["ConsumerStatus"],
-                        "created": c["ConsumerCreationTimestamp"].isoformat(),
-                    }
-                    for c in consumers
-                ],
-                sys.stdout,
-                indent=2,
-            )
-            print()
-            return 0
-        assert name is not None
-        if await deregister_consumer(client, stream, name):
-            print(json.dumps({"deregistered": name, "stream": stream}))
-            return 0
-        print(f"kinesis-actors: no consumer named {name!r} on stream {stream!r}", file=sys.stderr)
-        return 2
+    if action == "list":
+        consumers = await list_consumers(client, stream)
+        json.dump(
+            [
+                {
+                    "name": c["ConsumerName"],
+                    "arn": c["ConsumerARN"],
+                    "status": c["ConsumerStatus"],
+                    "created": c["ConsumerCreationTimestamp"].isoformat(),
+                }
+                for c in consumers
+            ],
+            sys.stdout,
+            indent=2,
+        )
+        print()
+        return 0
+    assert name is not None
+    if await deregister_consumer(client, stream, name):
+        print(json.dumps({"deregistered": name, "stream": stream}))
+        return 0
+    print(
+        f"kinesis-actors: error: no consumer named {name!r} on stream {stream!r}; "
+        f"'kinesis-actors consumers list --stream {stream}' shows the registered ones",
+        file=sys.stderr,
+    )
+    return 2

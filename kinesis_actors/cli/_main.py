@@ -1,50 +1,127 @@
 """Argument parsing and dispatch for ``kinesis-actors``.
 
-User errors (bad flags, a missing server, an unknown stream) print one line saying what to do
-and exit with status 2; only bugs print a traceback.
+User errors (bad flags, a missing server, an unknown stream, an unreachable endpoint, missing
+credentials) print one line saying what to do and exit with status 2; only bugs print a
+traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from functools import partial
+from pathlib import Path
+from typing import NoReturn
 
 import anyio
 
 from .. import errors
+from ..client import KinesisClient, RetrySettings
+from ..consumer import StartingPosition
+from ..runtime import RestartIntensityExceeded
 from ._bench import add_bench_arguments, run_bench
 from ._consumers import run_consumers
-from ._demo import run_demo
+from ._demo import DemoOptions, run_demo
 from ._local import run_local
 from ._put import run_put
+from ._tail import run_tail
 
 __all__ = ["main"]
 
+_PROG = "kinesis-actors"
+#: The first call of every command fails fast: a wrong endpoint should not take the library's
+#: patient DescribeStreamSummary retries (minutes) to be reported.
+_PROBE_RETRY = RetrySettings(max_retries=2, base=0.2, max=1.0)
+
+_CONNECTION_HELP = """\
+connection: --endpoint-url URL (default: AWS's endpoint for --region), --region (default
+  us-east-1), --no-verify (skip TLS verification, for the local server's self-signed
+  certificate). Credentials come from botocore's usual chain (AWS_ACCESS_KEY_ID and
+  AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ...); the local server accepts any, e.g. local/local.
+"""
+
+
+class UsageError(Exception):
+    """A user error the command line reports in one line (exit status 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line pointing at ``--help``, not the whole usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="kinesis-actors",
+    parser = _Parser(
+        prog=_PROG,
         description="An actor runtime for AWS Kinesis Data Streams.",
+        epilog="Run 'kinesis-actors COMMAND --help' for a command's flags and examples. "
+        "User errors exit with status 2 and one line on standard error.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser(
-        "demo", help="run the product end to end on an embedded local Kinesis"
+        "demo",
+        help="run the product end to end on an embedded local Kinesis",
+        description="Starts the embedded local Kinesis, creates a source and a sink stream, "
+        "produces a keyed workload through the producer (bounded queue, KPL aggregation) "
+        "while an Enhanced Fan-Out consumer reads it live, runs a Spark micro-batch query "
+        "(Arrow path) into the sink stream and a parquet folder, verifies every record "
+        "arrived exactly once and prints a summary. Exit status 0 only if all of it held.",
+        epilog="examples:\n  kinesis-actors demo\n  kinesis-actors demo --records 50000 "
+        "--no-spark\n  kinesis-actors demo --endpoint-url https://kinesis.eu-west-1."
+        "amazonaws.com --region eu-west-1   (creates and deletes two streams: costs money)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    demo.add_argument("--records", type=int, default=2000, help="records to produce")
-    demo.add_argument("--shards", type=int, default=4, help="shards of the demo stream")
+    demo.add_argument(
+        "--records", type=_positive_int, default=20_000, help="records to produce (20,000)"
+    )
+    demo.add_argument(
+        "--shards", type=_positive_int, default=4, help="shards of each demo stream (4)"
+    )
+    demo.add_argument(
+        "--output", type=Path, help="folder for the parquet output and the Spark checkpoint"
+    )
+    demo.add_argument("--no-spark", action="store_true", help="skip the Spark stage")
+    _connection_flags(demo)
 
     commands.add_parser(
-        "local", help="run the embedded local Kinesis in the foreground and print its endpoints"
+        "local",
+        help="run the embedded local Kinesis in the foreground and print its endpoints",
+        description="Starts the embedded local Kinesis server (kinesis-mock, npm package "
+        "kinesis-local) on free loopback ports, prints one JSON line with its endpoints, "
+        "region and credentials, and serves until Ctrl-C or SIGTERM.",
+        epilog='output: {"endpoint_url": "http://127.0.0.1:PORT", "tls_endpoint_url": '
+        '"https://127.0.0.1:PORT", "region": "us-east-1", "credentials": ["local", '
+        '"local"]}. The TLS endpoint speaks HTTP/2 (needed by --mode efo) with a self-signed '
+        "certificate: pass --no-verify to the other commands.\n\n"
+        "install: make setup, or npm install --prefix .tools kinesis-local@0.6.2 (needs "
+        "Node.js 18+); KINESIS_LOCAL_DIR points at another install.\n\n"
+        "example:\n"
+        "  kinesis-actors local &\n"
+        "  export AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local\n"
+        "  kinesis-actors tail --stream s --endpoint-url http://127.0.0.1:PORT",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
 
     put = commands.add_parser(
         "put",
         help="produce standard input's lines to a stream, one record per line",
         description="Reads lines from standard input and produces each non-empty line as one "
-        "record (bounded queue, KPL aggregation, retries); prints a JSON summary.",
+        "record (bounded queue, KPL aggregation, retries); prints a JSON summary: "
+        '{"stream", "records" (sent), "failed", "calls", "kinesis_records", '
+        '"backpressure_cycles"}. Exits 0 when every record was sent, 1 when some failed.',
+        epilog="examples:\n"
+        "  seq 1000 | kinesis-actors put --stream orders\n"
+        "  kinesis-actors put --stream orders --key customer-7 < events.jsonl\n\n"
+        + _CONNECTION_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     put.add_argument("--stream", required=True, help="the stream to write to")
     put.add_argument(
@@ -55,17 +132,94 @@ def _parser() -> argparse.ArgumentParser:
     )
     _connection_flags(put)
 
+    tail = commands.add_parser(
+        "tail",
+        help="print a stream's records as they arrive, one JSON object per line",
+        description="Reads one or more streams with the library's Consumer (polling or "
+        "Enhanced Fan-Out) and prints one JSON object per user record (KPL aggregates are "
+        "expanded), in order within a shard:\n"
+        '  {"stream", "shard_id", "sequence_number", "sub_sequence_number", '
+        '"partition_key",\n'
+        '   "explicit_hash_key", "approximate_arrival_timestamp" (ISO 8601, UTC), "data",\n'
+        '   "data_encoding": "utf-8" (data is the text) or "base64" (not valid UTF-8)}\n'
+        "Runs until --count records were printed (exit 0) or Ctrl-C (exit 130; SIGTERM 143). "
+        "In efo mode a "
+        "consumer this command registers is deregistered on exit; an existing one is reused "
+        "and kept.",
+        epilog="examples:\n"
+        "  kinesis-actors tail --stream orders                      # new records, until Ctrl-C\n"
+        "  kinesis-actors tail --stream orders --from trim_horizon --count 10\n"
+        "  kinesis-actors tail --stream orders,payments --raw | grep ERROR\n"
+        "  kinesis-actors tail --stream orders --mode efo "
+        "--endpoint-url https://127.0.0.1:PORT --no-verify\n\n" + _CONNECTION_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    tail.add_argument(
+        "--stream", required=True, type=_stream_list, help="the stream, or several: a,b,c"
+    )
+    tail.add_argument(
+        "--mode",
+        choices=("polling", "efo"),
+        default="polling",
+        help="polling (GetRecords, the default) or efo (Enhanced Fan-Out: SubscribeToShard "
+        "over HTTP/2, needs an https endpoint)",
+    )
+    tail.add_argument(
+        "--from",
+        dest="start",
+        metavar="POSITION",
+        type=_starting_position,
+        default=StartingPosition.latest(),
+        help="latest (the default: only records arriving from now on), trim_horizon (the "
+        "oldest retained record), or an ISO 8601 timestamp such as 2026-01-02T03:04:05Z",
+    )
+    tail.add_argument(
+        "--count",
+        metavar="N",
+        type=_positive_int,
+        help="stop after printing N records (default: run until Ctrl-C)",
+    )
+    tail.add_argument(
+        "--raw",
+        action="store_true",
+        help="print only each record's data, as is, one per line (no JSON)",
+    )
+    tail.add_argument(
+        "--consumer-name",
+        metavar="NAME",
+        help="efo: the consumer's name (default: kinesis-actors- and a hash of the stream "
+        "names, the library's default)",
+    )
+    _connection_flags(tail)
+
     consumers = commands.add_parser(
         "consumers",
         help="list or deregister a stream's Enhanced Fan-Out consumers",
         description="Registered consumers cost money and use one of a stream's 20 slots; "
         "a killed job can leave one behind. List them (JSON), or deregister one by name.",
+        epilog="examples:\n"
+        "  kinesis-actors consumers list --stream orders\n"
+        "  kinesis-actors consumers deregister --stream orders --name orders-app",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = consumers.add_subparsers(dest="action", required=True, metavar="ACTION")
-    listing = actions.add_parser("list", help="print the stream's consumers as JSON")
+    listing = actions.add_parser(
+        "list",
+        help="print the stream's consumers as JSON",
+        description='Prints a JSON array: [{"name", "arn", "status", "created" (ISO 8601)}].',
+        epilog=_CONNECTION_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     listing.add_argument("--stream", required=True, help="the stream")
     _connection_flags(listing)
-    removal = actions.add_parser("deregister", help="deregister one consumer and wait")
+    removal = actions.add_parser(
+        "deregister",
+        help="deregister one consumer and wait",
+        description='Deregisters the consumer, waits until it is gone and prints {"deregistered":'
+        ' NAME, "stream": STREAM}; exits 2 if the stream has no consumer of that name.',
+        epilog=_CONNECTION_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     removal.add_argument("--stream", required=True, help="the stream")
     removal.add_argument("--name", required=True, help="the consumer's name")
     _connection_flags(removal)
@@ -86,50 +240,222 @@ def _connection_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _client_options(args: argparse.Namespace) -> dict[str, object]:
-    return {
-        "region": args.region,
-        "endpoint_url": args.endpoint_url,
-        "verify": not args.no_verify,
-    }
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
+    return value
+
+
+def _stream_list(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(
+            f"expected a stream name or comma-separated names, got {text!r}"
+        )
+    return list(dict.fromkeys(names))
+
+
+def _starting_position(text: str) -> StartingPosition:
+    word = text.strip().lower()
+    if word == "latest":
+        return StartingPosition.latest()
+    if word in ("trim_horizon", "trim-horizon"):
+        return StartingPosition.trim_horizon()
+    try:
+        stamp = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected latest, trim_horizon or an ISO 8601 timestamp, got {text!r}"
+        ) from None
+    try:
+        return StartingPosition.at_timestamp(stamp)
+    except errors.ConfigError:
+        raise argparse.ArgumentTypeError(f"{text!r} is in the future") from None
+
+
+async def _with_client(
+    args: argparse.Namespace,
+    streams: Sequence[str],
+    body: Callable[[KinesisClient], Awaitable[int]],
+) -> int:
+    """Open a client, check quickly that the endpoint answers and the streams exist, run."""
+    client = KinesisClient(
+        region=args.region, endpoint_url=args.endpoint_url, verify=not args.no_verify
+    )
+    try:
+        await client.__aenter__()
+    except errors.ConfigError as exc:
+        if str(exc).startswith("credentials"):
+            raise UsageError(
+                "no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                "(or AWS_PROFILE); for a local server any values do, e.g. local and local"
+            ) from exc
+        raise
+    try:
+        endpoint = client.endpoint_url
+        for stream in streams:
+            try:
+                await client.call(
+                    "DescribeStreamSummary", {"StreamName": stream}, retry=_PROBE_RETRY
+                )
+            except errors.ResourceNotFoundError:
+                raise UsageError(
+                    f"stream {stream!r} not found at {endpoint} (region {args.region}); "
+                    "create it first, or check --stream, --region and --endpoint-url"
+                ) from None
+            except errors.TransportError as exc:
+                hint = (
+                    "pass --no-verify for a self-signed certificate (the local server's)"
+                    if "CERTIFICATE_VERIFY_FAILED" in str(exc)
+                    else "is the server running? check --endpoint-url"
+                )
+                raise UsageError(
+                    f"cannot reach Kinesis at {endpoint} ({exc.message}); {hint}"
+                ) from None
+            except errors.AccessDeniedError as exc:
+                raise UsageError(
+                    f"access denied ({exc}); check the credentials and their permissions"
+                ) from None
+        return await body(client)
+    finally:
+        await client.aclose()
+
+
+def _failure(exc: BaseException) -> tuple[str, int] | None:
+    """The one line and exit status for an error a person can act on; None for a bug.
+
+    Service and configuration errors are 2 (the user can fix them); a consumer that gave up
+    after repeated failures while running is 1. Task groups wrap errors: look inside.
+    """
+    if isinstance(exc, UsageError | errors.KinesisError):
+        return str(exc), 2
+    if isinstance(exc, RestartIntensityExceeded):
+        last = exc.__cause__ if exc.__cause__ is not None else exc
+        return f"gave up after repeated failures; the last one: {last}", 1
+    if isinstance(exc, BaseExceptionGroup):
+        found = [_failure(inner) for inner in exc.exceptions]
+        if found and all(one is not None for one in found):
+            return found[0]
+    return None
+
+
+class _OneLine(logging.Formatter):
+    """The library's warnings as one line each, without the tracebacks."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"kinesis-actors: {record.levelname.lower()}: {record.getMessage()}"
+
+
+def _quiet_logging() -> None:
+    """Send the library's warnings to stderr, one line each, unless logging is set up."""
+    library = logging.getLogger("kinesis_actors")
+    if logging.getLogger().handlers or library.handlers:
+        return  # the application (or pytest) decides
+    handler = logging.StreamHandler()
+    handler.setFormatter(_OneLine())
+    library.addHandler(handler)
+    library.setLevel(logging.WARNING)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status."""
-    args = _parser().parse_args(argv)
     try:
-        if args.command == "demo":
-            if args.records <= 0 or args.shards <= 0:
-                raise errors.ConfigError("--records and --shards must be positive")
-            return anyio.run(run_demo, args.records, args.shards)
-        if args.command == "local":
-            return run_local()
-        if args.command == "bench":
-            return run_bench(args)
-        if args.command == "consumers":
-            return anyio.run(
-                partial(
-                    run_consumers,
-                    args.action,
-                    stream=args.stream,
-                    name=getattr(args, "name", None),
-                    client_options=_client_options(args),
-                )
-            )
-        if args.command == "put":
-            return anyio.run(
-                partial(
-                    run_put,
-                    sys.stdin.buffer,
-                    stream=args.stream,
-                    key=args.key,
-                    client_options=_client_options(args),
-                    aggregation=not args.no_aggregation,
-                )
-            )
-    except errors.KinesisError as exc:
-        print(f"kinesis-actors: error: {exc}", file=sys.stderr)
-        return 2
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2, already printed)
+        return exc.code if isinstance(exc.code, int) else 2
+    _quiet_logging()
+    try:
+        return _dispatch(args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`kinesis-actors tail ... | head`): stop quietly, and keep the
+        # interpreter's final flush from complaining about the closed pipe.
+        if threading.current_thread() is threading.main_thread():
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except Exception as exc:
+        failure = _failure(exc)
+        if failure is None:
+            raise
+        message, status = failure
+        print(f"kinesis-actors: error: {message}", file=sys.stderr)
+        return status
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "demo":
+        options = DemoOptions(
+            records=args.records,
+            shards=args.shards,
+            endpoint_url=args.endpoint_url,
+            region=args.region,
+            verify=not args.no_verify,
+            output=args.output,
+            spark=not args.no_spark,
+        )
+        return anyio.run(run_demo, options)
+    if args.command == "local":
+        return run_local()
+    if args.command == "bench":
+        return run_bench(args)
+    if args.command == "consumers":
+        return anyio.run(
+            partial(
+                _with_client,
+                args,
+                [args.stream],
+                partial(
+                    run_consumers,
+                    action=args.action,
+                    stream=args.stream,
+                    name=getattr(args, "name", None),
+                ),
+            )
+        )
+    if args.command == "put":
+        return anyio.run(
+            partial(
+                _with_client,
+                args,
+                [args.stream],
+                partial(
+                    run_put,
+                    lines=sys.stdin.buffer,
+                    stream=args.stream,
+                    key=args.key,
+                    aggregation=not args.no_aggregation,
+                ),
+            )
+        )
+    if args.command == "tail":
+        if args.mode == "efo" and (args.endpoint_url or "https:").startswith("http:"):
+            raise UsageError(
+                "--mode efo needs an https endpoint (SubscribeToShard is HTTP/2 over TLS): pass "
+                "the server's https URL as --endpoint-url (with --no-verify for the local "
+                "server's self-signed certificate), or use --mode polling"
+            )
+        if args.consumer_name is not None and args.mode != "efo":
+            raise UsageError("--consumer-name is for --mode efo only")
+        return anyio.run(
+            partial(
+                _with_client,
+                args,
+                args.stream,
+                partial(
+                    run_tail,
+                    streams=args.stream,
+                    mode=args.mode,
+                    start=args.start,
+                    count=args.count,
+                    consumer_name=args.consumer_name,
+                    raw=args.raw,
+                ),
+            )
+        )
     raise AssertionError(f"unhandled command {args.command!r}")  # pragma: no cover

@@ -5,18 +5,17 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable
-from typing import Any
 
 from ..client import KinesisClient
 from ..producer import Producer, ProducerConfig
 
 
 async def run_put(
-    lines: Iterable[bytes],
+    client: KinesisClient,
     *,
+    lines: Iterable[bytes],
     stream: str,
     key: str | None,
-    client_options: dict[str, Any],
     aggregation: bool,
 ) -> int:
     """Put every non-empty line (without its newline); print a JSON summary on stdout.
@@ -25,10 +24,7 @@ async def run_put(
     line's number, which spreads lines over the shards.
     """
     config = ProducerConfig(aggregation=aggregation, linger=0.05)
-    async with (
-        KinesisClient(**client_options) as client,
-        Producer(client, stream, config) as producer,
-    ):
+    async with Producer(client, stream, config) as producer:
         for number, line in enumerate(lines):
             data = line.rstrip(b"\r\n")
             if data:

@@ -6,11 +6,10 @@ import json
 import os
 import subprocess
 import sys
-
-import pytest
+import time
+from pathlib import Path
 
 from kinesis_actors import LocalKinesis
-from kinesis_actors.cli import main
 from tests.boto import create_stream, read_back
 
 
@@ -27,10 +26,42 @@ def _cli(
     )
 
 
-def test_the_demo_runs_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--records", "600", "--shards", "2"]) == 0
-    out = capsys.readouterr().out
-    assert "every record exactly once, in order per key: yes" in out
+def test_the_demo_runs_end_to_end_and_leaves_no_process_behind(tmp_path: Path) -> None:
+    demo = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kinesis_actors.cli",
+            "demo",
+            "--records",
+            "3000",
+            "--shards",
+            "2",
+            "--output",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # its own group: the local server and Spark's JVM join it
+    )
+    out, err = demo.communicate(timeout=300)
+    assert demo.returncode == 0, err.decode()[-3000:]
+    text = out.decode()
+    assert "every record exactly once, in order per key: yes" in text
+    assert "sink stream and parquet hold every record once: yes" in text
+    assert "p99" in text and "backpressure cycles" in text
+    assert list((tmp_path / "parquet").glob("*.parquet")), "no parquet output"
+    # Spark's JVM exits when it sees its parent's pipe close: give it a bounded moment.
+    left = subprocess.run(["pgrep", "-g", str(demo.pid)], capture_output=True, check=False)
+    for _ in range(150):
+        left = subprocess.run(["pgrep", "-g", str(demo.pid)], capture_output=True, check=False)
+        if not left.stdout:
+            break
+        time.sleep(0.1)  # another process group's exit: there is no event to await
+    leftovers = subprocess.run(
+        ["ps", "-o", "pid,args", "-g", str(demo.pid)], capture_output=True, check=False
+    )
+    assert not left.stdout, f"left behind:\n{leftovers.stdout.decode()}"
 
 
 def test_put_produces_each_line_once(local_kinesis: LocalKinesis, stream_name: str) -> None:
