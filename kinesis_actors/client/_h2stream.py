@@ -10,12 +10,15 @@ decisions matter there and httpx/httpcore do not expose them:
 - The socket is read only when the caller asks for more data. With one connection per
   subscription, an unread subscription is pushed back by TCP itself and holds at most the
   socket buffers; no sibling shares its connection window (lesson 3, httpcore issue 943).
-- Closing early sends RST_STREAM and closes the connection, so nothing is left half-read.
+- Closing early sends RST_STREAM and GOAWAY, then half-closes the connection and discards
+  what is still in flight until the server closes its side (bounded), so nothing is left
+  half-read and the server sees an orderly end, not a reset (see :meth:`H2Stream.aclose`).
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
 from collections.abc import Mapping
 from types import TracebackType
@@ -29,6 +32,7 @@ import h2.connection
 import h2.errors
 import h2.events
 import h2.settings
+from anyio.abc import SocketAttribute
 from anyio.streams.tls import TLSAttribute
 
 from .. import errors
@@ -236,13 +240,46 @@ class H2Stream:
             )
 
     async def aclose(self) -> None:
-        """Reset the stream if it has not ended, then close the connection (bounded)."""
+        """Reset the stream if it has not ended, then close the connection (bounded).
+
+        A stream closed before its end still has bytes in flight (a backpressured subscription
+        has megabytes: the server keeps writing until it learns of the reset). Closing a socket
+        with unread bytes makes the kernel abort the connection (TCP RST), and the server's next
+        read then fails instead of ending: kinesis-mock (http4s ember) never tears such a
+        connection down, so its subscription keeps the shard's lease and every resubscription
+        gets ResourceInUse until the server's 5-minute cap. So after RST_STREAM and GOAWAY the
+        connection is half-closed and read to its end, discarding, until the server closes it
+        (at most ``_CLOSE_TIMEOUT``); only then is the socket closed.
+        """
         with anyio.move_on_after(_CLOSE_TIMEOUT, shield=True):
             try:
-                if not self._ended:
+                ended = self._ended
+                if not ended:
                     self._h2.reset_stream(self._stream_id, h2.errors.ErrorCodes.CANCEL)
                 self._h2.close_connection()
                 await self._socket.send(self._h2.data_to_send())
+                if not ended and await self._send_eof():
+                    await self._discard_until_closed()
             except Exception:  # best effort: the socket closes below anyway
                 log.debug("closing an HTTP/2 stream cleanly failed", exc_info=True)
+        with anyio.CancelScope(shield=True):
             await self._socket.aclose()
+
+    async def _send_eof(self) -> bool:
+        """Half-close the connection (TCP FIN); False if the stream cannot."""
+        try:
+            await self._socket.send_eof()
+        except NotImplementedError:
+            # TLS streams cannot (anyio): shut the TCP socket's sending side under them.
+            raw = self._socket.extra(SocketAttribute.raw_socket, None)
+            if raw is None:
+                return False
+            raw.shutdown(socket.SHUT_WR)
+        return True
+
+    async def _discard_until_closed(self) -> None:
+        try:
+            while await self._socket.receive(_READ_SIZE):
+                pass
+        except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+            pass  # the server closed (or reset) its side: nothing is left in flight

@@ -142,11 +142,16 @@ async def test_a_stalled_shard_does_not_hold_back_the_others(
       1.4-1.6 MiB, the writer's 32 KiB puts included), below the ~3 heap bytes per byte the
       blocked shard's unread records would cost if they were buffered.
 
-    Released, the blocked shard catches up: all its records, once each, in order.
+    Released, the blocked shard catches up: all its records, once each, in order. Until the
+    window opens its records are 128 KiB, so at the release its subscription is closed with
+    megabytes in flight (the close must end the connection in order: kinesis-mock keeps the
+    lease of a connection that was reset, and the shard then gets ResourceInUse for minutes);
+    during the window they are 32 KiB, the size the heap bound above was measured with.
     """
     shards, prefetch, lifetime = 8, 1, 3.0
     tick, stall, grace = 0.2, 8.0, 5.0
-    small, big = 512, 32 * 1024  # the blocked shard's records are big: buffering them shows
+    # The blocked shard's records are big, buffering them shows; bigger before the window.
+    small, big, bigger = 512, 32 * 1024, 128 * 1024
     amplify, heap_constant = 4, 2 * 1024 * 1024
     await client.create_stream(stream_name, shards)
     smap: ShardMap = await shard_map(client, stream_name)
@@ -165,6 +170,8 @@ async def test_a_stalled_shard_does_not_hold_back_the_others(
     largest_event = 0
     blocked_entered = anyio.Event()
     release = anyio.Event()
+    window_opens = anyio.Event()
+    writer_switched = anyio.Event()  # no put of ``bigger`` records is in flight any more
     writing_done = anyio.Event()
     all_done = anyio.Event()
 
@@ -190,9 +197,12 @@ async def test_a_stalled_shard_does_not_hold_back_the_others(
     async def write() -> None:
         round_ = 0
         while not release.is_set():
+            size = big if window_opens.is_set() else bigger
+            if size == big:
+                writer_switched.set()
             records = [
                 {
-                    "Data": payload(key, round_, big if shard == blocked else small),
+                    "Data": payload(key, round_, size if shard == blocked else small),
                     "PartitionKey": key,
                 }
                 for shard, key in keys.items()
@@ -228,6 +238,8 @@ async def test_a_stalled_shard_does_not_hold_back_the_others(
                     consumer.metrics["shards"][key]["buffer_depth"] < prefetch
                 ):
                     await anyio.sleep(0.05)
+                window_opens.set()
+                await writer_switched.wait()
                 before = consumer.metrics["shards"]
                 start = clock()
                 tracemalloc.start()
