@@ -1,0 +1,60 @@
+"""``benchmarks.spark_bench`` runs end to end at a tiny scale and reports every figure.
+
+No speed is asserted (the figures of a few thousand rows mean nothing): only that each
+measurement is there, with positive numbers, the Arrow/tuples ratio and the notes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from benchmarks.spark_bench import markdown, run
+
+pytestmark = pytest.mark.local_kinesis
+
+
+def _positive(value: Any) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
+def test_a_tiny_run_reports_every_figure() -> None:
+    results = run(True, records=3_000, progress=lambda _: None)
+
+    source = results["source"]
+    for label in ("arrow", "tuples"):
+        row = source[label]
+        assert row["rows"] == 3_000, row
+        assert row["rows_match"], row
+        assert row["micro_batches"] >= 1
+        for key in ("rows_per_s", "rows_per_s_add_batch", "wall_s", "add_batch_s"):
+            assert _positive(row[key]), (label, key, row[key])
+        assert _positive(row["cpu_s"]["source_runner"]), row["cpu_s"]
+        assert _positive(row["cpu_s"]["jvm"]), row["cpu_s"]
+        assert "addBatch" in row["duration_ms_sum"]
+        assert row["source_runner_net_cpu_us_per_row"] >= 0
+    for key in ("arrow_over_tuples_rows_per_s", "arrow_over_tuples_add_batch"):
+        assert _positive(source[key]), (key, source[key])
+
+    driver = results["driver_inprocess"]
+    assert driver["rows"] == 3_000
+    for key in ("rows_per_s", "cpu_us_per_row", "ceiling_rows_per_s_per_core"):
+        assert _positive(driver[key]), (key, driver[key])
+
+    sink = results["sink"]
+    assert _positive(sink["batch_write"]["rows_per_s"])
+    assert sink["stream_pipeline"]["rows"] == 3_000
+    assert _positive(sink["stream_pipeline"]["rows_per_s"])
+
+    assert results["notes"] and all(isinstance(note, str) for note in results["notes"])
+    table = markdown(results)
+    assert "source, Arrow batches" in table
+    assert "Python tuples" in table
+    assert "df.write" in table
