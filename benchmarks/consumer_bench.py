@@ -33,6 +33,7 @@ from typing import Any
 
 import anyio
 
+from benchmarks._common import load as _load
 from benchmarks.loadtarget import LoadTarget, Synthetic
 from kinesis_actors import Consumer, ConsumerConfig, StartingPosition
 from kinesis_actors.records import Aggregator
@@ -46,10 +47,6 @@ INTERVAL = 0.01  # seconds between puts in the latency scenario
 LATENCY_SHARDS = 2
 _STAMP = struct.Struct("!Qd")
 _PAD = b"x" * (RECORD_BYTES - _STAMP.size)
-
-
-def _load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 def _aggregates() -> tuple[bytes, ...]:

@@ -21,7 +21,6 @@ import argparse
 import importlib.util
 import json
 import os
-import random
 import statistics
 import sys
 import time
@@ -31,34 +30,17 @@ from typing import Any
 
 import anyio
 
+from benchmarks._common import VARIANTS
+from benchmarks._common import load as _load
+from benchmarks._common import payloads as _payloads
+from benchmarks._common import rss_kib as _rss_kib
 from benchmarks.loadtarget import MIB, Faults, Limits, LoadTarget
 from kinesis_actors.producer import Producer, ProducerConfig
 
 KEYS = 1000
-VARIANTS = 16
 UNPACED = 1000.0  # rate_limit that keeps the producer's pacer out of the way (no-limit target)
 SHARD_RECORDS = 1000  # the emulated per-shard write limits
 SHARD_BYTES = MIB
-
-
-def _load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
-def _rss_kib() -> int:
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def _payloads(size: int) -> list[bytes]:
-    rng = random.Random(size)
-    return [rng.randbytes(size) for _ in range(VARIANTS)]
 
 
 _KEY_NAMES = [f"pk-{index}" for index in range(KEYS)]

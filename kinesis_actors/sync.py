@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Self
 
+import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from .client import ClientConfig, KinesisClient
@@ -99,11 +100,19 @@ class SyncProducer:
         """``put`` for each ``(data, partition_key[, explicit_hash_key])``."""
         return [self.put(*record) for record in records]
 
-    def flush(self) -> None:
-        """Send everything buffered and wait until every record so far is settled."""
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything buffered and wait until every record so far is settled.
+
+        With ``timeout`` (seconds), raise :class:`TimeoutError` if that takes longer; the
+        records stay in flight.
+        """
         with self._lock:
             self._submit()
-        self._portal.call(self._producer.flush)
+        self._portal.call(self._flush_within, timeout)
+
+    async def _flush_within(self, seconds: float | None) -> None:
+        with anyio.fail_after(seconds):
+            await self._producer.flush()
 
     def close(self) -> None:
         """Flush, then stop the producer, the client and the loop thread. Idempotent."""

@@ -26,44 +26,28 @@ __all__ = [
 _TRUE = {"true", "1", "yes"}
 _FALSE = {"false", "0", "no"}
 
-SOURCE_OPTIONS = frozenset(
-    {
-        "streamname",
-        "region",
-        "endpointurl",
-        "verifyssl",
-        "awsaccesskeyid",
-        "awssecretkey",
-        "sessiontoken",
-        "consumermode",
-        "consumername",
-        "registration",
-        "initialposition",
-        "maxrecordspertrigger",
-        "maxbytespertrigger",
-        "maxstagedrecords",
-        "maxstagedbytes",
-        "replaytimeout",
-        "deregisterconsumer",
-        "path",
-    }
+CONNECTION_OPTIONS = frozenset(
+    {"streamname", "path", "region", "endpointurl", "verifyssl"}
+    | {"awsaccesskeyid", "awssecretkey", "sessiontoken"}
 )
-SINK_OPTIONS = frozenset(
-    {
-        "streamname",
-        "region",
-        "endpointurl",
-        "verifyssl",
-        "awsaccesskeyid",
-        "awssecretkey",
-        "sessiontoken",
-        "aggregation",
-        "queuelimitrecords",
-        "flushtimeout",
-        "path",
-        "checkpointlocation",
-    }
-)
+SOURCE_OPTIONS = CONNECTION_OPTIONS | {
+    "consumermode",
+    "consumername",
+    "registration",
+    "initialposition",
+    "maxrecordspertrigger",
+    "maxbytespertrigger",
+    "maxstagedrecords",
+    "maxstagedbytes",
+    "replaytimeout",
+    "deregisterconsumer",
+}
+SINK_OPTIONS = CONNECTION_OPTIONS | {
+    "aggregation",
+    "queuelimitrecords",
+    "flushtimeout",
+    "checkpointlocation",
+}
 
 
 @dataclass(frozen=True, slots=True)

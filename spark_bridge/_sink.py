@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
 
-import anyio
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import (
@@ -128,19 +127,6 @@ def producer_config(options: SinkOptions) -> ProducerConfig:
     )
 
 
-class _TaskProducer(SyncProducer):
-    """``SyncProducer`` plus a flush with a time limit (``SyncProducer.flush`` has none)."""
-
-    def flush_within(self, timeout: float) -> None:
-        with self._lock:
-            self._submit()
-        self._portal.call(self._flush_bounded, timeout)
-
-    async def _flush_bounded(self, seconds: float) -> None:
-        with anyio.fail_after(seconds):
-            await self.producer.flush()
-
-
 def _describe(options: SinkOptions) -> str:
     return f"kinesis sink (stream {options.stream!r})"
 
@@ -165,13 +151,13 @@ def write_records(options: SinkOptions, chunks: Iterable[Iterable[Record]]) -> K
     """
     started = time.monotonic()
     records = nbytes = 0
-    producer: _TaskProducer | None = None
+    producer: SyncProducer | None = None
     try:
         try:
             for chunk in chunks:
                 for data, key, hash_key in chunk:
                     if producer is None:
-                        producer = _TaskProducer(
+                        producer = SyncProducer(
                             options.stream,
                             **options.connection.client_kwargs(),
                             config=producer_config(options),
@@ -189,7 +175,7 @@ def write_records(options: SinkOptions, chunks: Iterable[Iterable[Record]]) -> K
             if producer is None:
                 return KinesisCommitMessage(seconds=time.monotonic() - started)
             try:
-                producer.flush_within(options.flush_timeout)
+                producer.flush(timeout=options.flush_timeout)
             except TimeoutError:
                 raise TimeoutError(
                     f"{_describe(options)}: the flush of {records} records did not finish "

@@ -36,6 +36,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from kinesis_actors import KinesisClient, StartingPosition
+from kinesis_actors.consumer._discovery import list_shards
 from kinesis_actors.consumer._positions import POSITIONS_VERSION
 
 from ._driver import DriverConsumer, canonical
@@ -266,17 +267,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 async def _list_shards(connection: Connection, streams: tuple[str, ...]) -> dict[str, list[str]]:
     """Every shard of every stream, for the initial offset of ``latest``/``at_timestamp``."""
-    listing: dict[str, list[str]] = {}
     async with KinesisClient(**connection.client_kwargs()) as client:
-        for stream in streams:
-            shard_ids: list[str] = []
-            params: dict[str, Any] = {"StreamName": stream}
-            while True:
-                page = await client.call("ListShards", params)
-                shard_ids.extend(shard["ShardId"] for shard in page.get("Shards", []))
-                token = page.get("NextToken")
-                if not token:
-                    break
-                params = {"NextToken": token}
-            listing[stream] = shard_ids
-    return listing
+        return {
+            stream: [shard.shard_id for shard in (await list_shards(client, stream, 1000))[0]]
+            for stream in streams
+        }
