@@ -8,6 +8,7 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import io
 import logging
 import os
 import sys
@@ -16,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, cast
 
 import anyio
 
@@ -426,7 +427,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                 [args.stream],
                 partial(
                     run_put,
-                    lines=sys.stdin.buffer,
+                    lines=cast(io.BufferedReader, sys.stdin.buffer),  # has read1
                     stream=args.stream,
                     key=args.key,
                     aggregation=not args.no_aggregation,
