@@ -20,7 +20,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from .client import ClientConfig, KinesisClient
 from .errors import ConfigError, ProducerClosedError
-from .producer import Producer, ProducerConfig, ProducerMetrics, PutHandle
+from .producer import Producer, ProducerConfig, ProducerMetrics, PutHandle, StreamInfo
 
 __all__ = ["SyncProducer"]
 
@@ -50,6 +50,7 @@ class SyncProducer:
         client_config: ClientConfig | None = None,
         batch_size: int = 256,
         backend: str = "asyncio",
+        stream_info: StreamInfo | None = None,
     ) -> None:
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
@@ -61,7 +62,7 @@ class SyncProducer:
         self._closed = False
         self._stack = contextlib.ExitStack()
         client = KinesisClient(region, endpoint_url, verify, credentials, config=client_config)
-        producer = Producer(client, stream, config)  # validates before any network call
+        producer = Producer(client, stream, config, stream_info=stream_info)  # validates first
         try:
             self._portal: BlockingPortal = self._stack.enter_context(start_blocking_portal(backend))
             self._stack.enter_context(self._portal.wrap_async_context_manager(client))

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kinesis_actors.errors import ConfigError, ValidationError
+from kinesis_actors.producer import StreamInfo
 
 from ._options import SinkOptions, parse_sink_options
-from ._sink import Record, check_input_columns, write_records
+from ._sink import Record, check_input_columns, describe_target, write_records
 
 __all__ = ["partition_writer"]
 
@@ -51,7 +52,9 @@ def partition_writer(stream: str, **connection_options: Any) -> Callable[[Iterat
     ``connection_options`` take the Spark options' names: ``region``, ``endpointUrl``,
     ``verifySsl``, ``awsAccessKeyId``, ``awsSecretKey``, ``sessionToken``, and the sink's
     ``aggregation``, ``queueLimitRecords``, ``flushTimeout`` (values may be Python bools and
-    numbers). They are checked here, on the driver: a bad one raises a ConfigError naming it.
+    numbers). They are checked here, on the driver: a bad one raises a ConfigError naming it,
+    and the stream is described once (ResourceNotFoundError if it does not exist); the tasks
+    reuse that description rather than each calling DescribeStreamSummary (lesson 10).
     Each task opens its producer (and event loop) when its first row arrives, flushes within
     ``flushTimeout`` and closes before returning; a record that fails fails the task.
 
@@ -67,17 +70,20 @@ def partition_writer(stream: str, **connection_options: Any) -> Callable[[Iterat
                 f"partition_writer: unknown option {name!r}; expected one of {', '.join(_OPTIONS)}"
             )
         options[canonical] = _option_text(canonical, value)
-    return _PartitionWriter(parse_sink_options(options))
+    parsed = parse_sink_options(options)
+    return _PartitionWriter(parsed, describe_target(parsed))
 
 
 @dataclass(frozen=True, slots=True)
 class _PartitionWriter:
-    """The function ``partition_writer`` returns: pickles as its parsed options only."""
+    """The function ``partition_writer`` returns: pickles as its parsed options and the
+    driver's description of the stream."""
 
     options: SinkOptions
+    stream_info: StreamInfo
 
     def __call__(self, rows: Iterator[Any]) -> None:
-        message = write_records(self.options, _row_chunks(rows))
+        message = write_records(self.options, _row_chunks(rows), self.stream_info)
         log.info(
             "partition_writer: wrote %d records (%d bytes) to %r in %.2fs, %d retries",
             message.records,

@@ -5,6 +5,10 @@ optionally ``explicitHashKey`` (string, a decimal 128-bit hash key; null means "
 partition key"). The input schema is checked on the driver when Spark creates the writer, so
 a wrong column fails the query before any task runs, with a ConfigError naming it.
 
+The driver describes the stream once, when Spark creates the writer: an unknown stream fails
+the query there, and the tasks reuse that description instead of each calling
+DescribeStreamSummary, which the service limits to 20 a second per account (lesson 10).
+
 Each task writes its partition with a :class:`~kinesis_actors.sync.SyncProducer` whose event
 loop starts inside the task (never at import: Python workers are forked and reused), flushes
 within ``flushTimeout`` and always closes before ``write`` returns. The commit message is
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
 
+import anyio
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import (
@@ -37,13 +42,14 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, StringType
 
-from kinesis_actors import ProducerConfig
+from kinesis_actors import KinesisClient, ProducerConfig
 from kinesis_actors.errors import (
     ConfigError,
     ProducerFailedError,
     RecordExpiredError,
     ValidationError,
 )
+from kinesis_actors.producer import StreamInfo, describe_stream
 from kinesis_actors.sync import SyncProducer
 
 from ._options import SinkOptions
@@ -54,6 +60,7 @@ __all__ = [
     "KinesisStreamWriter",
     "check_input_columns",
     "check_input_schema",
+    "describe_target",
     "write_records",
 ]
 
@@ -127,6 +134,19 @@ def producer_config(options: SinkOptions) -> ProducerConfig:
     )
 
 
+def describe_target(options: SinkOptions) -> StreamInfo:
+    """DescribeStreamSummary for the sink's stream, once, on the driver.
+
+    Raises ResourceNotFoundError (naming the stream) if it does not exist, before any task.
+    """
+
+    async def describe() -> StreamInfo:
+        async with KinesisClient(**options.connection.client_kwargs()) as client:
+            return await describe_stream(client, options.stream)
+
+    return anyio.run(describe)
+
+
 def _describe(options: SinkOptions) -> str:
     return f"kinesis sink (stream {options.stream!r})"
 
@@ -139,8 +159,15 @@ def _trouble(producer: SyncProducer) -> str:
     )
 
 
-def write_records(options: SinkOptions, chunks: Iterable[Iterable[Record]]) -> KinesisCommitMessage:
+def write_records(
+    options: SinkOptions,
+    chunks: Iterable[Iterable[Record]],
+    stream_info: StreamInfo | None = None,
+) -> KinesisCommitMessage:
     """One task's work: write every record, flush within the time limit, always close.
+
+    ``stream_info`` is the driver's :func:`describe_target`; without it the task's producer
+    describes the stream itself.
 
     ``chunks`` yields groups of ``(data, partition_key, explicit_hash_key)``; ``str`` data is
     sent as UTF-8. The producer (and its event loop) is opened on the first record, inside
@@ -162,6 +189,7 @@ def write_records(options: SinkOptions, chunks: Iterable[Iterable[Record]]) -> K
                             **options.connection.client_kwargs(),
                             config=producer_config(options),
                             batch_size=_HOP_BATCH,
+                            stream_info=stream_info,
                         )
                     payload = data.encode("utf-8") if isinstance(data, str) else data
                     try:
@@ -282,9 +310,10 @@ class KinesisBatchWriter(DataSourceArrowWriter):
     def __init__(self, options: SinkOptions, schema: Any) -> None:
         check_input_schema(schema)
         self.options = options
+        self.stream_info = describe_target(options)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> KinesisCommitMessage:
-        return write_records(self.options, _arrow_chunks(iterator))
+        return write_records(self.options, _arrow_chunks(iterator), self.stream_info)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         _log_commit(f"write to {self.options.stream!r}", messages)
@@ -304,9 +333,10 @@ class KinesisStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: SinkOptions, schema: Any) -> None:
         check_input_schema(schema)
         self.options = options
+        self.stream_info = describe_target(options)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> KinesisCommitMessage:
-        return write_records(self.options, _arrow_chunks(iterator))
+        return write_records(self.options, _arrow_chunks(iterator), self.stream_info)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         _log_commit(f"stream to {self.options.stream!r}", messages, batchId)

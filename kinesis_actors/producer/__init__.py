@@ -17,6 +17,7 @@ from ._handle import PutHandle, PutResult
 from ._metrics import ProducerMetrics
 from ._producer import Producer
 from ._ratelimit import ShardRateLimiter, ShardStats, TokenBucket
+from ._stream import StreamInfo, describe_stream
 
 __all__ = [
     "DEFAULT_LINGER",
@@ -30,5 +31,7 @@ __all__ = [
     "PutResult",
     "ShardRateLimiter",
     "ShardStats",
+    "StreamInfo",
     "TokenBucket",
+    "describe_stream",
 ]

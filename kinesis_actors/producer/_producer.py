@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
@@ -22,6 +23,7 @@ from anyio.abc import TaskGroup
 
 from .. import errors
 from ..records import ShardMap
+from ..runtime._clock import loop_clock
 from ._admission import Admission
 from ._calls import PUT_RECORDS_MAX_RECORDS
 from ._config import ProducerConfig
@@ -29,7 +31,7 @@ from ._handle import PutHandle, PutResult
 from ._metrics import ProducerMetrics
 from ._pipeline import Call, Entry, Pipeline
 from ._ratelimit import ShardRateLimiter
-from ._stream import DEFAULT_MAX_RECORD_BYTES, describe_stream, list_open_shards
+from ._stream import DEFAULT_MAX_RECORD_BYTES, StreamInfo, describe_stream, list_open_shards
 from ._validation import prepare_record
 
 if TYPE_CHECKING:
@@ -49,13 +51,26 @@ class Producer:
     record is acknowledged or has failed). ``put`` returns a :class:`PutHandle` once the record
     is in the bounded queue; ``await handle`` gives its :class:`PutResult`. Opening checks the
     stream (ResourceNotFoundError if it does not exist) and lists its shards.
+
+    ``stream_info`` (from :func:`describe_stream`) skips the DescribeStreamSummary at open:
+    many short-lived producers of one job (Spark tasks) share one description made by their
+    driver, since that call is limited to 20 a second per account (lesson 10).
     """
 
     def __init__(
-        self, client: KinesisClient, stream: str, config: ProducerConfig | None = None
+        self,
+        client: KinesisClient,
+        stream: str,
+        config: ProducerConfig | None = None,
+        *,
+        stream_info: StreamInfo | None = None,
     ) -> None:
         if not isinstance(stream, str) or not stream:
             raise errors.ConfigError(f"stream must be a non-empty stream name, got {stream!r}")
+        if stream_info is not None and not isinstance(stream_info, StreamInfo):
+            raise errors.ConfigError(
+                f"stream_info must be a StreamInfo (from describe_stream), got {stream_info!r}"
+            )
         if config is None:
             config = ProducerConfig()
         elif not isinstance(config, ProducerConfig):
@@ -67,7 +82,9 @@ class Producer:
         self._pipeline: Pipeline | None = None
         self._task_group: TaskGroup | None = None
         self._wake: anyio.Event | None = None
+        self._now: Callable[[], float] = anyio.current_time  # bound to the loop's at open
         self._state = "new"
+        self._stream_info = stream_info
         self._max_record_bytes = DEFAULT_MAX_RECORD_BYTES
         self._record_distribution = "USER_PARTITION_KEY"
         self._failure: BaseException | None = None
@@ -149,6 +166,7 @@ class Producer:
         if self._state != "new":
             raise RuntimeError("a Producer can be opened once")
         self._state = "opening"
+        self._now = loop_clock()
         self._wake = anyio.Event()
         self._settled = anyio.Event()
         await self._describe_stream()
@@ -268,7 +286,7 @@ class Producer:
             explicit_hash_key,
             hashed,
             size,
-            anyio.current_time(),
+            self._now(),
             handle,
             epoch,
         )
@@ -477,7 +495,9 @@ class Producer:
         )
 
     async def _describe_stream(self) -> None:
-        info = await describe_stream(self._client, self._stream)
+        info = self._stream_info
+        if info is None:
+            info = await describe_stream(self._client, self._stream)
         self._max_record_bytes = info.max_record_bytes
         self._record_distribution = info.record_distribution
         self._open_shards = info.open_shards

@@ -24,6 +24,7 @@ from kinesis_actors import (
     errors,
 )
 from kinesis_actors.client import RetryPolicy, RetrySettings
+from kinesis_actors.producer import StreamInfo
 from tests.boto import read_back
 from tests.faults import Cut, Delay, Fault, FaultProxy, RejectRecords, Reply, Request
 
@@ -261,3 +262,26 @@ async def test_cancelling_the_block_fails_what_is_left_and_returns_at_once(
                 await producer.flush()  # stalls until cancelled
     assert handles and all(isinstance(h.exception(), errors.ProducerClosedError) for h in handles)
     assert producer.metrics.outstanding_records == 0
+
+
+async def test_lesson_10_a_given_stream_description_skips_the_describe_call(
+    proxy: FaultProxy, local_kinesis: LocalKinesis, stream_name: str
+) -> None:
+    # Many short-lived producers (Spark tasks) share their driver's description instead of each
+    # calling DescribeStreamSummary (20/s per account). Here the call would fail if made.
+    async with proxied(proxy, local_kinesis) as kinesis:
+        await kinesis.create_stream(stream_name, 2)
+        described = proxy.stats.by_target.get("DescribeStreamSummary", 0)
+        proxy.decide = lambda r: (
+            Reply.error("LimitExceededException") if r.target == "DescribeStreamSummary" else None
+        )
+        info = StreamInfo(
+            max_record_bytes=100, record_distribution="USER_PARTITION_KEY", open_shards=2
+        )
+        with anyio.fail_after(30):
+            async with Producer(kinesis, stream_name, stream_info=info) as producer:
+                handle = await producer.put(b"x" * 90, "k")
+                with pytest.raises(errors.RecordTooLargeError, match="100-byte limit"):
+                    await producer.put(b"x" * 100, "k")  # the given limit, not the stream's
+            assert (await handle).shard_id.startswith("shardId-")
+    assert proxy.stats.by_target.get("DescribeStreamSummary", 0) == described

@@ -101,6 +101,8 @@ def test_bad_arguments_fail_before_any_network_call() -> None:
         Producer(client, "")
     with pytest.raises(errors.ConfigError, match="ProducerConfig"):
         Producer(client, "s", config={"linger": 1})  # type: ignore[arg-type]
+    with pytest.raises(errors.ConfigError, match="stream_info must be a StreamInfo"):
+        Producer(client, "s", stream_info={"max_record_bytes": 1})  # type: ignore[arg-type]
 
 
 async def test_put_before_open_is_refused(client: KinesisClient) -> None:

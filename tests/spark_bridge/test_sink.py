@@ -254,9 +254,9 @@ def test_a_null_partition_key_fails_the_task_naming_the_column(
     assert "column 'partitionKey' is null in row 1" in text
 
 
-def test_an_unknown_stream_fails_the_write(spark: Any, conn: dict[str, str]) -> None:
+def test_an_unknown_stream_fails_the_write_on_the_driver(spark: Any, conn: dict[str, str]) -> None:
     df = spark.createDataFrame([("a", "k")], "data string, partitionKey string")
-    with pytest.raises(PythonException) as failure:
+    with pytest.raises(AnalysisException) as failure:  # when the writer is made, before tasks
         (
             df.write.format("kinesis")
             .mode("append")
@@ -343,3 +343,34 @@ def test_a_task_counts_retries_and_throttles_in_its_commit_message(
 
     delivered = consume(local_kinesis, stream, len(rows))
     assert _pairs(delivered) == Counter((key, data.encode()) for data, key, _ in rows)
+
+
+def test_the_driver_describes_the_stream_once_for_all_tasks(
+    spark: Any, local_kinesis: LocalKinesis, stream: str, proxy: FaultProxy
+) -> None:
+    # Lesson 10: a describe call from every task meets the account-wide limit (20/s for
+    # DescribeStreamSummary) once a job has many tasks.
+    rows = [(f"d{i}", f"k{i % 31}") for i in range(600)]
+    df = spark.createDataFrame(rows, "data string, partitionKey string").repartition(6)
+    options = {
+        "endpointUrl": proxy.endpoint_url,
+        "awsAccessKeyId": "local",
+        "awsSecretKey": "local",
+        "streamName": stream,
+    }
+    df.write.format("kinesis").mode("append").options(**options).save()
+    assert proxy.stats.by_target.get("DescribeStreamSummary") == 1
+    assert proxy.stats.by_target["PutRecords"] >= 6  # every task wrote through the proxy
+
+    options.pop("streamName")
+    writer = partition_writer(stream, **options)
+    df.foreachPartition(writer)
+    assert proxy.stats.by_target.get("DescribeStreamSummary") == 2
+
+    delivered = consume(local_kinesis, stream, 2 * len(rows))
+    assert _pairs(delivered) == Counter({(key, data.encode()): 2 for data, key in rows})
+
+
+def test_partition_writer_fails_at_once_for_an_unknown_stream(conn: dict[str, str]) -> None:
+    with pytest.raises(errors.ResourceNotFoundError, match="no-such-stream"):
+        partition_writer("no-such-stream", **conn)
