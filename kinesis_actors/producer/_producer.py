@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
@@ -23,7 +22,6 @@ from anyio.abc import TaskGroup
 
 from .. import errors
 from ..records import ShardMap
-from ..runtime._clock import loop_clock
 from ._admission import Admission
 from ._calls import PUT_RECORDS_MAX_RECORDS
 from ._config import ProducerConfig
@@ -82,7 +80,6 @@ class Producer:
         self._pipeline: Pipeline | None = None
         self._task_group: TaskGroup | None = None
         self._wake: anyio.Event | None = None
-        self._now: Callable[[], float] = anyio.current_time  # bound to the loop's at open
         self._state = "new"
         self._stream_info = stream_info
         self._max_record_bytes = DEFAULT_MAX_RECORD_BYTES
@@ -166,7 +163,6 @@ class Producer:
         if self._state != "new":
             raise RuntimeError("a Producer can be opened once")
         self._state = "opening"
-        self._now = loop_clock()
         self._wake = anyio.Event()
         self._settled = anyio.Event()
         await self._describe_stream()
@@ -286,7 +282,7 @@ class Producer:
             explicit_hash_key,
             hashed,
             size,
-            self._now(),
+            anyio.current_time(),
             handle,
             epoch,
         )
