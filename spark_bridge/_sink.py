@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
 
-import anyio
 import pyarrow as pa
 import pyarrow.compute as pc
+from anyio.from_thread import start_blocking_portal
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -144,7 +144,10 @@ def describe_target(options: SinkOptions) -> StreamInfo:
         async with KinesisClient(**options.connection.client_kwargs()) as client:
             return await describe_stream(client, options.stream)
 
-    return anyio.run(describe)
+    # On a loop thread of its own: the caller may be inside a running event loop (a notebook
+    # cell calling partition_writer runs in the kernel's), where anyio.run would refuse.
+    with start_blocking_portal() as portal:
+        return portal.call(describe)
 
 
 def _describe(options: SinkOptions) -> str:

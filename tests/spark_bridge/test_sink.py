@@ -374,3 +374,13 @@ def test_the_driver_describes_the_stream_once_for_all_tasks(
 def test_partition_writer_fails_at_once_for_an_unknown_stream(conn: dict[str, str]) -> None:
     with pytest.raises(errors.ResourceNotFoundError, match="no-such-stream"):
         partition_writer("no-such-stream", **conn)
+
+
+@pytest.mark.anyio
+async def test_partition_writer_can_be_made_inside_a_running_event_loop(
+    stream: str, conn: dict[str, str]
+) -> None:
+    # A notebook cell runs inside the kernel's event loop; making the writer describes the
+    # stream, which must not need the caller's thread to be free of a loop.
+    writer = partition_writer(stream, **conn)
+    assert writer.stream_info.max_record_bytes == 1024 * 1024
