@@ -189,9 +189,15 @@ class KinesisClient:
         capped exponential backoff and full jitter per the operation's
         :class:`RetrySettings` (or ``retry``); the last failure is raised as its typed error.
         """
-        request = self.codec.encode(operation, params or {})
+        return await self.send(self.codec.encode(operation, params or {}), retry=retry)
+
+    async def send(
+        self, request: EncodedRequest, *, retry: RetrySettings | None = None
+    ) -> dict[str, Any]:
+        """Run a request already encoded with :attr:`codec` (say by its hand-written
+        ``encode_put_records``); retried like :meth:`call`, whose second half it is."""
         self.stats.calls += 1
-        return await self._retrying(operation, retry, lambda: self._send(request))
+        return await self._retrying(request.operation, retry, lambda: self._send(request))
 
     async def _retrying(
         self,

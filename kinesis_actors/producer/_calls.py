@@ -80,13 +80,9 @@ class Call(NamedTuple):
     parts: list[Part]
     nbytes: int
 
-    def request(self, stream: str) -> dict[str, Any]:
-        """The PutRecords parameters, in boto3's shapes."""
-        records = []
-        for part in self.parts:
-            record = part.record
-            item: dict[str, Any] = {"Data": record.data, "PartitionKey": record.partition_key}
-            if record.explicit_hash_key is not None:
-                item["ExplicitHashKey"] = record.explicit_hash_key
-            records.append(item)
-        return {"StreamName": stream, "Records": records}
+    def records(self) -> list[tuple[bytes, str, str | None]]:
+        """``(data, partition_key, explicit_hash_key)`` per Kinesis record, in call order."""
+        return [
+            (part.record.data, part.record.partition_key, part.record.explicit_hash_key)
+            for part in self.parts
+        ]

@@ -438,7 +438,10 @@ class Producer:
         settled = False
         try:
             try:
-                response = await self._client.call("PutRecords", call.request(self._stream))
+                client = self._client
+                response = await client.send(
+                    client.codec.encode_put_records(self._stream, call.records())
+                )
             except errors.KinesisError as exc:
                 self._counters["failed_calls"] += 1
                 pipeline.fail(call, exc, anyio.current_time())

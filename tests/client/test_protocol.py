@@ -11,7 +11,7 @@ import pytest
 
 from kinesis_actors import errors
 from kinesis_actors.client._eventstream import SubscribeToShardDecoder
-from kinesis_actors.client._protocol import ProtocolCodec
+from kinesis_actors.client._protocol import JSON_ONLY_OUTPUTS, ProtocolCodec
 
 
 @pytest.fixture(scope="module")
@@ -162,3 +162,68 @@ def test_error_messages_raise_typed_errors(codec: ProtocolCodec) -> None:
     )
     with pytest.raises(errors.ServiceError, match="boom"):
         decoder.feed(error)
+
+
+def _botocore_parse(codec: ProtocolCodec, operation: str, body: bytes) -> dict[str, object]:
+    model = codec.operation_model(operation)
+    parsed: dict[str, object] = codec._parser.parse(
+        {"status_code": 200, "headers": {}, "body": body}, model.output_shape
+    )
+    parsed.pop("ResponseMetadata", None)
+    return parsed
+
+
+def _plain_json_members(shape: object) -> bool:
+    """Whether a shape holds only strings, integers, booleans, lists and structures of them."""
+    type_name = getattr(shape, "type_name", "")
+    if type_name == "structure":
+        return all(_plain_json_members(member) for member in shape.members.values())  # type: ignore[attr-defined]
+    if type_name == "list":
+        return _plain_json_members(shape.member)  # type: ignore[attr-defined]
+    return type_name in ("string", "integer", "long", "boolean")
+
+
+@pytest.mark.parametrize("operation", sorted(JSON_ONLY_OUTPUTS))
+def test_json_only_outputs_really_are_plain_json(codec: ProtocolCodec, operation: str) -> None:
+    # The fast path decodes these with json.loads: no blob, timestamp or float may appear.
+    assert _plain_json_members(codec.operation_model(operation).output_shape)
+
+
+def test_the_put_records_fast_decode_equals_botocore_s(codec: ProtocolCodec) -> None:
+    body = json.dumps(
+        {
+            "FailedRecordCount": 1,
+            "EncryptionType": "KMS",
+            "Records": [
+                {"SequenceNumber": "4960" + "1" * 52, "ShardId": "shardId-000000000001"},
+                {
+                    "ErrorCode": "ProvisionedThroughputExceededException",
+                    "ErrorMessage": "Rate exceeded for shard shardId-000000000001",
+                },
+            ],
+        }
+    ).encode()
+    assert codec.decode("PutRecords", 200, {}, body) == _botocore_parse(codec, "PutRecords", body)
+
+
+def test_the_put_records_fast_encode_equals_botocore_s(codec: ProtocolCodec) -> None:
+    records: list[tuple[bytes, str, str | None]] = [
+        (b"\x00\xffbinary", "key-é", None),
+        (b"x" * 300, "k", str(2**128 - 1)),
+        (b"y", "k" * 256, "0"),
+    ]
+    fast = codec.encode_put_records("my-stream", records)
+    slow = codec.encode(
+        "PutRecords",
+        {
+            "StreamName": "my-stream",
+            "Records": [
+                {"Data": data, "PartitionKey": key}
+                | ({} if hash_key is None else {"ExplicitHashKey": hash_key})
+                for data, key, hash_key in records
+            ],
+        },
+    )
+    assert fast.operation == slow.operation == "PutRecords"
+    assert dict(fast.headers) == dict(slow.headers)
+    assert json.loads(fast.body) == json.loads(slow.body)
