@@ -166,10 +166,17 @@ def _throughput(rows: list[dict[str, Any]]) -> list[str]:
                 _ratio(row.get("cpu_vs_project")),
                 _num(row["target_cpu_us_per_record"], 1),
                 _num(row["target_below_client_cpu"]),
-                "",
+                _spread(row.get("runs_records_per_s") or []),
             ]
         )
     return _table(header, body)
+
+
+def _spread(rates: list[float]) -> str:
+    """``median of 3: 80,292-106,229 rec/s`` for a repeated row, nothing for a single run."""
+    if len(rates) < 2:
+        return ""
+    return f"median of {len(rates)}: {_num(min(rates))}-{_num(max(rates))} rec/s"
 
 
 def markdown(results: dict[str, Any], plots: list[str]) -> str:
@@ -186,8 +193,14 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
         "its own; *vs project* is peer / kinesis-actors for the same config (rates: higher is "
         "faster; CPU: higher costs more); *target < client* says the target was not the "
         "bottleneck.",
-        "",
     ]
+    repeats = results.get("scale", {}).get("repeats", 1)
+    if repeats > 1:
+        lines.append(
+            f"- throughput rows: each peer ran {repeats} times, peers interleaved; the run with "
+            "the median rate is shown, the note gives the range"
+        )
+    lines.append("")
 
     def plot(name: str) -> None:
         file = PLOTS[name]

@@ -115,7 +115,14 @@ def run(
         "loadavg_start": load(),
         "scale": {
             key: getattr(scale, key)
-            for key in ("small", "large", "capacity_seconds", "consume", "stall_seconds")
+            for key in (
+                "small",
+                "large",
+                "capacity_seconds",
+                "consume",
+                "stall_seconds",
+                "repeats",
+            )
         },
         "scenarios": {},
     }
