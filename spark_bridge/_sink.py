@@ -5,9 +5,10 @@ optionally ``explicitHashKey`` (string, a decimal 128-bit hash key; null means "
 partition key"). The input schema is checked on the driver when Spark creates the writer, so
 a wrong column fails the query before any task runs, with a ConfigError naming it.
 
-The driver describes the stream once, when Spark creates the writer: an unknown stream fails
-the query there, and the tasks reuse that description instead of each calling
-DescribeStreamSummary, which the service limits to 20 a second per account (lesson 10).
+The driver describes the stream once per batch write or micro-batch, when the writer is
+shipped to the executors: an unknown stream fails the query there, and the tasks reuse that
+description instead of each calling DescribeStreamSummary, which the service limits to 20 a
+second per account (lesson 10).
 
 Each task writes its partition with a :class:`~kinesis_actors.sync.SyncProducer` whose event
 loop starts inside the task (never at import: Python workers are forked and reused), flushes
@@ -245,6 +246,18 @@ def write_records(
     )
 
 
+def _shipped_state(writer: KinesisBatchWriter | KinesisStreamWriter) -> dict[str, Any]:
+    """A writer's pickled state, with the stream described (on the driver) if it is not yet.
+
+    Spark pickles a writer to ship it to the executors, once per batch write or micro-batch;
+    it also makes stream writers only to call ``commit`` or ``abort`` on them, and those must
+    not cost a describe call (nor fail after the data was written because one failed).
+    """
+    if writer.stream_info is None:
+        writer.stream_info = describe_target(writer.options)
+    return dict(writer.__dict__)
+
+
 def _arrow_chunks(batches: Iterator[pa.RecordBatch]) -> Iterator[Iterable[Record]]:
     """Each Arrow batch as ``(data, key, hash_key)`` tuples, strings cast to bytes in Arrow."""
     seen = 0
@@ -313,7 +326,10 @@ class KinesisBatchWriter(DataSourceArrowWriter):
     def __init__(self, options: SinkOptions, schema: Any) -> None:
         check_input_schema(schema)
         self.options = options
-        self.stream_info = describe_target(options)
+        self.stream_info: StreamInfo | None = None  # described when shipped, see __getstate__
+
+    def __getstate__(self) -> dict[str, Any]:
+        return _shipped_state(self)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> KinesisCommitMessage:
         return write_records(self.options, _arrow_chunks(iterator), self.stream_info)
@@ -336,7 +352,10 @@ class KinesisStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: SinkOptions, schema: Any) -> None:
         check_input_schema(schema)
         self.options = options
-        self.stream_info = describe_target(options)
+        self.stream_info: StreamInfo | None = None  # described when shipped, see __getstate__
+
+    def __getstate__(self) -> dict[str, Any]:
+        return _shipped_state(self)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> KinesisCommitMessage:
         return write_records(self.options, _arrow_chunks(iterator), self.stream_info)

@@ -371,6 +371,36 @@ def test_the_driver_describes_the_stream_once_for_all_tasks(
     assert _pairs(delivered) == Counter({(key, data.encode()): 2 for data, key in rows})
 
 
+def test_a_streaming_write_describes_once_per_micro_batch_not_per_task_or_commit(
+    spark: Any, stream: str, proxy: FaultProxy, tmp_path: Path
+) -> None:
+    folder = tmp_path / "input"
+    rows = [(f"e{i}", f"k{i % 17}") for i in range(600)]
+    spark.createDataFrame(rows, "data string, partitionKey string").repartition(6).write.parquet(
+        str(folder)
+    )
+    query = (
+        spark.readStream.schema("data string, partitionKey string")
+        .option("maxFilesPerTrigger", 3)  # two micro-batches of three files, three tasks each
+        .parquet(str(folder))
+        .writeStream.format("kinesis")
+        .option("streamName", stream)
+        .option("endpointUrl", proxy.endpoint_url)
+        .option("awsAccessKeyId", "local")
+        .option("awsSecretKey", "local")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(90)
+    assert query.exception() is None
+    batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    assert len(batches) == 2
+    assert sum(p["numInputRows"] for p in batches) == len(rows)
+    # One per micro-batch at most: not one per task (6), nor one more per commit.
+    assert 1 <= proxy.stats.by_target.get("DescribeStreamSummary", 0) <= len(batches)
+
+
 def test_partition_writer_fails_at_once_for_an_unknown_stream(conn: dict[str, str]) -> None:
     with pytest.raises(errors.ResourceNotFoundError, match="no-such-stream"):
         partition_writer("no-such-stream", **conn)
