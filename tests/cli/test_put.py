@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import threading
+from contextlib import aclosing
 
 import anyio
 import pytest
@@ -76,3 +77,21 @@ async def test_a_slow_pipe_does_not_block_the_loop_and_each_line_arrives_on_its_
         writer.join()
     assert not writer_gave_up
     assert seen == [b"first", b"second"]
+
+
+async def test_leaving_early_on_an_idle_pipe_returns_and_leaves_only_a_daemon_reader() -> None:
+    # Ctrl-C or a failed put while the terminal is idle: the command must end without waiting
+    # for input, and the reader blocked in read1 must not keep the process alive.
+    read_end, write_end = os.pipe()
+    with os.fdopen(read_end, "rb") as source, anyio.fail_after(10):
+        os.write(write_end, b"only\n")
+        async with aclosing(input_lines(source)) as lines:
+            async for line in lines:
+                assert line == b"only"
+                break
+        readers = [t for t in threading.enumerate() if t.name == "kinesis-actors put: stdin"]
+        assert readers and all(reader.daemon for reader in readers)
+        os.close(write_end)  # now the blocked read returns and the reader finds nobody
+        for reader in readers:
+            await anyio.to_thread.run_sync(reader.join, 5)
+            assert not reader.is_alive()
