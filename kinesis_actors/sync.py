@@ -36,6 +36,8 @@ class SyncProducer:
     Thread-safe: threads may share one; each thread's records enter the queue in the order
     it put them. Use it as a context manager; leaving flushes and, unless the block raised, raises
     :class:`~kinesis_actors.errors.ProducerFailedError` if a record failed for good.
+    ``stream_info`` is passed on to :class:`~kinesis_actors.Producer` (skips the describe call
+    at open; the Spark sink's tasks get their driver's).
     """
 
     def __init__(

@@ -8,8 +8,9 @@ instead of error dicts, and UTC timestamps.
 One hand-written path: PutRecords, the producer's hot path. Measured with 500 records of
 100 bytes a call, botocore's validation plus serialization costs 12.5 µs a record and its
 parser 4.7 µs; :meth:`ProtocolCodec.encode_put_records` (for records the producer already
-validated) costs 2.5 µs and ``json.loads`` 0.7 µs, giving exactly the parser's shapes since
-the operation's output holds only strings and integers.
+validated) costs 2.5 µs and ``json.loads`` 0.7 µs, giving the parser's shapes since the
+operation's output holds only strings and integers (unlike the parser it keeps members the
+model does not know; the producer reads the ones it needs by name).
 """
 
 from __future__ import annotations
@@ -141,7 +142,19 @@ class ProtocolCodec:
         if status_code >= 300:
             raise self.decode_error(operation, status_code, headers, body)
         if operation in JSON_ONLY_OUTPUTS:
-            document: dict[str, Any] = json.loads(body)
+            try:
+                document = json.loads(body)
+            except ValueError:
+                document = None
+            if not isinstance(document, dict):
+                # A success status with a body that is no JSON object: a broken proxy or a
+                # truncated reply. A service-side failure, so it is retried like a 5xx.
+                raise errors.error_from_code(
+                    "InternalFailureException",
+                    f"HTTP {status_code} with a body that is not a JSON object: {body[:200]!r}",
+                    operation=operation,
+                    status_code=status_code,
+                )
             return document
         model = self.operation_model(operation)
         parsed: dict[str, Any] = self._parser.parse(

@@ -227,3 +227,11 @@ def test_the_put_records_fast_encode_equals_botocore_s(codec: ProtocolCodec) -> 
     assert fast.operation == slow.operation == "PutRecords"
     assert dict(fast.headers) == dict(slow.headers)
     assert json.loads(fast.body) == json.loads(slow.body)
+
+
+@pytest.mark.parametrize("body", [b"", b"<html>proxy error</html>", b"[1, 2]", b"null"])
+def test_a_put_records_success_without_a_json_object_is_a_retryable_service_error(
+    codec: ProtocolCodec, body: bytes
+) -> None:
+    with pytest.raises(errors.ServiceError, match="not a JSON object"):
+        codec.decode("PutRecords", 200, {}, body)
