@@ -257,6 +257,13 @@ async def test_a_stalled_shard_does_not_hold_back_the_others(
                         or min(renewed(consumer, before)) < 2
                         or settled_so_far(start, clock() - grace) < min_settled
                     ):
+                        if clock() - start > 4 * stall:
+                            pytest.fail(
+                                f"no valid window after {4 * stall:.0f} s: renewals "
+                                f"{renewed(consumer, before)} (need 2 each), settled rounds "
+                                f"{settled_so_far(start, clock() - grace)} (need "
+                                f"{min_settled}); the machine is too loaded for this test"
+                            )
                         samples.append(consumer.metrics["buffered_batches"])
                         await anyio.sleep(0.1)
                     heap_peak = tracemalloc.get_traced_memory()[1]
@@ -290,7 +297,6 @@ async def test_a_stalled_shard_does_not_hold_back_the_others(
         f"heap peak {heap_peak}, bound {bound}, largest event {largest_event}, "
         f"stalled bytes {stalled_bytes}, buffered max {max(samples)}"
     )
-    assert len(settled) >= min_settled  # the writer put its load
     renewals = {
         shard: during[f"{stream_name}/{shard}"]["resubscriptions"].get("renewal", 0)
         - before[f"{stream_name}/{shard}"]["resubscriptions"].get("renewal", 0)
