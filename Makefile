@@ -6,6 +6,8 @@ BIN := $(VENV)/bin
 KINESIS_LOCAL_VERSION := 0.6.2
 KINESIS_LOCAL := .tools/node_modules/kinesis-local/main.js
 STAMP := $(VENV)/.installed
+# The slowest tests in every run's log, to keep `make test` inside its ~15 minutes.
+PYTEST_ARGS ?= --durations=15
 
 .PHONY: setup test lint typecheck unit demo bench clean
 
