@@ -11,6 +11,7 @@ import platform
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
@@ -22,11 +23,15 @@ __all__ = [
     "Clock",
     "RssSampler",
     "cpu_figures",
+    "fixed",
     "load",
     "machine",
     "payloads",
+    "percent",
     "rss_kib",
     "size_label",
+    "text",
+    "text_table",
 ]
 
 VARIANTS = 16
@@ -162,3 +167,33 @@ class RssSampler:
         if self._thread is not None:
             self._thread.join()
         self.mark()
+
+
+# -- plain-text tables for the per-bench reports (``python benchmarks/x_bench.py``) ---------
+
+
+def text_table(
+    rows: list[dict[str, Any]], columns: list[tuple[str, str, Callable[[Any], str]]]
+) -> str:
+    """Right-aligned columns: ``(title, key, format)`` each; missing keys format ``None``."""
+    header = [title for title, _, _ in columns]
+    body = [[fmt(row.get(key)) for _, key, fmt in columns] for row in rows]
+    widths = [max(len(cell) for cell in column) for column in zip(header, *body, strict=False)]
+    lines = ["  " + "  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True))]
+    lines += [
+        "  " + "  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True)) for cells in body
+    ]
+    return "\n".join(lines)
+
+
+def fixed(digits: int) -> Callable[[Any], str]:
+    """A formatter: thousands separators and ``digits`` decimals; ``-`` for None."""
+    return lambda value: "-" if value is None else f"{value:,.{digits}f}"
+
+
+def text(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def percent(value: Any) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"

@@ -27,13 +27,16 @@ import statistics
 import struct
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import Any
 
 import anyio
 
+from benchmarks._common import fixed as _f
 from benchmarks._common import load as _load
+from benchmarks._common import percent as _pct
+from benchmarks._common import text as _s
+from benchmarks._common import text_table as _table
 from benchmarks.loadtarget import LoadTarget, Synthetic
 from kinesis_actors import Consumer, ConsumerConfig, StartingPosition
 from kinesis_actors.records import Aggregator
@@ -272,29 +275,6 @@ def run(quick: bool = False, *, smoke: bool = False) -> dict[str, Any]:
     results["loadavg_end"] = _load()
     results["seconds"] = time.perf_counter() - started
     return results
-
-
-def _table(rows: list[dict[str, Any]], columns: list[tuple[str, str, Callable[[Any], str]]]) -> str:
-    header = [title for title, _, _ in columns]
-    body = [[fmt(row.get(key)) for _, key, fmt in columns] for row in rows]
-    widths = [max(len(cell) for cell in column) for column in zip(header, *body, strict=False)]
-    lines = ["  " + "  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True))]
-    lines += [
-        "  " + "  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True)) for cells in body
-    ]
-    return "\n".join(lines)
-
-
-def _f(digits: int) -> Callable[[Any], str]:
-    return lambda value: "-" if value is None else f"{value:,.{digits}f}"
-
-
-def _s(value: Any) -> str:
-    return "-" if value is None else str(value)
-
-
-def _pct(value: Any) -> str:
-    return "-" if value is None else f"{value * 100:.1f}%"
 
 
 def report(results: dict[str, Any]) -> str:

@@ -246,18 +246,6 @@ def write_records(
     )
 
 
-def _shipped_state(writer: KinesisBatchWriter | KinesisStreamWriter) -> dict[str, Any]:
-    """A writer's pickled state, with the stream described (on the driver) if it is not yet.
-
-    Spark pickles a writer to ship it to the executors, once per batch write or micro-batch;
-    it also makes stream writers only to call ``commit`` or ``abort`` on them, and those must
-    not cost a describe call (nor fail after the data was written because one failed).
-    """
-    if writer.stream_info is None:
-        writer.stream_info = describe_target(writer.options)
-    return dict(writer.__dict__)
-
-
 def _arrow_chunks(batches: Iterator[pa.RecordBatch]) -> Iterator[Iterable[Record]]:
     """Each Arrow batch as ``(data, key, hash_key)`` tuples, strings cast to bytes in Arrow."""
     seen = 0
@@ -316,23 +304,35 @@ def _log_abort(kind: str, messages: Sequence[Any], batch_id: int | None = None) 
     )
 
 
-class KinesisBatchWriter(DataSourceArrowWriter):
-    """``df.write.format("kinesis")``: each task writes its partition and flushes.
+class _Writer:
+    """What both writers share: the options, the input check, the task's work, and the stream
+    described on the driver when the writer is pickled for the executors.
 
-    At least once: a failed task is retried by Spark and the records it had already written
-    are written again; an aborted job leaves the records of finished tasks in the stream.
+    Spark pickles a writer to ship it, once per batch write or micro-batch; it also makes
+    stream writers only to call ``commit`` or ``abort`` on them, and those must not cost a
+    describe call (nor fail after the data was written because one failed).
     """
 
     def __init__(self, options: SinkOptions, schema: Any) -> None:
         check_input_schema(schema)
         self.options = options
-        self.stream_info: StreamInfo | None = None  # described when shipped, see __getstate__
+        self.stream_info: StreamInfo | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return _shipped_state(self)
+        if self.stream_info is None:
+            self.stream_info = describe_target(self.options)
+        return dict(self.__dict__)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> KinesisCommitMessage:
         return write_records(self.options, _arrow_chunks(iterator), self.stream_info)
+
+
+class KinesisBatchWriter(_Writer, DataSourceArrowWriter):
+    """``df.write.format("kinesis")``: each task writes its partition and flushes.
+
+    At least once: a failed task is retried by Spark and the records it had already written
+    are written again; an aborted job leaves the records of finished tasks in the stream.
+    """
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         _log_commit(f"write to {self.options.stream!r}", messages)
@@ -341,24 +341,13 @@ class KinesisBatchWriter(DataSourceArrowWriter):
         _log_abort(f"write to {self.options.stream!r}", messages)
 
 
-class KinesisStreamWriter(DataSourceStreamArrowWriter):
+class KinesisStreamWriter(_Writer, DataSourceStreamArrowWriter):
     """``df.writeStream.format("kinesis")``: each micro-batch's tasks write and flush.
 
     At least once: a micro-batch whose task failed is aborted and, when the query restarts
     from its checkpoint, run again; the records written by its earlier attempt are written
     again. Nothing needs committing on the Kinesis side, so ``commit`` only logs totals.
     """
-
-    def __init__(self, options: SinkOptions, schema: Any) -> None:
-        check_input_schema(schema)
-        self.options = options
-        self.stream_info: StreamInfo | None = None  # described when shipped, see __getstate__
-
-    def __getstate__(self) -> dict[str, Any]:
-        return _shipped_state(self)
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> KinesisCommitMessage:
-        return write_records(self.options, _arrow_chunks(iterator), self.stream_info)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         _log_commit(f"stream to {self.options.stream!r}", messages, batchId)

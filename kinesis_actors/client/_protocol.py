@@ -110,22 +110,15 @@ class ProtocolCodec:
         Not validated: for records already checked the way the service checks them (the
         producer's ``prepare_record``: non-empty bytes, key lengths, sizes, hash key range).
         """
-        body = json.dumps(
-            {
-                "StreamName": stream,
-                "Records": [
-                    {"Data": base64.b64encode(data).decode("ascii"), "PartitionKey": key}
-                    if hash_key is None
-                    else {
-                        "Data": base64.b64encode(data).decode("ascii"),
-                        "PartitionKey": key,
-                        "ExplicitHashKey": hash_key,
-                    }
-                    for data, key, hash_key in records
-                ],
-            },
-            separators=(",", ":"),
-        ).encode("utf-8")
+        items = []
+        for data, key, hash_key in records:
+            item = {"Data": base64.b64encode(data).decode("ascii"), "PartitionKey": key}
+            if hash_key is not None:
+                item["ExplicitHashKey"] = hash_key
+            items.append(item)
+        body = json.dumps({"StreamName": stream, "Records": items}, separators=(",", ":")).encode(
+            "utf-8"
+        )
         return EncodedRequest("PutRecords", self._put_records_headers, body)
 
     @functools.cached_property
