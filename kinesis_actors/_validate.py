@@ -7,12 +7,29 @@ so that a bad configuration fails at construction, before any network call.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Collection
 from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["check_choice", "check_non_negative", "check_positive", "check_type"]
+__all__ = [
+    "SEQUENCE_NUMBER_MAX_DIGITS",
+    "STREAM_NAME_PATTERN",
+    "check_choice",
+    "check_non_negative",
+    "check_positive",
+    "check_sequence_number",
+    "check_stream_name",
+    "check_type",
+]
+
+#: The service's rule for stream names (and consumer names): 1-128 of these characters.
+STREAM_NAME_PATTERN = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
+
+#: Sequence numbers are decimal digits, at most 129 of them (the service model's pattern).
+SEQUENCE_NUMBER_MAX_DIGITS = 129
+_SEQUENCE_NUMBER = re.compile(r"0|[1-9][0-9]{0,128}")
 
 
 def _is_number(value: Any, integer: bool) -> bool:
@@ -48,3 +65,21 @@ def check_type(option: str, value: Any, expected: type | tuple[type, ...], what:
     """``value`` must be an instance of ``expected``; ``what`` describes it for the message."""
     if not isinstance(value, expected):
         raise ConfigError(f"{option} must be {what}, got {value!r}")
+
+
+def check_stream_name(option: str, value: Any) -> None:
+    """``value`` must be a stream name the service accepts: 1-128 of ``[a-zA-Z0-9_.-]``."""
+    if not isinstance(value, str) or not STREAM_NAME_PATTERN.fullmatch(value):
+        raise ConfigError(
+            f"{option} must be a stream name of 1 to 128 characters from a-z, A-Z, 0-9, "
+            f"'_', '.' and '-', got {value!r}"
+        )
+
+
+def check_sequence_number(option: str, value: Any) -> None:
+    """``value`` must look like a sequence number: decimal digits, at most 129 of them."""
+    if not isinstance(value, str) or not _SEQUENCE_NUMBER.fullmatch(value):
+        raise ConfigError(
+            f"{option} must be a sequence number (a string of 1 to "
+            f"{SEQUENCE_NUMBER_MAX_DIGITS} decimal digits), got {value!r:.80}"
+        )

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 __all__ = [
     "AccessDeniedError",
+    "CertificateError",
     "ConfigError",
+    "ConsumerClosedError",
     "ExpiredIteratorError",
     "KMSError",
     "KinesisError",
+    "MalformedReplyError",
+    "PoisonRecordError",
+    "PositionsMismatchError",
     "ProducerClosedError",
     "ProducerFailedError",
     "RecordExpiredError",
@@ -20,6 +25,7 @@ __all__ = [
     "ResourceInUseError",
     "ResourceNotFoundError",
     "ServiceError",
+    "ShardUnreadableError",
     "ThrottlingError",
     "TransportError",
     "ValidationError",
@@ -94,8 +100,77 @@ class ServiceError(KinesisError):
     """The service failed on its side (HTTP 5xx, InternalFailure); usually worth a retry."""
 
 
+class MalformedReplyError(ServiceError):
+    """A success reply (2xx) that the library cannot believe: a body that is not JSON, or a
+    field it uses missing or of the wrong type, or a PutRecords reply whose entries do not
+    match the request. Retried like a 5xx; ``operation`` names the call."""
+
+
 class TransportError(KinesisError):
     """The request did not complete: connection refused or reset, or a timeout."""
+
+
+class CertificateError(TransportError):
+    """The server's TLS certificate failed verification. Never retried: another attempt
+    meets the same certificate. Check ``verify`` / ``AWS_CA_BUNDLE`` and the endpoint."""
+
+
+class ShardUnreadableError(KinesisError):
+    """An open shard cannot be read from where the consumer stands.
+
+    Raised instead of quietly treating the shard as finished: ``stream``, ``shard_id`` and
+    ``position`` (a description of where reading was to start) say which records are at
+    stake. The shard's position is left as it was, so nothing is skipped on a resume.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        stream: str,
+        shard_id: str,
+        position: str | None = None,
+        code: str | None = None,
+        operation: str | None = None,
+        status_code: int | None = None,
+    ) -> None:
+        super().__init__(message, code=code, operation=operation, status_code=status_code)
+        self.stream = stream
+        self.shard_id = shard_id
+        self.position = position
+
+
+class PositionsMismatchError(KinesisError):
+    """A positions document (or a Spark offset) belongs to another stream, or to another
+    incarnation of a stream of the same name (deleted and created again). Resuming from it
+    would skip or repeat records, so the consumer refuses; start fresh by leaving the
+    document out (or dropping the stream's entries from it)."""
+
+
+class PoisonRecordError(KinesisError):
+    """A record in a reply from the server is malformed (bad base64, a missing or mistyped
+    field). ``stream``, ``shard_id`` and ``sequence_number`` (None when that is what is
+    broken) name it; ``index`` is its place in the reply."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        stream: str,
+        shard_id: str,
+        sequence_number: str | None,
+        index: int | None = None,
+        operation: str | None = None,
+    ) -> None:
+        super().__init__(message, operation=operation)
+        self.stream = stream
+        self.shard_id = shard_id
+        self.sequence_number = sequence_number
+        self.index = index
+
+
+class ConsumerClosedError(KinesisError):
+    """The consumer is closed: it yields no more batches and takes no commits."""
 
 
 class RecordExpiredError(KinesisError):
