@@ -11,6 +11,9 @@ a dropped connection mid-request), ``Reply(status, body)`` answers in the server
 ``RejectRecords(indices)`` makes a PutRecords call partially fail the way the service does: the
 other records are forwarded (the request body is rewritten; the local server does not check
 signatures) and the answer merges their results with per-record ``ErrorCode`` entries.
+``Rewrite(transform)`` forwards the request and replaces the server's answer body with
+``transform(body)`` (a truncated reply, a field removed, a record garbled) under the server's
+status. ``GARBLED_BODIES`` are the 2xx bodies a broken proxy or a cut connection produces.
 """
 
 from __future__ import annotations
@@ -67,7 +70,28 @@ class RejectRecords:
     delay: float = 0.0  # a slow server that also throttles
 
 
-Fault = Cut | Reply | Delay | RejectRecords | None
+@dataclass(frozen=True)
+class Rewrite:
+    """Forward, then answer with ``transform(server's body)`` under the server's status."""
+
+    transform: Callable[[bytes], bytes]
+
+
+#: 2xx bodies that cannot be believed: empty, truncated JSON, not JSON, JSON but no object.
+GARBLED_BODIES: dict[str, bytes] = {
+    "empty": b"",
+    "truncated": b'{"Records": [{"Data": "aGVsbG8=", "Seq',
+    "html": b"<html><body>502 Bad Gateway</body></html>",
+    "not-an-object": b"[]",
+}
+
+
+def garbled(kind: str) -> Reply:
+    """A 200 whose body is one of :data:`GARBLED_BODIES`."""
+    return Reply(200, GARBLED_BODIES[kind])
+
+
+Fault = Cut | Reply | Delay | RejectRecords | Rewrite | None
 Decide = Callable[[Request], Fault]
 
 
@@ -225,7 +249,11 @@ class FaultProxy:
                 await up_writer.drain()
                 response_head, _, response_body = await _read_message(up_reader)
                 self.stats.forwarded += 1
-                if isinstance(fault, RejectRecords) and response_head.startswith(b"HTTP/1.1 200"):
+                if isinstance(fault, Rewrite):
+                    self._count("rewrite")
+                    new_body = fault.transform(response_body)
+                    writer.write(_with_length(response_head, len(new_body)) + new_body)
+                elif isinstance(fault, RejectRecords) and response_head.startswith(b"HTTP/1.1 200"):
                     results = json.loads(response_body)["Records"]
                     total = len(results) + len(rejected)
                     self._reply(writer, 200, _merge(total, rejected, fault.code, results))
