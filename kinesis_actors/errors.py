@@ -103,7 +103,27 @@ class ServiceError(KinesisError):
 class MalformedReplyError(ServiceError):
     """A success reply (2xx) that the library cannot believe: a body that is not JSON, or a
     field it uses missing or of the wrong type, or a PutRecords reply whose entries do not
-    match the request. Retried like a 5xx; ``operation`` names the call."""
+    match the request. Retried like a 5xx; ``operation`` names the call.
+
+    When the reply is well-formed but some of its *records* are not (GetRecords, a
+    SubscribeToShard event), ``bad_records`` lists them as ``(index, sequence_number or None,
+    what is wrong)`` and ``reply`` is the decoded reply without them, so that a consumer can
+    name the poison record, or skip it and keep the rest.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        operation: str | None = None,
+        status_code: int | None = None,
+        bad_records: tuple[tuple[int, str | None, str], ...] = (),
+        reply: dict[str, object] | None = None,
+    ) -> None:
+        super().__init__(message, code=code, operation=operation, status_code=status_code)
+        self.bad_records = bad_records
+        self.reply = reply
 
 
 class TransportError(KinesisError):
