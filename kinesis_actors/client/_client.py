@@ -18,7 +18,6 @@ from urllib.parse import urlsplit
 
 import anyio
 import botocore.session
-import certifi
 import httpx
 
 from .. import errors
@@ -29,6 +28,7 @@ from ._protocol import EncodedRequest, ProtocolCodec
 from ._retry import RetrySettings
 from ._signing import Credentials, Signer, resolve_credentials
 from ._subscription import Subscription
+from ._tls import ssl_contexts, transport_error
 
 __all__ = ["ClientStats", "KinesisClient"]
 
@@ -42,7 +42,11 @@ _CLOSE_TIMEOUT = 5.0
 
 @dataclass(slots=True)
 class ClientStats:
-    """Counters since the client opened."""
+    """Counters since the client opened.
+
+    ``malformed_replies`` counts 2xx replies (and SubscribeToShard events) that could not be
+    believed (:class:`~kinesis_actors.errors.MalformedReplyError`), poison records included.
+    """
 
     calls: int = 0
     attempts: int = 0
@@ -50,27 +54,7 @@ class ClientStats:
     throttled: int = 0
     transport_errors: int = 0
     subscriptions: int = 0
-
-
-def _ssl_contexts(verify: bool | str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    """Contexts for the httpx pool and for subscriptions (ALPN ``h2`` only).
-
-    Two, because httpx sets its own ALPN list on its context at every connect.
-    """
-    pool, subscriptions = _ssl_context(verify), _ssl_context(verify)
-    subscriptions.set_alpn_protocols(["h2"])
-    return pool, subscriptions
-
-
-def _ssl_context(verify: bool | str) -> ssl.SSLContext:
-    if verify is False:
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        return context
-    if isinstance(verify, str):
-        return ssl.create_default_context(cafile=verify)
-    return ssl.create_default_context(cafile=certifi.where())
+    malformed_replies: int = 0
 
 
 def _resolve_endpoint(region: str) -> str:
@@ -131,7 +115,7 @@ class KinesisClient:
         self._url = self.endpoint_url.rstrip("/") + "/"
         credentials = await anyio.to_thread.run_sync(resolve_credentials, self._credentials)
         self._signer = Signer(credentials, self.region)
-        self._ssl, self._h2_ssl = await anyio.to_thread.run_sync(_ssl_contexts, self.verify)
+        self._ssl, self._h2_ssl = await anyio.to_thread.run_sync(ssl_contexts, self.verify)
         self._http = self._new_http()
         return self
 
@@ -238,15 +222,20 @@ class KinesisClient:
             response = await http.post(self._url, content=request.body, headers=headers)
         except httpx.TransportError as exc:
             self.stats.transport_errors += 1
-            raise errors.TransportError(
-                f"{type(exc).__name__}: {exc}", operation=request.operation
-            ) from exc
+            raise transport_error(exc, request.operation) from exc
         try:
             return self.codec.decode(
-                request.operation, response.status_code, response.headers, response.content
+                request.operation,
+                response.status_code,
+                response.headers,
+                response.content,
+                record_count=request.record_count,
             )
         except errors.ThrottlingError:
             self.stats.throttled += 1
+            raise
+        except errors.MalformedReplyError:
+            self.stats.malformed_replies += 1
             raise
 
     @asynccontextmanager
@@ -280,7 +269,7 @@ class KinesisClient:
         )
         self.stats.subscriptions += 1
         async with response:
-            yield Subscription(response, self.codec, opened_at=time.monotonic())
+            yield Subscription(response, self.codec, opened_at=time.monotonic(), stats=self.stats)
 
     async def _open_stream(self, request: EncodedRequest) -> H2Stream:
         headers = await self._signed_headers(request)

@@ -8,6 +8,7 @@ does not. Both are accepted: the initial response is skipped wherever it appears
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from botocore.eventstream import EventStreamBuffer
@@ -24,8 +25,10 @@ class SubscribeToShardDecoder:
     """Feed it the response body's bytes as they arrive; it returns the complete events.
 
     Each event is the ``SubscribeToShardEvent`` dict (``Records``,
-    ``ContinuationSequenceNumber``, ``MillisBehindLatest``, optionally ``ChildShards``).
-    An exception event raises its typed error (for example ``ResourceInUseError``).
+    ``ContinuationSequenceNumber``, ``MillisBehindLatest``, optionally ``ChildShards``),
+    checked and decoded by ``_records``. An exception event raises its typed error (for
+    example ``ResourceInUseError``), a malformed event
+    :class:`~kinesis_actors.errors.MalformedReplyError`.
     """
 
     def __init__(self, codec: ProtocolCodec) -> None:
@@ -37,8 +40,18 @@ class SubscribeToShardDecoder:
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
         """Add bytes; return every event they complete, in order."""
+        return list(self.events(data))
+
+    def events(self, data: bytes) -> Iterator[dict[str, Any]]:
+        """Add bytes; yield the events they complete, in order, as they are decoded.
+
+        Unlike :meth:`feed`, the events before a failing message are delivered before its
+        error is raised, so a malformed event does not take its good predecessors with it.
+        """
         self._buffer.add_data(data)
-        events: list[dict[str, Any]] = []
+        return self._decoded()
+
+    def _decoded(self) -> Iterator[dict[str, Any]]:
         for message in self._buffer:
             headers = message.headers
             if headers.get(":event-type") == "initial-response":
@@ -50,5 +63,4 @@ class SubscribeToShardDecoder:
                 # An event type this version of the model does not know: nothing to deliver.
                 continue
             self.events_decoded += 1
-            events.append(event)
-        return events
+            yield event

@@ -36,6 +36,7 @@ from anyio.abc import SocketAttribute
 from anyio.streams.tls import TLSAttribute
 
 from .. import errors
+from ._tls import transport_error
 
 __all__ = ["H2Stream"]
 
@@ -109,9 +110,8 @@ class H2Stream:
                     tls_standard_compatible=False,
                 )
         except (OSError, TimeoutError, anyio.BrokenResourceError) as exc:
-            raise errors.TransportError(
-                f"{type(exc).__name__}: {exc}", operation=operation
-            ) from exc
+            # ssl.SSLCertVerificationError is an OSError: permanent, CertificateError.
+            raise transport_error(exc, operation) from exc
         try:
             _require_h2(sock, parts.netloc, operation)
             connection = h2.connection.H2Connection(

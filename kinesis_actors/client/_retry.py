@@ -76,10 +76,14 @@ DEFAULT_RETRY_SETTINGS: Mapping[str, RetrySettings] = {
 def is_retryable(error: BaseException) -> bool:
     """Whether another attempt of the same request could succeed.
 
-    Throttling, service-side failures (5xx, InternalFailure) and transport failures (a
-    connection refused or reset, a timeout) are retryable; everything else (bad input,
-    missing resources, access denied, expired iterators, which need a *new* request) is not.
+    Throttling, service-side failures (5xx, InternalFailure, a 2xx reply that cannot be
+    believed) and transport failures (a connection refused or reset, a timeout) are
+    retryable; everything else is not: bad input, missing resources, access denied or a bad
+    signature, expired iterators (which need a *new* request), and a server certificate that
+    failed verification (another attempt meets the same certificate; lesson 34).
     """
+    if isinstance(error, errors.CertificateError):
+        return False
     return isinstance(error, errors.ThrottlingError | errors.ServiceError | errors.TransportError)
 
 

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .. import errors
 from ._eventstream import SubscribeToShardDecoder
 from ._h2stream import H2Stream
 from ._protocol import ProtocolCodec
+
+if TYPE_CHECKING:
+    from ._client import ClientStats
 
 __all__ = ["Subscription"]
 
@@ -18,13 +22,23 @@ class Subscription:
     Iterating reads from the network only when the caller asks for the next event, so a
     consumer that stops iterating pushes back on the server through HTTP/2 flow control.
     Transport failures are raised as :class:`~kinesis_actors.errors.TransportError`, exception
-    events as their typed errors. The iteration ends when the server ends the stream (every
-    5 minutes, or at the shard's end).
+    events as their typed errors, a malformed event as
+    :class:`~kinesis_actors.errors.MalformedReplyError` (after the good events before it;
+    counted in the client's ``malformed_replies``). The iteration ends when the server ends
+    the stream (every 5 minutes, or at the shard's end).
     """
 
-    def __init__(self, response: H2Stream, codec: ProtocolCodec, *, opened_at: float) -> None:
+    def __init__(
+        self,
+        response: H2Stream,
+        codec: ProtocolCodec,
+        *,
+        opened_at: float,
+        stats: ClientStats | None = None,
+    ) -> None:
         self._response = response
         self._decoder = SubscribeToShardDecoder(codec)
+        self._stats = stats
         self.opened_at = opened_at
         self.bytes_received = 0
 
@@ -48,5 +62,10 @@ class Subscription:
     async def _events(self) -> AsyncIterator[dict[str, Any]]:
         while chunk := await self._response.receive():
             self.bytes_received += len(chunk)
-            for event in self._decoder.feed(chunk):
-                yield event
+            try:
+                for event in self._decoder.events(chunk):
+                    yield event
+            except errors.MalformedReplyError:
+                if self._stats is not None:
+                    self._stats.malformed_replies += 1
+                raise

@@ -33,8 +33,24 @@ def frame(headers: dict[str, str], payload: bytes) -> bytes:
     return message + struct.pack("!I", zlib.crc32(message))
 
 
-def event(records: list[dict[str, object]], continuation: str | None) -> bytes:
-    body = {"Records": records, "ContinuationSequenceNumber": continuation, "MillisBehindLatest": 5}
+CHILD = {
+    "ShardId": "shardId-000000000001",
+    "ParentShards": ["shardId-000000000000"],
+    "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": "1"},
+}
+
+
+def event(
+    records: list[dict[str, object]],
+    continuation: str | None,
+    children: list[dict[str, object]] | None = None,
+) -> bytes:
+    body = {
+        "Records": records,
+        "ContinuationSequenceNumber": continuation,
+        "MillisBehindLatest": 5,
+        "ChildShards": children,
+    }
     return frame(
         {
             ":message-type": "event",
@@ -71,7 +87,9 @@ def test_invalid_parameters_are_rejected_before_any_io(codec: ProtocolCodec) -> 
 
 
 def test_results_use_boto3_shapes_with_utc_timestamps(codec: ProtocolCodec) -> None:
-    body = json.dumps({"Records": [RECORD], "MillisBehindLatest": 0}).encode()
+    body = json.dumps(
+        {"Records": [RECORD], "MillisBehindLatest": 0, "NextShardIterator": "it"}
+    ).encode()
     result = codec.decode("GetRecords", 200, {}, body)
     record = result["Records"][0]
     assert record["Data"] == b"hello"
@@ -132,8 +150,17 @@ def test_event_stream_with_or_without_initial_response(
 
 def test_a_null_continuation_is_preserved_for_the_caller(codec: ProtocolCodec) -> None:
     decoder = SubscribeToShardDecoder(codec)
-    [last] = decoder.feed(event([], None))
+    [last] = decoder.feed(event([], None, [CHILD]))
     assert last.get("ContinuationSequenceNumber") is None
+    assert last["ChildShards"] == [CHILD]
+
+
+def test_lesson_29_a_null_continuation_without_children_is_no_proof_of_the_end(
+    codec: ProtocolCodec,
+) -> None:
+    decoder = SubscribeToShardDecoder(codec)
+    with pytest.raises(errors.MalformedReplyError, match="ContinuationSequenceNumber is missing"):
+        decoder.feed(event([], None))
 
 
 def test_exception_events_raise_typed_errors(codec: ProtocolCodec) -> None:
@@ -233,5 +260,5 @@ def test_the_put_records_fast_encode_equals_botocore_s(codec: ProtocolCodec) -> 
 def test_a_put_records_success_without_a_json_object_is_a_retryable_service_error(
     codec: ProtocolCodec, body: bytes
 ) -> None:
-    with pytest.raises(errors.ServiceError, match="not a JSON object"):
+    with pytest.raises(errors.MalformedReplyError, match=r"empty|not a JSON object"):
         codec.decode("PutRecords", 200, {}, body)

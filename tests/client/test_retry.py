@@ -53,6 +53,7 @@ def test_throttling_is_retried_until_the_operation_limit() -> None:
     [
         errors.ThrottlingError("x"),
         errors.ServiceError("x"),
+        errors.MalformedReplyError("x"),
         errors.TransportError("x"),
     ],
 )
@@ -68,6 +69,7 @@ def test_retryable_errors_get_a_delay(error: Exception) -> None:
         errors.AccessDeniedError("x"),
         errors.ExpiredIteratorError("x"),
         errors.ResourceInUseError("x"),
+        errors.CertificateError("x"),
         ValueError("not ours"),
     ],
 )
@@ -118,3 +120,10 @@ def test_bad_policy_names_the_option(kwargs: dict[str, object], option: str) -> 
 def test_bad_settings_name_the_option(kwargs: dict[str, float], option: str) -> None:
     with pytest.raises(errors.ConfigError, match=option):
         RetrySettings(**kwargs)  # type: ignore[arg-type]
+
+
+def test_lesson_32_max_retries_zero_means_one_attempt() -> None:
+    policy = RetryPolicy(random=lambda: 1.0)
+    once = RetrySettings(max_retries=0)
+    for error in (errors.ThrottlingError("x"), errors.MalformedReplyError("x")):
+        assert policy.next_delay("PutRecords", error, 0, settings=once) is None
