@@ -48,6 +48,7 @@ _CHILD_SHARDS = ListOf(_CHILD_SHARD)
 _UTC = dt.UTC
 _from_epoch = dt.datetime.fromtimestamp
 _a2b_base64 = binascii.a2b_base64
+_MAX_DIGITS = SEQUENCE_NUMBER_MAX_DIGITS
 
 
 def utc_timestamp(value: Any) -> dt.datetime:
@@ -61,12 +62,7 @@ def utc_timestamp(value: Any) -> dt.datetime:
 
 
 def _is_sequence_number(value: Any) -> bool:
-    return (
-        type(value) is str
-        and value.isdigit()
-        and value.isascii()
-        and len(value) <= SEQUENCE_NUMBER_MAX_DIGITS
-    )
+    return type(value) is str and value.isdigit() and value.isascii() and len(value) <= _MAX_DIGITS
 
 
 def _what_is_wrong(item: Any) -> str:
@@ -103,21 +99,30 @@ def decode_records(items: list[Any]) -> tuple[list[dict[str, Any]], tuple[BadRec
     bad: list[BadRecord] = []
     append = records.append
     for index, item in enumerate(items):
+        # The checks are inlined (no helper calls): this loop runs for every record read.
         try:
-            record: dict[str, Any] | None = {
-                "SequenceNumber": item["SequenceNumber"],
-                "ApproximateArrivalTimestamp": utc_timestamp(item["ApproximateArrivalTimestamp"]),
+            sequence = item["SequenceNumber"]
+            stamp = item["ApproximateArrivalTimestamp"]
+            key = item["PartitionKey"]
+            record = {
+                "SequenceNumber": sequence,
+                "ApproximateArrivalTimestamp": _from_epoch(stamp, _UTC)
+                if type(stamp) is float
+                else utc_timestamp(stamp),
                 "Data": _a2b_base64(item["Data"], strict_mode=True),
-                "PartitionKey": item["PartitionKey"],
+                "PartitionKey": key,
             }
+            good = (
+                type(key) is str
+                and type(sequence) is str
+                and sequence.isdigit()
+                and sequence.isascii()
+                and len(sequence) <= _MAX_DIGITS
+            )
         except (KeyError, TypeError, ValueError, OverflowError, OSError):
             # binascii.Error is a ValueError; OverflowError and OSError are fromtimestamp's.
-            record = None
-        if (
-            record is None
-            or type(record["PartitionKey"]) is not str
-            or not _is_sequence_number(record["SequenceNumber"])
-        ):
+            good = False
+        if not good:
             sequence = item.get("SequenceNumber") if isinstance(item, dict) else None
             number = sequence if isinstance(sequence, str) else None
             bad.append((index, number, _what_is_wrong(item)))

@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import errors
 from ._eventstream import SubscribeToShardDecoder
-from ._h2stream import H2Stream
 from ._protocol import ProtocolCodec
 
 if TYPE_CHECKING:
     from ._client import ClientStats
 
 __all__ = ["Subscription"]
+
+
+class ResponseBody(Protocol):
+    """What a subscription reads: the streamed body of its response (an ``H2Stream``)."""
+
+    http_version: str
+
+    async def receive(self) -> bytes:
+        """The next chunk of the body; ``b""`` at its end."""
+        ...
 
 
 class Subscription:
@@ -30,7 +39,7 @@ class Subscription:
 
     def __init__(
         self,
-        response: H2Stream,
+        response: ResponseBody,
         codec: ProtocolCodec,
         *,
         opened_at: float,
