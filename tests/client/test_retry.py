@@ -127,3 +127,27 @@ def test_lesson_32_max_retries_zero_means_one_attempt() -> None:
     once = RetrySettings(max_retries=0)
     for error in (errors.ThrottlingError("x"), errors.MalformedReplyError("x")):
         assert policy.next_delay("PutRecords", error, 0, settings=once) is None
+
+
+@pytest.mark.parametrize(
+    ("operation", "attempts", "bound"),
+    [
+        ("GetRecords", 4, 1.43),
+        ("GetShardIterator", 4, 1.43),
+        ("RegisterStreamConsumer", 11, 16.1),
+        ("DeregisterStreamConsumer", 11, 16.1),
+        ("SubscribeToShard", 11, 18.5),
+        ("ListStreamConsumers", 11, 24.7),
+        ("PutRecords", 11, 24.7),
+        ("ListShards", 11, 38.2),
+        ("DescribeStreamSummary", 51, 244.5),
+        ("DescribeStreamConsumer", 51, 244.5),
+    ],
+)
+def test_lesson_29_a_garbled_reply_forever_is_bounded_as_the_docs_say(
+    operation: str, attempts: int, bound: float
+) -> None:
+    # The table in docs/architecture.md, "Retries": the ceilings, drawn at their maximum.
+    delays = _delays(RetryPolicy(random=lambda: 1.0), operation, errors.MalformedReplyError("x"))
+    assert len(delays) + 1 == attempts
+    assert bound - 0.1 < sum(delays) <= bound
