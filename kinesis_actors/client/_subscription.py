@@ -33,7 +33,8 @@ class Subscription:
     Transport failures are raised as :class:`~kinesis_actors.errors.TransportError`, exception
     events as their typed errors, a malformed event as
     :class:`~kinesis_actors.errors.MalformedReplyError` (after the good events before it;
-    counted in the client's ``malformed_replies``). The iteration ends when the server ends
+    counted in the client's ``malformed_replies``), and so is a stream that cannot be framed
+    or that ends inside an event. The iteration ends when the server ends
     the stream (every 5 minutes, or at the shard's end).
     """
 
@@ -69,12 +70,14 @@ class Subscription:
         return self._events()
 
     async def _events(self) -> AsyncIterator[dict[str, Any]]:
-        while chunk := await self._response.receive():
-            self.bytes_received += len(chunk)
-            try:
-                for event in self._decoder.events(chunk):
+        decoder = self._decoder
+        try:
+            while chunk := await self._response.receive():
+                self.bytes_received += len(chunk)
+                for event in decoder.events(chunk):
                     yield event
-            except errors.MalformedReplyError:
-                if self._stats is not None:
-                    self._stats.malformed_replies += 1
-                raise
+            decoder.check_complete()
+        except errors.MalformedReplyError:
+            if self._stats is not None:
+                self._stats.malformed_replies += 1
+            raise

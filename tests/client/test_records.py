@@ -265,3 +265,48 @@ async def test_lesson_29_a_poison_record_is_retried_then_surfaces_with_the_good_
     kept: Any = caught.value.reply["Records"]
     assert [record["Data"] for record in kept] == [b"r0", b"r2"]
     assert kinesis.stats.malformed_replies == 1 + fast.max_retries + 1
+
+
+async def _drain(stream: bytes, codec: ProtocolCodec) -> tuple[int, ClientStats, Exception | None]:
+    stats = ClientStats()
+    subscription = Subscription(_Body(stream), codec, opened_at=0.0, stats=stats)
+    received = 0
+    try:
+        async for _ in subscription:
+            received += 1
+    except errors.KinesisError as exc:
+        return received, stats, exc
+    return received, stats, None
+
+
+def _flip(data: bytes, at: int) -> bytes:
+    return data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1 :]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("tail", "problem"),
+    [
+        (GARBLED_BODIES["html"], "cannot be framed"),  # a 200 that is no event stream at all
+        (_flip(_event_frame(body(EVENT)), 40), "cannot be framed"),  # a bad checksum
+        (_event_frame(body(EVENT))[:30], "ended inside a message"),  # cut mid-event
+        (b"{}", "ended inside a message"),  # shorter than a prelude
+    ],
+)
+async def test_lesson_29_an_event_stream_that_cannot_be_framed_is_malformed(
+    codec: ProtocolCodec, tail: bytes, problem: str
+) -> None:
+    good = _event_frame(body(EVENT))
+    received, stats, error = await _drain(good + good + tail, codec)
+    assert received == 2
+    assert isinstance(error, errors.MalformedReplyError)
+    assert error.operation == "SubscribeToShard"
+    assert problem in str(error)
+    assert stats.malformed_replies == 1
+
+
+@pytest.mark.anyio
+async def test_a_well_framed_stream_ends_quietly(codec: ProtocolCodec) -> None:
+    good = _event_frame(body(EVENT))
+    received, stats, error = await _drain(good * 3 + _event_frame(body(LAST_EVENT)), codec)
+    assert (received, error, stats.malformed_replies) == (4, None, 0)
