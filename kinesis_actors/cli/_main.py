@@ -8,7 +8,6 @@ traceback.
 from __future__ import annotations
 
 import argparse
-import io
 import logging
 import os
 import sys
@@ -17,7 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import NoReturn, cast
+from typing import NoReturn
 
 import anyio
 
@@ -29,7 +28,7 @@ from ._bench import add_bench_arguments, run_bench
 from ._consumers import run_consumers
 from ._demo import DemoOptions, run_demo
 from ._local import run_local
-from ._put import run_put
+from ._put import INTERRUPT_FLUSH_TIMEOUT, run_put, standard_input
 from ._tail import run_tail
 
 __all__ = ["main"]
@@ -116,8 +115,14 @@ def _parser() -> argparse.ArgumentParser:
         help="produce standard input's lines to a stream, one record per line",
         description="Reads lines from standard input and produces each non-empty line as one "
         "record (bounded queue, KPL aggregation, retries); prints a JSON summary: "
-        '{"stream", "records" (sent), "failed", "calls", "kinesis_records", '
-        '"backpressure_cycles"}. Exits 0 when every record was sent, 1 when some failed.',
+        '{"stream", "read" (the first non-empty lines, taken by the producer), '
+        '"records" (acknowledged: in the stream), '
+        '"failed", "not_sent", "interrupted", "calls", "kinesis_records", '
+        '"backpressure_cycles"}, where read = records + failed + not_sent. Exits 0 when every '
+        "record was acknowledged, 1 when some failed. Ctrl-C (SIGINT; SIGTERM alike) stops "
+        f"reading, gives the lines read up to {INTERRUPT_FLUSH_TIMEOUT:g} s to be "
+        "acknowledged, counts the rest as not_sent (those in flight may have been written), "
+        "prints the summary and exits 130 (143); a second Ctrl-C gives up at once.",
         epilog="examples:\n"
         "  seq 1000 | kinesis-actors put --stream orders\n"
         "  kinesis-actors put --stream orders --key customer-7 < events.jsonl\n\n"
@@ -143,14 +148,14 @@ def _parser() -> argparse.ArgumentParser:
         '"partition_key",\n'
         '   "explicit_hash_key", "approximate_arrival_timestamp" (ISO 8601, UTC), "data",\n'
         '   "data_encoding": "utf-8" (data is the text) or "base64" (not valid UTF-8)}\n'
-        "Runs until --count records were printed (exit 0) or Ctrl-C (exit 130; SIGTERM 143). "
-        "In efo mode a "
-        "consumer this command registers is deregistered on exit; an existing one is reused "
-        "and kept.",
+        "Runs until --count records were printed (exit 0), its reader goes away (`| head`: "
+        "exit 0), or Ctrl-C (exit 130; SIGTERM 143). In efo mode a consumer this command "
+        "registers is deregistered on exit; an existing one is reused and kept.",
         epilog="examples:\n"
         "  kinesis-actors tail --stream orders                      # new records, until Ctrl-C\n"
         "  kinesis-actors tail --stream orders --from trim_horizon --count 10\n"
         "  kinesis-actors tail --stream orders,payments --raw | grep ERROR\n"
+        "  kinesis-actors tail --stream orders --from trim_horizon --raw | head -n 1\n"
         "  kinesis-actors tail --stream orders --mode efo "
         "--endpoint-url https://127.0.0.1:PORT --no-verify\n\n" + _CONNECTION_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -427,7 +432,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                 [args.stream],
                 partial(
                     run_put,
-                    lines=cast(io.BufferedReader, sys.stdin.buffer),  # has read1
+                    lines=standard_input(),
                     stream=args.stream,
                     key=args.key,
                     aggregation=not args.no_aggregation,

@@ -12,7 +12,9 @@ shard::
 "utf-8"``), else base64 (``"data_encoding": "base64"``). With ``raw`` only the data is
 written, as is, one record per line.
 
-Ctrl-C (SIGINT, exit 130) or SIGTERM (exit 143) stops the consumer cleanly; in EFO mode a
+With no ``count`` it prints every record as it arrives until Ctrl-C (SIGINT, exit 130) or
+SIGTERM (exit 143), or until the reader of its output goes away (``tail | head -n 1``: exit
+0 at once, even on a quiet stream); each way out closes the consumer cleanly. In EFO mode a
 consumer registered by this command is deregistered on the way out, one that already existed
 is left alone.
 """
@@ -20,15 +22,21 @@ is left alone.
 from __future__ import annotations
 
 import base64
+import errno
+import io
 import json
+import os
+import select
 import signal
+import stat
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TextIO
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import TaskStatus
 
 from .. import errors
@@ -43,7 +51,7 @@ from ..consumer import (
     list_consumers,
 )
 
-__all__ = ["record_json", "run_tail"]
+__all__ = ["record_json", "run_tail", "watch_signals"]
 
 #: How long the exit path may spend deregistering the consumers this command registered.
 _DEREGISTER_TIMEOUT = 15.0
@@ -126,6 +134,7 @@ async def run_tail(
         existing = await _existing_consumers(client, streams, name)
         registered = [stream for stream in streams if stream not in existing]
     interrupted = 0  # the signal that stopped the command, if any
+    reader_gone = False  # standard output's reader closed its end (`tail | head`)
     try:
         async with anyio.create_task_group() as tg:
             consumer: Consumer | None = None
@@ -138,30 +147,100 @@ async def run_tail(
                     consumer.stop()  # a clean close: iteration ends below
                 interrupted = interrupted or signum
 
+            def on_reader_gone() -> None:
+                nonlocal reader_gone
+                reader_gone = True
+                if consumer is not None:
+                    consumer.stop()
+
             if threading.current_thread() is threading.main_thread():
-                await tg.start(_watch_signals, on_signal)
+                await tg.start(watch_signals, on_signal)
+            await tg.start(_watch_reader, sys.stdout, on_reader_gone)
             async with Consumer(client, list(streams), config) as reading:
                 consumer = reading
+                if reader_gone:
+                    reading.stop()  # the reader left while the consumer was opening
                 left = count
                 async for batch in reading:
-                    left = None if left is None else left - _write(batch, left, raw=raw)
+                    try:
+                        printed = _write(batch, left, raw=raw)
+                    except BrokenPipeError:
+                        reader_gone = True
+                        break  # a clean close: nothing more can be printed
                     reading.commit(batch)
-                    if left == 0:
-                        break
+                    if left is not None:
+                        left -= printed
+                        if left == 0:
+                            break
             tg.cancel_scope.cancel()
     finally:
         if registered:
             await _deregister(client, registered, name)
+    if reader_gone:
+        # main() treats this as the end it is (`tail | head`): exit 0, quietly.
+        raise BrokenPipeError(errno.EPIPE, "the reader of standard output went away")
     return 128 + interrupted if interrupted else 0
 
 
-async def _watch_signals(
+async def watch_signals(
     on_signal: Callable[[int], None], *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
 ) -> None:
+    """Call ``on_signal(signum)`` for each SIGINT and SIGTERM (main thread only), so a command
+    can end its own way (a clean close, a summary) instead of by KeyboardInterrupt."""
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         task_status.started()
         async for signum in signals:
             on_signal(int(signum))
+
+
+async def _watch_reader(
+    out: TextIO,
+    on_gone: Callable[[], None],
+    *,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Call ``on_gone`` when the reader of the pipe ``out`` closes its end.
+
+    ``tail | head -n 1``: once ``head`` has its line it exits, but a writer learns that only
+    from its next write, and on a quiet stream there may be none for hours. The kernel tells a
+    poller at once (POLLERR on a pipe's write end with no reader left), so a daemon thread
+    polls for exactly that, with no events requested, and a second pipe to end it when the
+    command ends first. Anything but a pipe (a terminal, a file, pytest's capture) is left
+    alone: its reader cannot leave that way.
+    """
+    try:
+        fd = out.fileno()
+        is_pipe = stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        is_pipe = False
+    if not is_pipe:
+        task_status.started()
+        return
+    token = anyio.lowlevel.current_token()
+    gone = anyio.Event()
+    wake_read, wake_write = os.pipe()
+
+    def poll() -> None:
+        try:
+            poller = select.poll()
+            poller.register(fd, 0)  # POLLERR and POLLHUP are reported unasked
+            poller.register(wake_read, select.POLLIN)
+            ready = {ready_fd for ready_fd, _ in poller.poll()}
+        finally:
+            os.close(wake_read)
+        if fd in ready:
+            try:
+                anyio.from_thread.run_sync(gone.set, token=token)
+            except Exception:  # the command ended meanwhile, and its loop with it
+                return
+
+    threading.Thread(target=poll, name="kinesis-actors tail: stdout", daemon=True).start()
+    task_status.started()
+    try:
+        await gone.wait()
+        on_gone()
+    finally:
+        os.close(wake_write)  # the poller sees end of file on its wake pipe and returns
 
 
 async def _deregister(client: KinesisClient, streams: Sequence[str], name: str | None) -> None:
