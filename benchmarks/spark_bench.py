@@ -44,8 +44,9 @@ from kinesis_actors import LocalKinesis, ProducerConfig
 from kinesis_actors.sync import SyncProducer
 from spark_bridge import KinesisDataSource
 from spark_bridge._driver import DriverConsumer
+from spark_bridge._legacy import DriverReadStreamReader, _ipc
 from spark_bridge._options import parse_source_options
-from spark_bridge._source import KinesisStreamReader, _ipc
+from spark_bridge._source import KinesisStreamReader
 
 __all__ = ["ProcessCpu", "TupleKinesisDataSource", "main", "markdown", "run"]
 
@@ -305,7 +306,7 @@ def _driver_inprocess(local: LocalKinesis, stream: str, count: int) -> dict[str,
     serialises each shard's batches like ``partitions`` does.
     """
     options = parse_source_options({k.lower(): v for k, v in _options(local, stream).items()})
-    start = KinesisStreamReader(options).initialOffset()
+    start = DriverReadStreamReader(options).initialOffset()
     cpu0, wall0 = time.process_time(), time.perf_counter()
     driver = DriverConsumer(options, start)
     rows = takes = payload_bytes = arrow_batches = largest = 0

@@ -6,6 +6,9 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource
 
+from kinesis_actors.errors import ConfigError
+
+from ._legacy import DriverReadStreamReader
 from ._options import parse_sink_options, parse_source_options
 from ._schema import spark_schema
 from ._sink import KinesisBatchWriter, KinesisStreamWriter
@@ -29,7 +32,17 @@ class KinesisDataSource(DataSource):
         return spark_schema()
 
     def streamReader(self, schema: Any) -> Any:
-        return KinesisStreamReader(parse_source_options(self.options))
+        options = parse_source_options(self.options)
+        if options.read_path == "driver":
+            return DriverReadStreamReader(options)
+        return KinesisStreamReader(options)
+
+    def reader(self, schema: Any) -> Any:
+        raise ConfigError(
+            'the kinesis format is a streaming source: use spark.readStream.format("kinesis") '
+            "(add .trigger(availableNow=True) to read what the stream holds now and stop); "
+            'spark.read.format("kinesis") has no batch reader'
+        )
 
     def writer(self, schema: Any, overwrite: bool) -> Any:
         return KinesisBatchWriter(parse_sink_options(self.options), schema)

@@ -41,6 +41,9 @@ SOURCE_OPTIONS = CONNECTION_OPTIONS | {
     "maxstagedbytes",
     "replaytimeout",
     "deregisterconsumer",
+    "arrivalwindowpertrigger",
+    "settlelag",
+    "readpath",
 }
 SINK_OPTIONS = CONNECTION_OPTIONS | {
     "aggregation",
@@ -85,6 +88,9 @@ class SourceOptions:
     max_staged_bytes: int = 64 * 1024 * 1024
     replay_timeout: float = 120.0
     deregister_consumer: bool = False
+    window_ms: int = 10_000
+    settle_ms: int = 1_000
+    read_path: str = "executors"
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +152,31 @@ def _positive_float(options: Mapping[str, str], name: str) -> float | None:
     if not value > 0 or value == float("inf"):
         raise ConfigError(f"option {name} must be a positive number, got {raw!r}")
     return value
+
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _duration_ms(options: Mapping[str, str], name: str, default_ms: int) -> int:
+    """A duration: seconds as a number, or with a unit: ``500ms``, ``10s``, ``2m``, ``1h``."""
+    raw = options.get(name.lower())
+    if raw is None:
+        return default_ms
+    text = raw.strip().lower().replace(" ", "")
+    unit = 1.0
+    for suffix in ("ms", "s", "m", "h"):
+        if text.endswith(suffix):
+            text, unit = text[: -len(suffix)], _UNITS[suffix]
+            break
+    try:
+        value = float(text) * unit
+    except ValueError:
+        raise ConfigError(
+            f"option {name} must be a duration such as 10s, 500ms or 2m, got {raw!r}"
+        ) from None
+    if not value > 0 or value == float("inf"):
+        raise ConfigError(f"option {name} must be a positive duration, got {raw!r}")
+    return max(1, round(value * 1000))
 
 
 def _choice(options: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
@@ -264,6 +295,9 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         max_staged_bytes=staged_bytes or max(64 * 1024 * 1024, 2 * (max_bytes or 0)),
         replay_timeout=replay or 120.0,
         deregister_consumer=_bool(options, "deregisterConsumer", False),
+        window_ms=_duration_ms(options, "arrivalWindowPerTrigger", 10_000),
+        settle_ms=_duration_ms(options, "settleLag", 1_000),
+        read_path=_choice(options, "readPath", ("executors", "driver"), "executors"),
     )
 
 

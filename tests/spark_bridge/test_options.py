@@ -358,7 +358,44 @@ def test_source_defaults() -> None:
         max_staged_bytes=64 * 1024 * 1024,
         replay_timeout=120.0,
         deregister_consumer=False,
+        window_ms=10_000,
+        settle_ms=1_000,
+        read_path="executors",
     )
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected_ms"),
+    [
+        ("10", 10_000),
+        ("2.5s", 2_500),
+        ("500ms", 500),
+        ("2m", 120_000),
+        ("1h", 3_600_000),
+        (" 3 s ", 3_000),
+        ("0.0001", 1),
+    ],
+)
+@pytest.mark.parametrize(
+    ("option", "field"), [("arrivalWindowPerTrigger", "window_ms"), ("settleLag", "settle_ms")]
+)
+def test_durations_take_seconds_or_a_unit(
+    option: str, field: str, raw: str, expected_ms: int
+) -> None:
+    assert getattr(source(**{option: raw}), field) == expected_ms
+
+
+@pytest.mark.parametrize("raw", ["0", "-1s", "", "soon", "10 days", "inf", "nan"])
+@pytest.mark.parametrize("option", ["arrivalWindowPerTrigger", "settleLag"])
+def test_durations_must_be_positive(option: str, raw: str) -> None:
+    with fails(option):
+        source(**{option: raw})
+
+
+def test_read_path_chooses_executors_or_the_driver() -> None:
+    assert source(readPath="Driver").read_path == "driver"
+    with fails("readPath"):
+        source(readPath="both")
 
 
 # --- unknown options -----------------------------------------------------------------------

@@ -1,0 +1,255 @@
+"""Reading one shard's range of a micro-batch on an executor, exactly, as it streams in.
+
+Every task of the source does this, whatever ran before it: first runs, task retries,
+speculative copies and replays after a restart all read ``[start, end)`` of their shard with
+GetRecords and yield each page as an Arrow batch as soon as it is read (memory is one page,
+not the range). The end is a record the driver saw, so it is readable: at the tip the reader
+waits (records may become visible a little after the driver saw them), up to
+``replayTimeout`` without progress. A range that cannot be read exactly (the start record
+was trimmed past retention, the offsets do not match the stream, the shard ended early)
+fails the task with :class:`RangeReadError` naming the shard, never yields other rows.
+
+Why GetRecords in both consumer modes: see docs/spark.md ("EFO").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import anyio
+import pyarrow as pa
+import pyarrow.compute as pc
+from anyio.from_thread import start_blocking_portal
+
+from kinesis_actors import KinesisClient
+from kinesis_actors.errors import (
+    ExpiredIteratorError,
+    KinesisError,
+    MalformedReplyError,
+    ResourceNotFoundError,
+    ShardUnreadableError,
+)
+from kinesis_actors.records import build_record_batch
+
+from ._offsets import AFTER, BEFORE, ShardEntry
+from ._options import Connection
+from ._policy import check_records_reply
+
+__all__ = ["RangeReadError", "RangeReader", "read_range"]
+
+_PAGE = 10_000
+_MIN_CALL_INTERVAL = 0.2
+"""At most 5 GetRecords a second per reader, the service's budget for a shard."""
+_IDLE_INITIAL, _IDLE_MAX = 0.05, 0.5
+_RETRIES = 5
+"""Replies retried after the client's own retries gave up: a garbled reply or a passing
+ResourceNotFound must not fail a task that a second look would complete."""
+
+
+class RangeReadError(KinesisError):
+    """A micro-batch's range of a shard cannot be read exactly."""
+
+
+class RangeReader:
+    """Reads the user records of one shard after ``start`` up to ``end`` (see ``_offsets``)."""
+
+    def __init__(
+        self,
+        client: KinesisClient,
+        stream: str,
+        shard_id: str,
+        start: ShardEntry,
+        end: ShardEntry,
+        *,
+        wait_timeout: float,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+    ) -> None:
+        self._client = client
+        self._stream = stream
+        self._shard_id = shard_id
+        self._start = start
+        self._end = end
+        self._wait_timeout = wait_timeout
+        self._clock = clock
+        self._sleep = sleep
+        self._where = f"{stream}/{shard_id}"
+        self._iterator: str | None = None
+        self._last_sequence: str | None = None
+        self._skip: tuple[str, int] | None = None
+        bound = start.bound
+        if bound is not None and BEFORE < bound.sub < AFTER:
+            self._skip = (str(bound.sequence), bound.sub)
+        self._done = start.finished
+        self._last_call = -1e9
+        self.calls = 0
+        self.rows = 0
+
+    async def _get_iterator(self) -> str:
+        if self._last_sequence is not None:
+            params: dict[str, Any] = {
+                "ShardIteratorType": "AFTER_SEQUENCE_NUMBER",
+                "StartingSequenceNumber": self._last_sequence,
+            }
+        else:
+            params = self._start.iterator_params()
+        reply = await self._client.call(
+            "GetShardIterator", {"StreamName": self._stream, "ShardId": self._shard_id, **params}
+        )
+        self.calls += 1
+        iterator = reply.get("ShardIterator") if isinstance(reply, dict) else None
+        if not isinstance(iterator, str):
+            raise MalformedReplyError(
+                f"{self._where}: no ShardIterator", operation="GetShardIterator"
+            )
+        return iterator
+
+    async def _page(self) -> Any:
+        """One checked GetRecords reply, retrying what a second look may cure."""
+        failures = 0
+        while True:
+            try:
+                if self._iterator is None:
+                    self._iterator = await self._get_iterator()
+                wait = self._last_call + _MIN_CALL_INTERVAL - self._clock()
+                if wait > 0:
+                    await self._sleep(wait)
+                self._last_call = self._clock()
+                self.calls += 1
+                reply = await self._client.call(
+                    "GetRecords", {"ShardIterator": self._iterator, "Limit": _PAGE}
+                )
+                return check_records_reply(reply, where=self._where)
+            except ExpiredIteratorError:
+                self._iterator = None  # a new one from the last record read
+                failures += 1
+            except (MalformedReplyError, ResourceNotFoundError) as exc:
+                failures += 1
+                if failures > _RETRIES:
+                    if isinstance(exc, ResourceNotFoundError):
+                        raise ShardUnreadableError(
+                            f"{self._where}: the shard cannot be read ({exc}); nothing was "
+                            "marked finished, the task fails so the range can be read again",
+                            stream=self._stream,
+                            shard_id=self._shard_id,
+                            position=self._last_sequence or self._start.describe(),
+                        ) from exc
+                    raise
+                self._iterator = None
+            if failures > _RETRIES:
+                raise RangeReadError(f"{self._where}: iterators keep expiring")
+            await self._sleep(min(_IDLE_MAX, _IDLE_INITIAL * 2**failures))
+
+    async def next_batch(self) -> pa.RecordBatch | None:
+        """The next rows of the range (``RECORD_SCHEMA``), or None once it is complete."""
+        idle = _IDLE_INITIAL
+        stalled_since = self._clock()
+        while not self._done:
+            page = await self._page()
+            self._iterator = page.next_iterator
+            records = page.records
+            if records:
+                stalled_since = self._clock()
+                idle = _IDLE_INITIAL
+                batch = self._rows(records)
+                if batch is not None and batch.num_rows:
+                    self.rows += batch.num_rows
+                    return batch
+                continue
+            if page.ended:
+                if self._end.finished:
+                    self._done = True
+                    break
+                raise RangeReadError(
+                    f"{self._where}: the shard ended before the micro-batch's end "
+                    f"{self._end.describe()}; the offsets do not match the stream"
+                )
+            if self._clock() - stalled_since > self._wait_timeout:
+                raise RangeReadError(
+                    f"{self._where}: waited {self._wait_timeout:g} s (option replayTimeout) at "
+                    f"the shard's tip for records up to {self._end.describe()}, which the "
+                    "driver saw; were they trimmed past the retention period?"
+                )
+            if page.millis_behind == 0:
+                await self._sleep(idle)
+                idle = min(idle * 2, _IDLE_MAX)
+        return None
+
+    def _check_start(self, first: dict[str, Any]) -> None:
+        bound = self._start.bound
+        if bound is None or bound.sub >= AFTER or self._last_sequence is not None:
+            return
+        if int(first["SequenceNumber"]) != bound.sequence:
+            raise RangeReadError(
+                f"{self._where}: the micro-batch starts at record {bound.sequence} but the "
+                f"shard's first record there is {first['SequenceNumber']}: it was trimmed "
+                "past the retention period, or the offsets do not match the stream"
+            )
+
+    def _rows(self, records: list[dict[str, Any]]) -> pa.RecordBatch | None:
+        """The page's rows inside the range; marks the range done at its end record."""
+        self._check_start(records[0])
+        end = self._end.bound
+        keep = len(records)
+        boundary: dict[str, Any] | None = None
+        if end is not None:
+            for index, record in enumerate(records):
+                sequence = int(record["SequenceNumber"])
+                if sequence >= end.sequence:
+                    if sequence != end.sequence:
+                        raise RangeReadError(
+                            f"{self._where}: the micro-batch ends at record {end.sequence}, "
+                            f"which the shard does not have (next is {sequence}); the offsets "
+                            "do not match the stream"
+                        )
+                    keep, boundary = index, record
+                    self._done = True
+                    break
+        built = build_record_batch(self._stream, self._shard_id, records[:keep], after=self._skip)
+        batches = [built.batch] if built.batch.num_rows else []
+        if boundary is not None and end is not None and end.sub > BEFORE:
+            last = build_record_batch(self._stream, self._shard_id, [boundary], after=self._skip)
+            tail = last.batch
+            if end.sub < AFTER:
+                tail = tail.filter(pc.less_equal(tail.column(3), end.sub))
+            if tail.num_rows:
+                batches.append(tail)
+        self._last_sequence = (
+            str(records[keep - 1]["SequenceNumber"]) if keep else self._last_sequence
+        )
+        if keep:
+            self._skip = None
+        if not batches:
+            return None
+        if len(batches) == 1:
+            return batches[0]
+        return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+
+
+def read_range(
+    connection: Connection,
+    *,
+    stream: str,
+    shard_id: str,
+    start: ShardEntry,
+    end: ShardEntry,
+    timeout: float,
+) -> Iterator[pa.RecordBatch]:
+    """Yield the range's rows page by page, from a loop thread of its own (sync, for
+    ``read`` on an executor); the client is closed when the iterator is."""
+    if start.finished or (end.bound is None and not end.finished):
+        return
+    with start_blocking_portal() as portal:
+        client = KinesisClient(**connection.client_kwargs())
+        portal.call(client.__aenter__)
+        try:
+            reader = RangeReader(client, stream, shard_id, start, end, wait_timeout=timeout)
+            while True:
+                batch = portal.call(reader.next_batch)
+                if batch is None:
+                    return
+                yield batch
+        finally:
+            portal.call(client.aclose)
