@@ -25,9 +25,16 @@ from benchmarks import scenarios
 from benchmarks._common import load, machine
 from benchmarks.peers import CONSUMERS, PRODUCERS, PROJECT, ConsumerPeer, ProducerPeer
 from benchmarks.report import markdown, write_plots
-from kinesis_actors.cli._bench import SCENARIOS, add_bench_arguments
 
-__all__ = ["SCENARIOS", "main", "run", "run_from_args", "write"]
+__all__ = ["SCENARIOS", "add_bench_arguments", "main", "run", "run_from_args", "write"]
+
+SCENARIOS = (
+    "producer_throughput",
+    "producer_capacity",
+    "consumer_throughput",
+    "latency",
+    "consumer_memory",
+)
 
 THROUGHPUT = ("producer_throughput", "consumer_throughput")
 _DISTRIBUTIONS = {
@@ -177,8 +184,37 @@ def run_from_args(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    """The suite's flags (``kinesis-actors bench`` passes its arguments through to them)."""
+    sizes = parser.add_mutually_exclusive_group()
+    sizes.add_argument("--quick", action="store_true", help="CI-sized runs of every scenario")
+    sizes.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny runs that only prove the suite works (for tests; figures mean nothing)",
+    )
+    parser.add_argument(
+        "--out",
+        default="benchmarks/results",
+        help="directory for results.json, RESULTS.md and the plots (default benchmarks/results)",
+    )
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        choices=SCENARIOS,
+        help="run only this scenario (repeatable; default: all)",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    """``kinesis-actors bench``, which runs this module from the checkout."""
+    parser = argparse.ArgumentParser(
+        prog="kinesis-actors bench",
+        description="Runs every benchmark scenario with this project and its peers (aiokpl, "
+        "async-kinesis, boto3) against loopback load targets, and writes results.json, "
+        "RESULTS.md and the plots. Runs from a source checkout (the suite is not part of the "
+        "installed package).",
+    )
     add_bench_arguments(parser)
     return run_from_args(parser.parse_args(argv))
 
