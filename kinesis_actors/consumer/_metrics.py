@@ -22,6 +22,13 @@ class ShardMetrics:
     (exception event or transport failure), ``watchdog`` (silence), ``resource_in_use``.
     ``backpressured_seconds`` (both modes) is the time the reader waited for a credit because
     the application had not taken the shard's batches.
+
+    Hostile-server counters (issue 19): ``not_found`` (ResourceNotFound on a shard the list
+    still shows, each retried), ``poison_records`` (malformed records skipped under
+    ``poison_records="skip"``), ``starvations`` (EFO: times the shard met nothing but
+    ResourceInUse for ``efo_starvation_warning`` seconds). ``state`` is ``failed`` when the
+    shard stopped the consumer with a typed error, ``starved`` while EFO resubscriptions keep
+    meeting ResourceInUse.
     """
 
     state: str = "waiting"
@@ -45,6 +52,9 @@ class ShardMetrics:
     subscriptions: int = 0
     resubscriptions: dict[str, int] = field(default_factory=dict)
     backpressured_seconds: float = 0.0
+    not_found: int = 0
+    poison_records: int = 0
+    starvations: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -9,6 +9,13 @@ Three rules, each a lower bound on the time of the next call:
   an idle shard is polled a few times a minute rather than hammered (lesson 8, FLINK-36947);
   after a throttle the same with the throttle settings. Any non-empty read resets both.
 
+And one rule for GetShardIterator, the recovery path (lesson 33): at most
+``max_iterators_per_second`` per shard (the service allows 5), and after an expired iterator
+the next one waits ``recovery_initial``, doubling while expiries repeat, up to
+``recovery_max``. Measured through the fault proxy with every GetRecords answered
+ExpiredIterator: ~91-108 GetShardIterator/s per shard before, ≤ 5/s and falling after
+(``tests/consumer/test_hostile_server_local.py``).
+
 Times are plain floats from the caller's clock, so the policy is tested without a loop.
 """
 
@@ -27,6 +34,9 @@ class PacingSettings:
     idle_max: float = 2.0
     throttle_initial: float = 0.5
     throttle_max: float = 5.0
+    max_iterators_per_second: float = 5.0
+    recovery_initial: float = 0.2
+    recovery_max: float = 5.0
 
 
 class ReadPacer:
@@ -37,6 +47,8 @@ class ReadPacer:
         self._next_at = float("-inf")
         self._empty_streak = 0
         self._throttle_streak = 0
+        self._iterator_at = float("-inf")
+        self._expired_streak = 0
 
     @property
     def empty_streak(self) -> int:
@@ -54,6 +66,7 @@ class ReadPacer:
         """A GetRecords that started at ``now`` returned ``records`` records of ``size`` bytes."""
         settings = self._settings
         self._throttle_streak = 0
+        self._expired_streak = 0
         wait = max(1.0 / settings.max_calls_per_second, size / settings.max_bytes_per_second)
         if records == 0:
             idle = settings.idle_initial * 2.0 ** min(self._empty_streak, 32)
@@ -71,3 +84,19 @@ class ReadPacer:
         self._next_at = now + max(
             1.0 / settings.max_calls_per_second, min(settings.throttle_max, wait)
         )
+
+    def iterator_delay(self, now: float) -> float:
+        """Seconds to wait from ``now`` before the next GetShardIterator (0 if it may go now)."""
+        return max(0.0, self._iterator_at - now)
+
+    def iterator_taken(self, now: float) -> None:
+        """A GetShardIterator went out at ``now``."""
+        gap = 1.0 / self._settings.max_iterators_per_second
+        self._iterator_at = max(self._iterator_at, now + gap)
+
+    def expired(self, now: float) -> None:
+        """The iterator expired: the next one waits, longer each time in a row (lesson 33)."""
+        settings = self._settings
+        wait = settings.recovery_initial * 2.0 ** min(self._expired_streak, 32)
+        self._expired_streak += 1
+        self._iterator_at = max(self._iterator_at, now + min(settings.recovery_max, wait))
