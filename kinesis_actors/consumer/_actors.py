@@ -17,7 +17,7 @@ from ..runtime import Actor, ActorContext
 from ._batch import RecordBatch
 from ._config import StartingPosition
 from ._pipeline import ShardPipeline
-from ._reader import ShardRead, ShardReader
+from ._reader import ShardReader
 
 __all__ = ["Handler", "ProcessorActor", "ReaderActor"]
 
@@ -34,9 +34,15 @@ class ReaderActor(Actor[None]):
     current generation and reading starts over from the committed position.
     """
 
-    def __init__(self, pipeline: ShardPipeline, make_reader: ReaderFactory) -> None:
+    def __init__(
+        self,
+        pipeline: ShardPipeline,
+        make_reader: ReaderFactory,
+        fail: Callable[[BaseException], None] = lambda error: None,
+    ) -> None:
         self._pipeline = pipeline
         self._make_reader = make_reader
+        self._fail = fail
 
     async def run(self, ctx: ActorContext[None]) -> None:
         pipeline = self._pipeline
@@ -44,7 +50,15 @@ class ReaderActor(Actor[None]):
             with anyio.CancelScope() as scope:
                 pipeline.reader_scope = scope
                 if not pipeline.end_reached:
-                    await self._read_to_end(pipeline)
+                    try:
+                        await self._read_to_end(pipeline)
+                    except (errors.ShardUnreadableError, errors.PoisonRecordError) as exc:
+                        # Named and final: a restart would meet it again and end in an
+                        # anonymous RestartIntensityExceeded. The consumer surfaces it; the
+                        # shard's position stays where it was.
+                        pipeline.metrics.state = "failed"
+                        self._fail(exc)
+                        return
                 await pipeline.let_go.wait()
                 return
             # Cancelled by a rewind (an outer cancellation does not get here): read again.
@@ -64,10 +78,7 @@ class ReaderActor(Actor[None]):
                     finally:
                         pipeline.backpressure_ended()
                 try:
-                    read = await reader.read()
-                except errors.ResourceNotFoundError:
-                    # The shard expired while we read it: nothing more to read.
-                    read = ShardRead((), finished=True)
+                    read = await reader.read()  # the end only on proof (lessons 29, 30)
                 except BaseException:
                     if generation == pipeline.generation:
                         gate.withdraw()  # the credit must not leak with a crashed read

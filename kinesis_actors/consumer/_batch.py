@@ -15,10 +15,13 @@ class RecordBatch:
     ``last_position`` is the (sequence, sub-sequence) of the last row: committing the batch
     commits everything up to it. ``millis_behind_latest`` is what the service said of the
     shard with this read. :meth:`slice` makes a batch of some of the rows, for committing part
-    of a batch (for instance, up to a row in the middle of an aggregate).
+    of a batch (for instance, up to a row in the middle of an aggregate). ``origin`` is the
+    consumer that read it (its slices keep it): ``commit`` takes only its own consumer's
+    batches, so a batch of another consumer of the same stream cannot move this one's
+    position past records it never delivered (issue 19, item 4).
     """
 
-    __slots__ = ("_arrow", "last_position", "millis_behind_latest", "shard_id", "stream")
+    __slots__ = ("_arrow", "last_position", "millis_behind_latest", "origin", "shard_id", "stream")
 
     def __init__(
         self,
@@ -27,7 +30,10 @@ class RecordBatch:
         arrow: pa.RecordBatch,
         last_position: Position,
         millis_behind_latest: int | None = None,
+        *,
+        origin: object = None,
     ) -> None:
+        self.origin = origin
         self.stream = stream
         self.shard_id = shard_id
         self._arrow = arrow
@@ -58,6 +64,7 @@ class RecordBatch:
             arrow,
             position,
             self.millis_behind_latest,
+            origin=self.origin,
         )
 
     def __repr__(self) -> str:

@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from .._validate import check_choice, check_non_negative, check_positive, check_type
+from .._validate import (
+    check_choice,
+    check_non_negative,
+    check_positive,
+    check_sequence_number,
+    check_stream_name,
+    check_type,
+)
 from ..errors import ConfigError
 
 __all__ = ["MAX_RECORDS_PER_CALL", "ConsumerConfig", "StartingPosition"]
@@ -53,11 +60,7 @@ class StartingPosition:
                 f"StartingPosition.timestamp is only for AT_TIMESTAMP, not {self.type}"
             )
         if self.type.endswith("SEQUENCE_NUMBER"):
-            if not isinstance(self.sequence_number, str) or not self.sequence_number.isdigit():
-                raise ConfigError(
-                    "StartingPosition.sequence_number must be a string of digits, "
-                    f"got {self.sequence_number!r}"
-                )
+            check_sequence_number("StartingPosition.sequence_number", self.sequence_number)
         elif self.sequence_number is not None:
             raise ConfigError(
                 f"StartingPosition.sequence_number is only for *_SEQUENCE_NUMBER, not {self.type}"
@@ -131,6 +134,7 @@ class StartingPosition:
 
 Mode = Literal["polling", "efo"]
 Registration = Literal["lazy", "eager", "none"]
+PoisonPolicy = Literal["fail", "skip"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +164,11 @@ class ConsumerConfig:
       resubscription), ``efo_subscription_lifetime`` (renew a subscription after this long;
       the service ends them after 5 minutes), ``deregister_on_close`` (None: only ``lazy``
       with ``worker_count == 1`` deregisters on a clean close), ``registration_timeout``
-      (registering / waiting for ACTIVE at open).
+      (registering / waiting for ACTIVE at open), ``efo_starvation_warning`` (seconds of
+      nothing but ResourceInUse before a warning and the shard's state ``starved``).
+    - ``poison_records``: a malformed record from the server is a ``PoisonRecordError``
+      naming it (``"fail"``, the default: nothing is skipped) or is skipped, counted and
+      logged (``"skip"``); see ``docs/consumer.md``.
     """
 
     mode: Mode = "polling"
@@ -186,10 +194,13 @@ class ConsumerConfig:
     efo_subscription_lifetime: float = 300.0
     deregister_on_close: bool | None = None
     registration_timeout: float = 120.0
+    efo_starvation_warning: float = 30.0
+    poison_records: PoisonPolicy = "fail"
 
     def __post_init__(self) -> None:
         check_choice("ConsumerConfig.mode", self.mode, ("polling", "efo"))
         check_choice("ConsumerConfig.registration", self.registration, ("lazy", "eager", "none"))
+        check_choice("ConsumerConfig.poison_records", self.poison_records, ("fail", "skip"))
         if self.consumer_name is not None and (
             not isinstance(self.consumer_name, str) or not 1 <= len(self.consumer_name) <= 128
         ):
@@ -208,7 +219,12 @@ class ConsumerConfig:
             raise ConfigError(
                 f'ConsumerConfig.consumer_arns is required with registration="{self.registration}"'
             )
-        for name in ("efo_watchdog_timeout", "efo_subscription_lifetime", "registration_timeout"):
+        for name in (
+            "efo_watchdog_timeout",
+            "efo_subscription_lifetime",
+            "registration_timeout",
+            "efo_starvation_warning",
+        ):
             check_positive(f"ConsumerConfig.{name}", getattr(self, name))
         if self.deregister_on_close is not None:
             check_type(
@@ -283,3 +299,17 @@ class ConsumerConfig:
                 "ConsumerConfig.restart_intensity must be (max_restarts >= 0, period > 0), "
                 f"got {intensity!r}"
             )
+
+
+def stream_names(streams: Any) -> list[str]:
+    """The ``streams`` a Consumer was given, as a list of valid, distinct stream names."""
+    names = [streams] if isinstance(streams, str) else streams
+    if not isinstance(names, list | tuple) or not names:
+        raise ConfigError(
+            f"streams must be a stream name or a non-empty list of them, got {streams!r}"
+        )
+    for name in names:
+        check_stream_name("streams", name)
+    if len(set(names)) != len(names):
+        raise ConfigError(f"streams must not repeat a stream, got {list(names)!r}")
+    return list(names)

@@ -36,9 +36,10 @@ from ..errors import ConfigError
 from ..runtime import Backoff, ChildSpec, Restart, RestartIntensityExceeded, Strategy, Supervisor
 from ._actors import Handler, ProcessorActor, ReaderActor
 from ._batch import RecordBatch
-from ._config import ConsumerConfig, StartingPosition
-from ._discovery import list_shards
+from ._config import ConsumerConfig, StartingPosition, stream_names
+from ._discovery import DiscoveryFailures, list_shards
 from ._efo import EfoReader, EfoSettings
+from ._identity import StreamIdentity, open_identities, parse_identities
 from ._pacing import PacingSettings, ReadPacer
 from ._pipeline import ShardPipeline
 from ._positions import SavedShard, ShardKey, encode_positions, parse_positions
@@ -60,20 +61,6 @@ _RESTART_BACKOFF = Backoff(initial=0.05, maximum=2.0)
 _DEREGISTER_TIMEOUT = 10.0
 
 
-def _stream_names(streams: Any) -> list[str]:
-    names = [streams] if isinstance(streams, str) else streams
-    if not isinstance(names, list | tuple) or not names:
-        raise ConfigError(
-            f"streams must be a stream name or a non-empty list of them, got {streams!r}"
-        )
-    for name in names:
-        if not isinstance(name, str) or not name:
-            raise ConfigError(f"streams must hold non-empty stream names, got {name!r}")
-    if len(set(names)) != len(names):
-        raise ConfigError(f"streams must not repeat a stream, got {list(names)!r}")
-    return list(names)
-
-
 class Consumer:
     """Reads one or more streams shard by shard; an async context manager and iterator.
 
@@ -93,11 +80,14 @@ class Consumer:
         config = ConsumerConfig() if config is None else config
         check_type("config", config, ConsumerConfig, "a ConsumerConfig")
         self._client = client
-        self._streams = _stream_names(streams)
+        self._streams = stream_names(streams)
         self._config = config
+        positions = config.positions
         self._saved: dict[ShardKey, SavedShard] = (
-            parse_positions(config.positions, self._streams) if config.positions is not None else {}
+            parse_positions(positions, self._streams) if positions is not None else {}
         )
+        self._saved_ids = parse_identities(positions, self._streams) if positions else {}
+        self._identities: dict[str, StreamIdentity] = {}
         self._graph = ShardGraph(config.worker_index, config.worker_count)
         self._pacing = PacingSettings(
             max_calls_per_second=config.max_calls_per_second,
@@ -116,6 +106,7 @@ class Consumer:
         self._opened_at = datetime.now(UTC)
         self._list_calls = 0
         self._discoveries = 0
+        self._discovery_failures = DiscoveryFailures()
         self._readers: Supervisor | None = None
         self._processors: Supervisor | None = None
         self._processing: set[ShardKey] = set()
@@ -125,6 +116,7 @@ class Consumer:
         self._efo = EfoSettings(
             watchdog_timeout=config.efo_watchdog_timeout,
             subscription_lifetime=config.efo_subscription_lifetime,
+            starvation_warning=config.efo_starvation_warning,
         )
 
     @property
@@ -146,8 +138,9 @@ class Consumer:
         self._done = anyio.Event()
         self._rediscover = anyio.Event()
         self._reschedule = anyio.Event()
-        for stream in self._streams:  # an unknown stream fails here: ResourceNotFoundError
-            await self._client.call("DescribeStreamSummary", {"StreamName": stream})
+        # An unknown stream fails here (ResourceNotFoundError), a document of another
+        # stream or incarnation too (PositionsMismatchError, lesson 31).
+        self._identities = await open_identities(self._client, self._streams, self._saved_ids)
         config = self._config
         if config.mode == "efo":
             with anyio.fail_after(config.registration_timeout):
@@ -155,13 +148,14 @@ class Consumer:
                     self._client, self._streams, config
                 )
         self._opened_at = datetime.now(UTC)
+        # Before the task group: a failure here is the cause itself, not an ExceptionGroup.
+        await self._discover()
         stack = AsyncExitStack()
         self._stack = stack
         await stack.__aenter__()
         try:
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             await self._tg.start(self._supervise_readers)
-            await self._discover()
             await self._schedule()
             self._tg.start_soon(self._discovery_loop)
             self._tg.start_soon(self._scheduler_loop)
@@ -236,6 +230,8 @@ class Consumer:
             self._fail(exc)
 
     async def _discovery_loop(self) -> None:
+        """Periodic discovery; failed rounds follow ``DiscoveryFailures`` (``_discovery``).
+        A stream that is gone fails the consumer at once."""
         interval = self._config.shard_discovery_interval
         while True:
             delay = interval * random.uniform(1 - _JITTER, 1 + _JITTER)
@@ -248,11 +244,16 @@ class Consumer:
                 self._fail(exc)
                 return
             except errors.KinesisError as exc:
-                log.warning("shard discovery failed, retrying next round: %s", exc)
+                if self._discovery_failures.failed():
+                    self._fail(exc)
+                    return
+                streak = self._discovery_failures.streak
+                log.warning("shard discovery failed (%d in a row), retrying: %s", streak, exc)
                 continue
             except Exception as exc:  # a bug must not cancel the user's code: report it
                 self._fail(exc)
                 return
+            self._discovery_failures.succeeded()
             self._reschedule.set()
 
     async def _scheduler_loop(self) -> None:
@@ -320,6 +321,7 @@ class Consumer:
             self._config.prefetch_batches,
             on_change=self._reschedule_soon,
             on_arrival=self._arrival,
+            origin=self,
         )
         pipeline.run_mode = self._mode == "run"
         if self._mode == "iterate":
@@ -334,7 +336,7 @@ class Consumer:
             raise RuntimeError("the readers' supervisor is not running")
 
         def factory() -> ReaderActor:
-            return ReaderActor(pipeline, self._make_reader)
+            return ReaderActor(pipeline, self._make_reader, self._fail)
 
         await supervisor.start_child(
             ChildSpec(
@@ -358,6 +360,7 @@ class Consumer:
                 metrics=pipeline.metrics,
                 settings=self._efo,
                 closed=lambda: getattr(self._graph.get(pipeline.key), "closed", False),
+                poison=self._config.poison_records,
             )
         return PollingReader(
             self._client,
@@ -367,6 +370,7 @@ class Consumer:
             pacer=ReadPacer(self._pacing),
             metrics=pipeline.metrics,
             limit=self._config.max_records_per_call,
+            poison=self._config.poison_records,
         )
 
     def _reschedule_soon(self) -> None:
@@ -384,6 +388,8 @@ class Consumer:
             self._arrived.set()
 
     def _claim(self, mode: str) -> None:
+        if self._state == "closed":
+            raise errors.ConsumerClosedError("the Consumer is closed: it yields no more batches")
         if self._state != "open":
             raise RuntimeError("the Consumer is not open: use 'async with Consumer(...)'")
         if self._mode == mode:
@@ -404,8 +410,6 @@ class Consumer:
         return self
 
     async def __anext__(self) -> RecordBatch:
-        if self._state == "closed":
-            raise StopAsyncIteration
         self._claim("iterate")
         while True:
             if self._failure is not None:
@@ -482,8 +486,11 @@ class Consumer:
         """Mark everything up to the end of ``batch`` (in its shard) as processed."""
         check_type("batch", batch, RecordBatch, "a RecordBatch from this consumer")
         pipeline = self._pipelines.get((batch.stream, batch.shard_id))
-        if pipeline is None:
-            raise ValueError(f"{batch.stream}/{batch.shard_id} is not read by this consumer")
+        if pipeline is None or batch.origin is not self:
+            raise errors.ValidationError(
+                f"commit() takes only this consumer's batches; {batch!r} was read by "
+                f"{'another consumer' if batch.origin is not None else 'no consumer'}"
+            )
         pipeline.commit(batch.last_position)
 
     def positions(self) -> dict[str, Any]:
@@ -495,7 +502,7 @@ class Consumer:
         entries = dict(self._saved)
         for key, pipeline in self._pipelines.items():
             entries[key] = pipeline.saved()
-        return encode_positions(entries, self._streams)
+        return encode_positions(entries, self._streams, self._identities)
 
     def shard_parents(self) -> dict[tuple[str, str], tuple[str, ...]]:
         """Every listed shard of this worker and its parents, by ``(stream, shard_id)``."""
@@ -518,6 +525,7 @@ class Consumer:
             "shards": shards,
             "discoveries": self._discoveries,
             "list_shards_calls": self._list_calls,
+            "discovery_failures": self._discovery_failures.total,
             "buffered_batches": sum(len(p.buffer) for p in self._pipelines.values()),
             "waiting_shards": sorted(
                 f"{shard.stream}/{shard.shard_id}"

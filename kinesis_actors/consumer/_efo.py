@@ -13,7 +13,9 @@ its own connection and TCP pushes back on that connection only (lessons 1-3).
 - Subscriptions are renewed after ``subscription_lifetime`` (the service's 5 minutes) or when
   the server ends the stream; exception events and read timeouts resubscribe from the last
   delivered position (lesson 14); ResourceInUse backs off exponentially (lesson 6), and no
-  shard subscribes more than once per second (the service's rule).
+  shard subscribes more than once per second (the service's rule). A shard that meets only
+  ResourceInUse for ``starvation_warning`` seconds is said to be starved: a warning naming the
+  shard and the consumer, state ``starved`` (issue 19: it used to stay "reading", silent).
 - A watchdog resubscribes when no event arrived for ``watchdog_timeout`` seconds of *asking*
   (time spent waiting for a credit does not count), so a zombie subscription cannot hang a
   shard (lesson 6).
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,7 +37,10 @@ from .. import errors
 from ..client import KinesisClient
 from ._config import StartingPosition
 from ._metrics import ShardMetrics
+from ._poison import screen
+from ._proof import NotFoundPolicy, check_resumed_at, shard_listed, unreadable
 from ._reader import ShardRead
+from ._replies import BadRecord, bad_records, child_shard_ids
 
 __all__ = ["EfoReader", "EfoSettings"]
 
@@ -55,6 +60,30 @@ class EfoSettings:
     backoff_max: float = 10.0
     max_consecutive_failures: int = 5
     """Errors in a row (no event in between) before the reader crashes to its supervisor."""
+    starvation_warning: float = 30.0
+    """Seconds of ResourceInUse only (no event) before the shard is reported starved."""
+
+
+def _checked_event(event: Any) -> Mapping[str, Any]:
+    """An event the reader can believe: ``Records`` a list, ``MillisBehindLatest`` an int
+    (so that a missing continuation means the end, not a garbled event, lesson 29)."""
+    if not isinstance(event, Mapping):
+        raise errors.MalformedReplyError(
+            f"an event that is not an object: {event!r:.200}", operation="SubscribeToShard"
+        )
+    records, millis = event.get("Records"), event.get("MillisBehindLatest")
+    continuation = event.get("ContinuationSequenceNumber")
+    if (
+        not isinstance(records, list)
+        or isinstance(millis, bool)
+        or not isinstance(millis, int)
+        or (continuation is not None and not isinstance(continuation, str))
+    ):
+        raise errors.MalformedReplyError(
+            f"an event without Records or MillisBehindLatest: {event!r:.200}",
+            operation="SubscribeToShard",
+        )
+    return event
 
 
 def subscribe_position(position: StartingPosition) -> dict[str, Any]:
@@ -82,6 +111,8 @@ class EfoReader:
         settings: EfoSettings,
         closed: Callable[[], bool] = lambda: False,
         clock: Callable[[], float] = anyio.current_time,
+        poison: str = "fail",
+        not_found: NotFoundPolicy | None = None,
     ) -> None:
         self._client = client
         self._stream = stream
@@ -101,6 +132,11 @@ class EfoReader:
         self._not_before = 0.0  # earliest time of the next SubscribeToShard
         self._failures = 0
         self._finished = False
+        self._poison = poison
+        self._resumed_at: StartingPosition | None = None  # checked on the first records
+        self._in_use_since: float | None = None  # first ResourceInUse since the last event
+        self._starved = False
+        self._not_found_policy = not_found if not_found is not None else NotFoundPolicy()
 
     @property
     def start(self) -> StartingPosition:
@@ -125,6 +161,8 @@ class EfoReader:
         while True:
             if self._events is None:
                 await self._subscribe()
+                if self._finished:
+                    return ShardRead((), finished=True)
                 continue
             generation = self._generation
             if self._clock() - self._opened_at >= settings.subscription_lifetime:
@@ -139,12 +177,22 @@ class EfoReader:
                 continue
             except errors.ResourceInUseError:
                 await self._dispose(generation, "resource_in_use")
-                self._failed()
+                self._in_use()
                 continue
-            except errors.ResourceNotFoundError:
+            except errors.ResourceNotFoundError as exc:
                 await self._dispose(generation, "error")
-                await self._check_consumer()
-                raise
+                if await self._not_found(exc):
+                    return self._end()
+                continue
+            except errors.MalformedReplyError as exc:
+                if exc.bad_records and exc.reply is not None:
+                    # A whole event but for some records (the client's contract): poison path.
+                    self._failures = 0
+                    return await self._accept(exc.reply, generation, exc.bad_records, removed=True)
+                self._metrics.transient_errors += 1
+                await self._dispose(generation, "error")
+                self._failed(exc)
+                continue
             except errors.KinesisError as exc:
                 # Exception events, resets, read timeouts (e.g. after long backpressure):
                 # recoverable, from the last delivered position (lesson 14).
@@ -163,13 +211,70 @@ class EfoReader:
                 await self._dispose(generation, "watchdog")
                 self._failed()
                 continue
+            try:
+                checked = _checked_event(event)
+            except errors.MalformedReplyError as exc:
+                self._metrics.transient_errors += 1
+                await self._dispose(generation, "error")
+                self._failed(exc)
+                continue
             self._failures = 0
-            return await self._accept(event, generation)
+            self._not_found_policy.read_succeeded()
+            self._fed()
+            return await self._accept(checked, generation, bad_records(checked["Records"]))
 
-    async def _accept(self, event: Mapping[str, Any], generation: int) -> ShardRead:
-        records = event.get("Records") or []
+    def _end(self) -> ShardRead:
+        self._finished = True
+        return ShardRead((), finished=True)
+
+    async def _not_found(self, exc: errors.ResourceNotFoundError) -> bool:
+        """ResourceNotFound on the subscription: True if the shard expired (no longer
+        listed); False to resubscribe (backed off); ShardUnreadableError for an open shard
+        that keeps failing, or when the stream is gone (lesson 30, ``_proof``)."""
+        await self._check_consumer()
+        self._metrics.not_found += 1
+        try:
+            listed = await shard_listed(self._client, self._stream, self._shard_id)
+        except errors.ResourceNotFoundError as gone:
+            raise unreadable(
+                self._stream, self._shard_id, self._position, "the stream no longer exists", gone
+            ) from exc
+        except (errors.TransportError, errors.ServiceError):
+            listed = True  # unknown: count it as an open shard's failure, retry, bounded
+        if not listed:
+            log.info("%s/%s is no longer listed: it expired", self._stream, self._shard_id)
+            return True
+        if not self._not_found_policy.open_shard_not_found():
+            raise unreadable(
+                self._stream, self._shard_id, self._position, f"{exc} (the shard is listed)", exc
+            ) from exc
+        self._failed()
+        return False
+
+    async def _accept(
+        self,
+        event: Mapping[str, Any],
+        generation: int,
+        bad: Sequence[BadRecord] = (),
+        *,
+        removed: bool = False,
+    ) -> ShardRead:
+        records, _ = screen(
+            self._stream,
+            self._shard_id,
+            event.get("Records") or [],
+            bad,
+            policy=self._poison,
+            metrics=self._metrics,
+            operation="SubscribeToShard",
+            removed=removed,
+        )
         continuation = event.get("ContinuationSequenceNumber")
-        children = tuple(child["ShardId"] for child in event.get("ChildShards") or ())
+        children = child_shard_ids("SubscribeToShard", event)
+        if self._resumed_at is not None and check_resumed_at(
+            self._stream, self._shard_id, self._resumed_at, records
+        ):
+            self._resumed_at = None
         self._metrics.events += 1
         if continuation and not records and not children:
             found = await self._at_end_of_closed_shard(event, continuation)
@@ -251,11 +356,12 @@ class EfoReader:
                 await stack.aclose()
             if isinstance(exc, errors.ResourceInUseError):
                 self._count("resource_in_use")
-                self._failed()
+                self._in_use()
                 return
             if isinstance(exc, errors.ResourceNotFoundError):
-                await self._check_consumer()
-                raise
+                if await self._not_found(exc):
+                    self._finished = True
+                return
             if isinstance(exc, errors.KinesisError) and not isinstance(exc, errors.ConfigError):
                 self._metrics.transient_errors += 1
                 self._count("error")
@@ -263,6 +369,7 @@ class EfoReader:
                 return
             raise
         self._metrics.subscriptions += 1
+        self._resumed_at = position if position.type == "AT_SEQUENCE_NUMBER" else None
         if position.type == "LATEST":
             # Resubscribing at "LATEST" would skip what arrived meanwhile: pin it to a time.
             pinned = StartingPosition("AT_TIMESTAMP", timestamp=taken_at)
@@ -284,6 +391,35 @@ class EfoReader:
         if cause is not None:
             self._count(cause)
 
+    def _in_use(self) -> None:
+        """ResourceInUse: back off; past ``starvation_warning`` seconds of nothing but
+        ResourceInUse, say so once, in the log and the shard's state (lesson 6, issue 19)."""
+        self._failed()
+        now = self._clock()
+        if self._in_use_since is None:
+            self._in_use_since = now
+        waited = now - self._in_use_since
+        if not self._starved and waited >= self._settings.starvation_warning:
+            self._starved = True
+            self._metrics.starvations += 1
+            self._metrics.state = "starved"
+            log.warning(
+                "%s/%s: every subscription for %.1fs met ResourceInUse: another reader may hold "
+                "this shard (consumer %s); still retrying",
+                self._stream,
+                self._shard_id,
+                waited,
+                self._arn,
+            )
+
+    def _fed(self) -> None:
+        """An event arrived: whatever held the shard let it go."""
+        self._in_use_since = None
+        if self._starved:
+            self._starved = False
+            self._metrics.state = "reading"
+            log.warning("%s/%s: reading again", self._stream, self._shard_id)
+
     def _count(self, cause: str) -> None:
         resubscriptions = self._metrics.resubscriptions
         resubscriptions[cause] = resubscriptions.get(cause, 0) + 1
@@ -301,7 +437,7 @@ class EfoReader:
         self._not_before = max(self._not_before, self._clock() + wait)
 
     async def _check_consumer(self) -> None:
-        """ResourceNotFound: the shard expired (finished), unless the consumer itself is gone."""
+        """ResourceNotFound: first, whether the consumer itself is gone (then nothing is read)."""
         try:
             await self._client.call("DescribeStreamConsumer", {"ConsumerARN": self._arn})
         except errors.ResourceNotFoundError:

@@ -41,8 +41,10 @@ class ShardPipeline:
         *,
         on_change: Callable[[], None] = lambda: None,
         on_arrival: Callable[[ShardPipeline], None] = lambda _: None,
+        origin: object = None,
     ) -> None:
         self.key = key
+        self._origin = origin  # the consumer, stamped on every batch (``RecordBatch.origin``)
         self.stream, self.shard_id = key
         self.metrics = ShardMetrics()
         self._prefetch = prefetch
@@ -120,6 +122,7 @@ class ShardPipeline:
                 built.batch,
                 built.last_position,
                 read.millis_behind_latest,
+                origin=self._origin,
             )
             self.gate.delivered()
             self.buffer.send_nowait(batch)

@@ -11,7 +11,9 @@ Sans-IO. A shard's entry is one of
 * ``{"start": {...}}``: nothing committed yet; where reading began (LATEST is recorded as the
   moment its first iterator was taken, so nothing that arrives while stopped is skipped).
 
-The document carries a version and the stream names; anything else is a ConfigError.
+The document carries a version and the stream names, and each stream's identity when known
+(``_identity``, lesson 31); anything else is a ConfigError. Sequence numbers are checked
+against the service's rule (digits, at most 129) here, before any call (issue 19, item 10).
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .._validate import check_sequence_number
 from ..errors import ConfigError
 from ..records import Position
 from ._config import StartingPosition
+from ._identity import IDENTITY_KEY, StreamIdentity
 
 __all__ = [
     "POSITIONS_VERSION",
@@ -86,13 +90,18 @@ def resume_from(saved: SavedShard) -> tuple[StartingPosition, Position | None]:
 
 
 def encode_positions(
-    entries: Mapping[ShardKey, SavedShard], streams: Collection[str]
+    entries: Mapping[ShardKey, SavedShard],
+    streams: Collection[str],
+    identities: Mapping[str, StreamIdentity] | None = None,
 ) -> dict[str, Any]:
     """The JSON-serializable document :meth:`Consumer.positions` returns."""
     document: dict[str, dict[str, Any]] = {stream: {} for stream in streams}
     for (stream, shard_id), saved in sorted(entries.items()):
         document.setdefault(stream, {})[shard_id] = saved.to_dict()
-    return {"version": POSITIONS_VERSION, "streams": document}
+    out: dict[str, Any] = {"version": POSITIONS_VERSION, "streams": document}
+    if identities:
+        out[IDENTITY_KEY] = {stream: identities[stream].to_dict() for stream in sorted(identities)}
+    return out
 
 
 def _fail(message: str) -> ConfigError:
@@ -108,8 +117,10 @@ def _parse_entry(stream: str, shard_id: str, entry: Any) -> SavedShard:
     if "sequence_number" in entry:
         sequence = entry["sequence_number"]
         sub = entry.get("sub_sequence_number", 0)
-        if not isinstance(sequence, str) or not sequence.isdigit():
-            raise _fail(f"{where}: sequence_number must be a string of digits, got {sequence!r}")
+        try:
+            check_sequence_number(f"ConsumerConfig.positions {where}: sequence_number", sequence)
+        except ConfigError as exc:
+            raise ConfigError(exc.message) from None
         if isinstance(sub, bool) or not isinstance(sub, int) or sub < 0:
             raise _fail(f"{where}: sub_sequence_number must be an integer >= 0, got {sub!r}")
         return SavedShard(committed=Position(sequence, sub))

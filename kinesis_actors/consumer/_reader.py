@@ -13,6 +13,7 @@ decides *when* to ask for the next read (after taking a credit) and where to res
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,8 +26,13 @@ from ..client import KinesisClient
 from ._config import StartingPosition
 from ._metrics import ShardMetrics
 from ._pacing import ReadPacer
+from ._poison import screen
+from ._proof import NotFoundPolicy, check_resumed_at, shard_listed, unreadable
+from ._replies import BadRecord, GetRecordsReply, bad_records, get_records_reply, shard_iterator
 
 __all__ = ["PollingReader", "ShardRead", "ShardReader"]
+
+log = logging.getLogger("kinesis_actors.consumer")
 
 #: Transport or service failures in a row (after the client's retries) before a reader gives up.
 _MAX_CONSECUTIVE_FAILURES = 5
@@ -65,9 +71,13 @@ class ShardReader(Protocol):
 class PollingReader:
     """GetRecords on one shard, paced by a :class:`ReadPacer`.
 
-    Expired iterators are renewed from the position after the last record read; throttles
-    (after the client's own retries) back the shard off. Each call returns one GetRecords
-    answer, empty ones included, so the caller sees every read for its metrics.
+    Expired iterators are renewed from the position after the last record read, paced
+    (lesson 33); throttles (after the client's own retries) back the shard off. Each call
+    returns one GetRecords answer, empty ones included, so the caller sees every read for its
+    metrics. The shard ends only on proof (lessons 29, 30): a whole reply without a next
+    iterator, or the shard gone from the list after a ResourceNotFound (``_proof``); an open
+    shard that cannot be read raises :class:`~kinesis_actors.errors.ShardUnreadableError`.
+    Malformed records follow ``poison`` (``_poison``).
     """
 
     def __init__(
@@ -81,6 +91,8 @@ class PollingReader:
         metrics: ShardMetrics,
         limit: int,
         clock: Callable[[], float] = anyio.current_time,
+        poison: str = "fail",
+        not_found: NotFoundPolicy | None = None,
     ) -> None:
         self._client = client
         self._stream = stream
@@ -91,7 +103,10 @@ class PollingReader:
         self._metrics = metrics
         self._limit = limit
         self._clock = clock
+        self._poison = poison
+        self._not_found = not_found if not_found is not None else NotFoundPolicy()
         self._iterator: str | None = None
+        self._resumed_at: StartingPosition | None = None  # checked on the first records
         self._finished = False
         self._failures = 0
 
@@ -105,20 +120,35 @@ class PollingReader:
         return self._position
 
     async def _new_iterator(self) -> str:
+        delay = self._pacer.iterator_delay(self._clock())
+        if delay > 0:
+            await anyio.sleep(delay)
         position = self._position
         taken_at = datetime.now(UTC)
-        result = await self._client.call(
-            "GetShardIterator",
-            {"StreamName": self._stream, "ShardId": self._shard_id, **position.iterator_params()},
-        )
+        self._pacer.iterator_taken(self._clock())
+        try:
+            result = await self._client.call(
+                "GetShardIterator",
+                {
+                    "StreamName": self._stream,
+                    "ShardId": self._shard_id,
+                    **position.iterator_params(),
+                },
+            )
+        except errors.ValidationError as exc:
+            if position.sequence_number is None:
+                raise
+            # InvalidArgument for a sequence number: not this shard's (a mixed-up document).
+            raise unreadable(self._stream, self._shard_id, position, str(exc), exc) from exc
+        iterator = shard_iterator(result)
         self._metrics.iterators += 1
+        self._resumed_at = position if position.type == "AT_SEQUENCE_NUMBER" else None
         if position.type == "LATEST":
             # Renewing "LATEST" later would skip what arrived meanwhile: pin it to a time.
             pinned = StartingPosition("AT_TIMESTAMP", timestamp=taken_at)
             self._position = pinned
             if self._start is position:
                 self._start = pinned
-        iterator: str = result["ShardIterator"]
         return iterator
 
     async def read(self) -> ShardRead:
@@ -128,49 +158,112 @@ class PollingReader:
             delay = self._pacer.delay(self._clock())
             if delay > 0:
                 await anyio.sleep(delay)
-            if self._iterator is None:
-                self._iterator = await self._new_iterator()
             started = self._clock()
             try:
+                if self._iterator is None:
+                    self._iterator = await self._new_iterator()
+                started = self._clock()
                 result = await self._client.call(
                     "GetRecords", {"ShardIterator": self._iterator, "Limit": self._limit}
                 )
+                reply = get_records_reply(result)
+                bad = bad_records(reply.records)
             except errors.ExpiredIteratorError:
                 self._metrics.expired_iterators += 1
                 self._iterator = None
+                self._pacer.expired(self._clock())
                 continue
             except errors.ThrottlingError:
                 self._metrics.throttles += 1
                 self._pacer.throttled(self._clock())
                 continue
-            except (errors.TransportError, errors.ServiceError):
-                # The client already retried; back this shard off and try again, a bounded
-                # number of times in a row, then let the supervisor decide.
-                self._metrics.transient_errors += 1
-                self._failures += 1
-                if self._failures > _MAX_CONSECUTIVE_FAILURES:
-                    raise
-                self._iterator = None
-                self._pacer.throttled(self._clock())
+            except errors.ResourceNotFoundError as exc:
+                if await self._expired(exc):
+                    self._finished = True
+                    return ShardRead((), finished=True)
+                continue
+            except errors.MalformedReplyError as exc:
+                if not exc.bad_records or exc.reply is None:
+                    self._transient(exc)
+                    continue
+                # A whole reply but for some records (the client's contract): the poison path.
+                reply = get_records_reply(exc.reply)
+                self._failures = 0
+                self._not_found.read_succeeded()
+                return self._accept(reply, exc.bad_records, started, removed=True)
+            except (errors.TransportError, errors.ServiceError) as exc:
+                self._transient(exc)
                 continue
             self._failures = 0
-            return self._accept(result, started)
+            self._not_found.read_succeeded()
+            return self._accept(reply, bad, started)
 
-    def _accept(self, result: Mapping[str, Any], started: float) -> ShardRead:
-        records: list[Mapping[str, Any]] = result.get("Records", [])
+    def _transient(self, exc: errors.KinesisError) -> None:
+        """The client already retried; back this shard off and try again, a bounded number
+        of times in a row, then let the supervisor decide."""
+        self._metrics.transient_errors += 1
+        self._failures += 1
+        if self._failures > _MAX_CONSECUTIVE_FAILURES:
+            raise exc
+        self._iterator = None
+        self._pacer.throttled(self._clock())
+
+    async def _expired(self, exc: errors.ResourceNotFoundError) -> bool:
+        """ResourceNotFound: True if the shard is gone from the list (it expired), False to
+        retry (paced); ShardUnreadableError once an open shard has failed too often."""
+        self._metrics.not_found += 1
+        self._iterator = None
+        try:
+            listed = await shard_listed(self._client, self._stream, self._shard_id)
+        except errors.ResourceNotFoundError as gone:
+            raise unreadable(
+                self._stream, self._shard_id, self._position, "the stream no longer exists", gone
+            ) from exc
+        except (errors.TransportError, errors.ServiceError):
+            listed = True  # unknown: count it as an open shard's failure, retry, bounded
+        if not listed:
+            log.info("%s/%s is no longer listed: it expired", self._stream, self._shard_id)
+            return True
+        if not self._not_found.open_shard_not_found():
+            raise unreadable(
+                self._stream, self._shard_id, self._position, f"{exc} (the shard is listed)", exc
+            ) from exc
+        self._pacer.throttled(self._clock())
+        return False
+
+    def _accept(
+        self,
+        reply: GetRecordsReply,
+        bad: Sequence[BadRecord],
+        started: float,
+        *,
+        removed: bool = False,
+    ) -> ShardRead:
+        records, last = screen(
+            self._stream,
+            self._shard_id,
+            reply.records,
+            bad,
+            policy=self._poison,
+            metrics=self._metrics,
+            operation="GetRecords",
+            removed=removed,
+        )
+        if self._resumed_at is not None and check_resumed_at(
+            self._stream, self._shard_id, self._resumed_at, records
+        ):
+            self._resumed_at = None
         size = sum(len(record["Data"]) for record in records)
         self._pacer.read(started, len(records), size)
-        if records:
-            self._position = StartingPosition.after_sequence_number(records[-1]["SequenceNumber"])
-        following = result.get("NextShardIterator")
-        self._iterator = following or None
-        self._finished = not following
-        children = tuple(child["ShardId"] for child in result.get("ChildShards") or ())
+        if last is not None:
+            self._position = StartingPosition.after_sequence_number(last)
+        self._iterator = reply.next_iterator
+        self._finished = reply.finished
         return ShardRead(
             records,
-            millis_behind_latest=result.get("MillisBehindLatest"),
+            millis_behind_latest=reply.millis_behind_latest,
             finished=self._finished,
-            child_shards=children,
+            child_shards=reply.child_shards,
             size=size,
         )
 

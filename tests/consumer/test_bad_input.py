@@ -126,3 +126,36 @@ async def test_bad_stream_lists(plain_client: KinesisClient, streams: Any) -> No
 def test_the_client_must_be_a_client() -> None:
     with pytest.raises(errors.ConfigError, match="client"):
         Consumer("http://localhost", "s")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["bad name!", "x" * 129, "ü"])
+async def test_stream_names_follow_the_service_rule_before_any_call(
+    plain_client: KinesisClient, name: str
+) -> None:
+    calls = plain_client.stats.calls
+    with pytest.raises(errors.ConfigError, match="stream name"):
+        Consumer(plain_client, name)
+    assert plain_client.stats.calls == calls
+
+
+async def test_a_200_digit_sequence_number_is_a_config_error_before_any_call(
+    plain_client: KinesisClient,
+) -> None:
+    """Issue 19 item 10: before, the server rejected it 6 times, then RestartIntensityExceeded."""
+    positions = {"version": 1, "streams": {"s": {"shardId-0": {"sequence_number": "1" * 200}}}}
+    calls = plain_client.stats.calls
+    with pytest.raises(errors.ConfigError, match=r"positions.*sequence_number"):
+        Consumer(plain_client, "s", ConsumerConfig(positions=positions))
+    assert plain_client.stats.calls == calls
+
+
+@pytest.mark.parametrize(
+    "identity",
+    [[], {"s": "arn"}, {"s": {"arn": "a", "created": "yesterday"}}, {"other": {}}],
+)
+async def test_a_malformed_identity_in_positions_is_a_config_error(
+    plain_client: KinesisClient, identity: Any
+) -> None:
+    positions = {"version": 1, "streams": {"s": {}}, "identity": identity}
+    with pytest.raises(errors.ConfigError, match="identity"):
+        Consumer(plain_client, "s", ConsumerConfig(positions=positions))

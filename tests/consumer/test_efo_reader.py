@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -29,16 +30,26 @@ FAST = EfoSettings(
 )
 
 
+ARRIVED = datetime(2026, 1, 1, tzinfo=UTC)
+
+
 def record(sequence: str) -> dict[str, Any]:
-    return {"SequenceNumber": sequence, "Data": b"x", "PartitionKey": "k"}
+    return {
+        "SequenceNumber": sequence,
+        "Data": b"x",
+        "PartitionKey": "k",
+        "ApproximateArrivalTimestamp": ARRIVED,
+    }
 
 
 class ScriptedClient:
     """``subscribe_to_shard`` yields scripted subscriptions: each a list of events, where an
     exception instance is raised instead of yielded; the iteration then ends."""
 
-    def __init__(self, *scripts: list[Any]) -> None:
+    def __init__(self, *scripts: list[Any], listed: bool = True) -> None:
         self.scripts = list(scripts)
+        self.listed = listed  # whether ListShards lists the shard
+        self.calls: list[str] = []
         self.positions: list[Mapping[str, Any]] = []
         self.open = 0
 
@@ -48,6 +59,8 @@ class ScriptedClient:
     ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
         self.positions.append(dict(position))
         script = self.scripts.pop(0) if self.scripts else []
+        if isinstance(script, BaseException):  # the subscription itself fails
+            raise script
         self.open += 1
         try:
             yield self._events(script)
@@ -62,10 +75,18 @@ class ScriptedClient:
             yield item
 
     async def call(self, operation: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        self.calls.append(operation)
+        if operation == "DescribeStreamConsumer":
+            return {"ConsumerDescription": {"ConsumerStatus": "ACTIVE"}}
+        if operation == "ListShards":
+            shards = [{"ShardId": "shardId-000000000000"}] if self.listed else []
+            return {"Shards": [*shards, {"ShardId": "shardId-000000000009"}]}
         raise AssertionError(f"unexpected {operation}")
 
 
-def reader(client: ScriptedClient, start: StartingPosition | None = None) -> EfoReader:
+def reader(
+    client: ScriptedClient, start: StartingPosition | None = None, poison: str = "fail"
+) -> EfoReader:
     return EfoReader(
         client,  # type: ignore[arg-type]
         "s",
@@ -74,6 +95,7 @@ def reader(client: ScriptedClient, start: StartingPosition | None = None) -> Efo
         start or StartingPosition.trim_horizon(),
         metrics=ShardMetrics(),
         settings=FAST,
+        poison=poison,
     )
 
 
@@ -84,6 +106,7 @@ async def test_a_null_continuation_is_terminal_and_never_resubscribed() -> None:
             {
                 "Records": [record("7")],
                 "ContinuationSequenceNumber": None,
+                "MillisBehindLatest": 0,
                 "ChildShards": [{"ShardId": "shardId-000000000001"}],
             },
         ]
@@ -103,10 +126,10 @@ async def test_a_null_continuation_is_terminal_and_never_resubscribed() -> None:
 async def test_empty_events_advance_the_position_and_resubscribe_after_it() -> None:
     client = ScriptedClient(
         [
-            {"Records": [], "ContinuationSequenceNumber": "10"},
-            {"Records": [], "ContinuationSequenceNumber": "11"},
+            {"Records": [], "ContinuationSequenceNumber": "10", "MillisBehindLatest": 0},
+            {"Records": [], "ContinuationSequenceNumber": "11", "MillisBehindLatest": 0},
         ],
-        [{"Records": [record("12")], "ContinuationSequenceNumber": "12"}],
+        [{"Records": [record("12")], "ContinuationSequenceNumber": "12", "MillisBehindLatest": 0}],
     )
     efo = reader(client, StartingPosition.latest())
     await efo.read()
@@ -125,7 +148,10 @@ async def test_empty_events_advance_the_position_and_resubscribe_after_it() -> N
 async def test_errors_resubscribe_then_give_up_after_too_many_in_a_row() -> None:
     failure = errors.ServiceError("boom", code="InternalFailureException")
     client = ScriptedClient(
-        [{"Records": [record("1")], "ContinuationSequenceNumber": "1"}, failure],
+        [
+            {"Records": [record("1")], "ContinuationSequenceNumber": "1", "MillisBehindLatest": 0},
+            failure,
+        ],
         [failure],
         [failure],
         [failure],
@@ -143,10 +169,10 @@ async def test_errors_resubscribe_then_give_up_after_too_many_in_a_row() -> None
 
 async def test_a_stale_generation_cannot_dispose_the_current_subscription() -> None:
     client = ScriptedClient(
-        [{"Records": [], "ContinuationSequenceNumber": "1"}],
+        [{"Records": [], "ContinuationSequenceNumber": "1", "MillisBehindLatest": 0}],
         [
-            {"Records": [], "ContinuationSequenceNumber": "2"},
-            {"Records": [], "ContinuationSequenceNumber": "3"},
+            {"Records": [], "ContinuationSequenceNumber": "2", "MillisBehindLatest": 0},
+            {"Records": [], "ContinuationSequenceNumber": "3", "MillisBehindLatest": 0},
         ],
     )
     efo = reader(client)
@@ -159,3 +185,83 @@ async def test_a_stale_generation_cannot_dispose_the_current_subscription() -> N
     await efo.read()
     await efo.aclose()
     assert client.open == 0
+
+
+NOT_FOUND = errors.ResourceNotFoundError("injected", code="ResourceNotFoundException")
+
+
+async def test_lesson_29_an_event_without_millis_behind_is_not_the_end_of_the_shard() -> None:
+    """A garbled event (no MillisBehindLatest, no continuation) proves nothing: the reader
+    resubscribes from where it stood instead of finishing the shard."""
+    client = ScriptedClient(
+        [{"Records": [record("1")], "ContinuationSequenceNumber": "1", "MillisBehindLatest": 0}],
+        [{"Records": []}],
+        [{"Records": [record("2")], "ContinuationSequenceNumber": "2", "MillisBehindLatest": 0}],
+    )
+    efo = reader(client)
+    await efo.read()
+    read = await efo.read()
+    assert not read.finished and [r["SequenceNumber"] for r in read.records] == ["2"]
+    assert client.positions[2] == {"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": "1"}
+    assert efo._metrics.transient_errors == 1
+    await efo.aclose()
+
+
+async def test_lesson_30_resource_not_found_on_a_listed_shard_resubscribes() -> None:
+    client = ScriptedClient(
+        NOT_FOUND,  # type: ignore[arg-type]
+        [{"Records": [record("3")], "ContinuationSequenceNumber": "3", "MillisBehindLatest": 0}],
+    )
+    efo = reader(client)
+    read = await efo.read()
+    assert not read.finished and [r["SequenceNumber"] for r in read.records] == ["3"]
+    assert client.calls == ["DescribeStreamConsumer", "ListShards"]
+    assert efo._metrics.not_found == 1
+    await efo.aclose()
+
+
+async def test_lesson_30_resource_not_found_on_an_unlisted_shard_is_its_end() -> None:
+    client = ScriptedClient(NOT_FOUND, listed=False)  # type: ignore[arg-type]
+    read = await reader(client).read()
+    assert read.finished and read.records == ()
+
+
+async def test_lesson_30_a_listed_shard_that_stays_not_found_is_unreadable() -> None:
+    client = ScriptedClient(*[NOT_FOUND] * 5)  # type: ignore[arg-type]
+    with pytest.raises(errors.ShardUnreadableError) as caught:
+        await reader(client, StartingPosition.at_sequence_number("77")).read()
+    assert caught.value.shard_id == "shardId-000000000000" and caught.value.stream == "s"
+    assert caught.value.position == "AT_SEQUENCE_NUMBER 77"
+    assert "77" in str(caught.value) and len(client.positions) == 4  # 1 + 3 retries
+
+
+def poisoned() -> list[Any]:
+    broken = record("5")
+    del broken["Data"]
+    return [
+        {
+            "Records": [record("4"), broken, record("6")],
+            "ContinuationSequenceNumber": "6",
+            "MillisBehindLatest": 0,
+        }
+    ]
+
+
+async def test_a_poison_record_in_an_event_fails_naming_it() -> None:
+    with pytest.raises(errors.PoisonRecordError) as caught:
+        await reader(ScriptedClient(poisoned())).read()
+    error = caught.value
+    assert (error.stream, error.shard_id, error.sequence_number, error.index) == (
+        "s",
+        "shardId-000000000000",
+        "5",
+        1,
+    )
+
+
+async def test_a_poison_record_in_an_event_is_skipped_and_counted_when_asked() -> None:
+    efo = reader(ScriptedClient(poisoned()), poison="skip")
+    read = await efo.read()
+    assert [r["SequenceNumber"] for r in read.records] == ["4", "6"]
+    assert efo._metrics.poison_records == 1
+    await efo.aclose()
