@@ -210,6 +210,50 @@ async def test_lesson_30_one_resource_not_found_on_a_read_does_not_end_the_shard
     assert sum(shard["not_found"] for shard in metrics["shards"].values()) == 1
 
 
+def without_shard(shard_id: str) -> Rewrite:
+    """A ListShards reply as if ``shard_id`` had expired (left the list)."""
+
+    def transform(body: bytes) -> bytes:
+        reply = json.loads(body)
+        reply["Shards"] = [shard for shard in reply["Shards"] if shard["ShardId"] != shard_id]
+        return json.dumps(reply).encode()
+
+    return Rewrite(transform)
+
+
+async def test_lesson_30_resource_not_found_on_a_shard_no_longer_listed_is_its_end(
+    proxy: FaultProxy, proxied: KinesisClient, stream_name: str
+) -> None:
+    """The legitimate case: ResourceNotFound and the shard gone from ListShards (expired).
+    The shard ends quietly, leaves the positions (lesson 26) and the other shard is read."""
+    gone = "shardId-000000000000"
+
+    def decide(request: Request) -> Fault:
+        listing = request.target == "ListShards"
+        script.calls[request.target] += 1
+        if listing and script.calls["ListShards"] > 1:
+            return without_shard(gone)
+        if request.target == "GetShardIterator" and request.json()["ShardId"] == gone:
+            return Reply.error("ResourceNotFoundException")
+        return None
+
+    script = Script()
+    expected = await setup(proxied, stream_name)
+    proxy.decide = decide  # the consumer's open lists both shards, later rounds one
+    async with Consumer(proxied, stream_name, fast()) as consumer:
+        key = f"{stream_name}/{gone}"
+        with anyio.fail_after(30):
+            while consumer.metrics["shards"].get(key, {}).get("state") != "finished":
+                await anyio.sleep(0.05)
+            seen = await consume(consumer, 1)
+            while gone in consumer.positions()["streams"][stream_name]:
+                await anyio.sleep(0.05)
+        shards = consumer.positions()["streams"][stream_name]
+    assert list(shards) == ["shardId-000000000001"]
+    assert {row.shard_id for row in seen} == {"shardId-000000000001"}
+    assert len(expected) == RECORDS
+
+
 async def test_lesson_30_an_open_shard_that_stays_not_found_is_a_typed_error_naming_it(
     proxy: FaultProxy, proxied: KinesisClient, stream_name: str
 ) -> None:
@@ -370,11 +414,13 @@ async def test_iterating_a_closed_consumer_raises_consumer_closed_error(
 
 
 class Poison:
-    """A ``Rewrite`` transform: in GetRecords replies with records, record ``index`` loses
-    its ``Data`` (``times`` replies, then the server's answers pass untouched)."""
+    """A ``Rewrite`` transform: in GetRecords replies with records, record ``index`` is
+    broken (``how``: its ``Data`` removed, or not base64), ``times`` replies, then the
+    server's answers pass untouched. The client reports bad base64 in
+    ``MalformedReplyError.bad_records``; a missing ``Data`` too, and the consumer checks."""
 
-    def __init__(self, index: int = 1, times: int = 1_000_000) -> None:
-        self.index, self.times = index, times
+    def __init__(self, how: str = "no-data", index: int = 1, times: int = 1_000_000) -> None:
+        self.how, self.index, self.times = how, index, times
         self.sequence_numbers: list[str] = []
 
     def __call__(self, body: bytes) -> bytes:
@@ -384,17 +430,21 @@ class Poison:
             return body
         self.times -= 1
         self.sequence_numbers.append(records[self.index]["SequenceNumber"])
-        del records[self.index]["Data"]
+        if self.how == "no-data":
+            del records[self.index]["Data"]
+        else:
+            records[self.index]["Data"] = "!not base64!"
         return json.dumps(reply).encode()
 
 
+@pytest.mark.parametrize("how", ["no-data", "bad-base64"])
 async def test_a_poison_record_fails_naming_it_and_the_position_stays_before_it(
-    proxy: FaultProxy, proxied: KinesisClient, stream_name: str
+    proxy: FaultProxy, proxied: KinesisClient, stream_name: str, how: str
 ) -> None:
     """Issue 19 item 9, the default policy, with the same bad record in every reply: a
     PoisonRecordError naming stream, shard, sequence number and index (before: a KeyError,
     then an anonymous RestartIntensityExceeded); nothing skipped."""
-    poison = Poison()
+    poison = Poison(how)
     proxy.decide = lambda request: Rewrite(poison) if request.target == "GetRecords" else None
     await proxied.create_stream(stream_name, 1)
     await put_plain(proxied, stream_name, [(b"r%03d" % i, "k") for i in range(10)])
@@ -410,13 +460,15 @@ async def test_a_poison_record_fails_naming_it_and_the_position_stays_before_it(
     assert metrics["state"] == "failed" and metrics["restarts"] == 0
 
 
+@pytest.mark.parametrize("how", ["no-data", "bad-base64"])
 async def test_a_poison_record_is_skipped_counted_and_named_when_asked(
     proxy: FaultProxy,
     proxied: KinesisClient,
     stream_name: str,
     caplog: pytest.LogCaptureFixture,
+    how: str,
 ) -> None:
-    poison = Poison(times=1)
+    poison = Poison(how, times=1)
     proxy.decide = lambda request: Rewrite(poison) if request.target == "GetRecords" else None
     await proxied.create_stream(stream_name, 1)
     written = [b"r%03d" % i for i in range(10)]
