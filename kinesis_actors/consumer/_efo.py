@@ -362,6 +362,9 @@ class EfoReader:
                 if await self._not_found(exc):
                     self._finished = True
                 return
+            if isinstance(exc, errors.ValidationError) and position.sequence_number is not None:
+                # InvalidArgument for a sequence number: not this shard's (lesson 31).
+                raise unreadable(self._stream, self._shard_id, position, str(exc), exc) from exc
             if isinstance(exc, errors.KinesisError) and not isinstance(exc, errors.ConfigError):
                 self._metrics.transient_errors += 1
                 self._count("error")

@@ -265,3 +265,13 @@ async def test_a_poison_record_in_an_event_is_skipped_and_counted_when_asked() -
     assert [r["SequenceNumber"] for r in read.records] == ["4", "6"]
     assert efo._metrics.poison_records == 1
     await efo.aclose()
+
+
+async def test_lesson_31_invalid_argument_for_a_sequence_number_is_unreadable_at_once() -> None:
+    """Real Kinesis refuses a sequence number of another shard with InvalidArgument: that is
+    the typed error naming both at once, not five retries and an anonymous restart limit."""
+    invalid = errors.ValidationError("bad sequence number", code="InvalidArgumentException")
+    client = ScriptedClient(invalid)  # type: ignore[arg-type]
+    with pytest.raises(errors.ShardUnreadableError) as caught:
+        await reader(client, StartingPosition.at_sequence_number("42")).read()
+    assert caught.value.position == "AT_SEQUENCE_NUMBER 42" and len(client.positions) == 1

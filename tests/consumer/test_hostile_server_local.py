@@ -377,6 +377,44 @@ async def test_lesson_31_a_foreign_sequence_number_is_a_typed_error_naming_both(
     assert after[first] == {"sequence_number": foreign, "sub_sequence_number": 0}
 
 
+async def test_lesson_31_invalid_argument_for_a_resumed_sequence_number_names_both(
+    proxy: FaultProxy, proxied: KinesisClient, stream_name: str
+) -> None:
+    """Real Kinesis may answer a sequence number of another shard with InvalidArgument (the
+    local server says ResourceNotFound): the same typed error, at once."""
+    await setup(proxied, stream_name)
+    saved = await read_and_save(proxied, stream_name, RECORDS)
+    proxy.decide = Script(always={"GetShardIterator": Reply.error("InvalidArgumentException")})
+    async with Consumer(proxied, stream_name, fast(positions=saved)) as consumer:
+        with anyio.fail_after(30), pytest.raises(errors.ShardUnreadableError) as caught:
+            await consume(consumer, 1)
+        after = consumer.positions()["streams"][stream_name]
+    error = caught.value
+    committed = saved["streams"][stream_name][error.shard_id]["sequence_number"]
+    assert error.position == f"AT_SEQUENCE_NUMBER {committed}" and error.shard_id in str(error)
+    assert after == saved["streams"][stream_name]
+
+
+async def test_lesson_30_under_run_an_unreadable_shard_raises_itself_from_run(
+    proxy: FaultProxy, proxied: KinesisClient, stream_name: str
+) -> None:
+    """Under ``run(handler)`` the typed error comes out of ``run`` as itself: not restarted
+    into an anonymous RestartIntensityExceeded."""
+    proxy.decide = Script(always={"GetRecords": Reply.error("ResourceNotFoundException")})
+    await setup(proxied, stream_name, count=2)
+    handled: list[int] = []
+
+    async def handler(batch: Any) -> None:
+        handled.append(len(batch))
+
+    async with Consumer(proxied, stream_name, fast()) as consumer:
+        with anyio.fail_after(30), pytest.raises(errors.ShardUnreadableError):
+            await consumer.run(handler)
+        positions = consumer.positions()["streams"][stream_name]
+    assert handled == []
+    assert all(entry == {"start": {"type": "TRIM_HORIZON"}} for entry in positions.values())
+
+
 async def test_commit_takes_only_this_consumers_batches(
     client: KinesisClient, stream_name: str
 ) -> None:
