@@ -16,7 +16,7 @@ setup: $(STAMP) $(KINESIS_LOCAL)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[spark,dev,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[spark,dev,bench,otel]'
 	touch $(STAMP)
 
 $(KINESIS_LOCAL):
