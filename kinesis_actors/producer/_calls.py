@@ -40,6 +40,7 @@ class Entry:
         "last_error",
         "partition_key",
         "size",
+        "unknown_outcomes",
     )
 
     def __init__(  # noqa: PLR0917 - built once per record on the hot path
@@ -62,6 +63,7 @@ class Entry:
         self.handle = handle
         self.epoch = epoch
         self.attempts = 0
+        self.unknown_outcomes = 0  # attempts whose outcome was unknown (see _retries)
         self.last_error: BaseException | None = None
 
 

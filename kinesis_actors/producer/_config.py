@@ -51,9 +51,20 @@ class ProducerConfig:
       caps each key at one record per round trip. Off, records go as fast as the limits allow
       and a retry can land after a later record of its key, as with the KPL.
     - ``retry_base`` (0.1 s) and ``retry_max`` (5 s): full-jitter backoff of a failed record
-      before it is sent again. Retryable failures are retried until ``record_ttl``.
+      before it is sent again. Retryable failures (throttling, 5xx, dropped connections) are
+      retried until ``record_ttl``. The producer alone retries PutRecords: the client makes
+      one attempt per call, whatever its retry policy says for PutRecords (lesson 32).
     - ``record_ttl`` (None: never give up): a record not acknowledged within this many seconds
-      of ``put`` fails with :class:`~kinesis_actors.errors.RecordExpiredError`.
+      of ``put`` fails with :class:`~kinesis_actors.errors.RecordExpiredError`, which says how
+      many attempts were made; its ``__cause__`` is the last failure. The deadline is checked
+      before every attempt and while backing off, so it holds to within one call's timeout
+      (a call already in flight may finish).
+    - ``max_unknown_outcomes`` (3): a PutRecords call answered by a 2xx reply that cannot be
+      believed (no ``Records``, a different entry count, an entry with neither a position nor
+      an error) has an unknown outcome: its records may have been written. They are sent again
+      (at-least-once: a consumer may see such a record more than once), until a record has met
+      this many unknown outcomes; then it fails with
+      :class:`~kinesis_actors.errors.MalformedReplyError`. 1 never resends an unknown outcome.
     - ``fail_on_error`` (on): a record that fails for good also fails the producer, so the next
       ``put`` or ``flush`` raises :class:`~kinesis_actors.errors.ProducerFailedError`. Off, the
       failure reaches only that record's handle and the ``records_failed`` metric.
@@ -73,6 +84,7 @@ class ProducerConfig:
     retry_base: float = 0.1
     retry_max: float = 5.0
     record_ttl: float | None = None
+    max_unknown_outcomes: int = 3
     fail_on_error: bool = True
     backpressure_warning_after: float = 1.0
     backpressure_warning_interval: float = 10.0
@@ -109,6 +121,9 @@ class ProducerConfig:
             )
         if self.record_ttl is not None:
             check_positive("ProducerConfig.record_ttl", self.record_ttl)
+        check_positive(
+            "ProducerConfig.max_unknown_outcomes", self.max_unknown_outcomes, integer=True
+        )
         check_type("ProducerConfig.fail_on_error", self.fail_on_error, bool, "True or False")
         check_positive("ProducerConfig.backpressure_warning_after", self.backpressure_warning_after)
         check_non_negative(

@@ -19,17 +19,18 @@ Nothing here awaits or reads a clock: the caller passes ``now`` and asks
 from __future__ import annotations
 
 import heapq
+import math
 import random
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import errors
-from ..client._retry import is_retryable
 from ..records import Aggregator, OutboundRecord, ShardMap
 from ._calls import Call, Entry, Part
+from ._domains import IDLE, IN_FLIGHT, READY, WAITING, Domain, Lane, key_bytes
 from ._handle import PutResult
 from ._ratelimit import ShardRateLimiter
+from ._retries import RecordRetries
 
 __all__ = ["UNPREDICTED_LANE", "WHOLE_STREAM_LANE", "Call", "Entry", "Part", "Pipeline"]
 
@@ -42,39 +43,19 @@ UNPREDICTED_LANE = "?"
 # The smallest aggregate worth building; below it a part would be mostly overhead.
 _MIN_AGGREGATE_ROOM = 64
 
-_IDLE, _READY, _IN_FLIGHT, _WAITING = range(4)
+# Deadline sweeps run when the earliest waiting record expires, but at most this often: a
+# record may outlive ``record_ttl`` by this much before it is failed (never sent again).
+_SWEEP_FLOOR = 0.005
 
 Settle = Callable[["Entry", PutResult | None, BaseException | None], None]
 
 
-class _Domain:
-    __slots__ = ("entries", "hash_key", "key", "lane", "nbytes", "not_before", "queued", "state")
-
-    def __init__(self, key: tuple[str, str | None], hash_key: int, lane: _Lane) -> None:
-        self.key = key
-        self.hash_key = hash_key
-        self.lane = lane
-        # Bounded by the producer's Admission: every entry here holds room in the queue.
-        self.entries: deque[Entry] = deque()
-        self.nbytes = 0
-        self.state = _IDLE
-        self.queued = False  # present in lane.ready (possibly stale: state is the truth)
-        self.not_before = 0.0
-
-
-class _Lane:
-    __slots__ = ("ready", "resume_at", "shard_id")
-
-    def __init__(self, shard_id: str) -> None:
-        self.shard_id = shard_id
-        # One entry per domain object (the ``queued`` flag), so bounded like the domains;
-        # entries whose domain moved on are stale and dropped when they reach the head.
-        self.ready: deque[_Domain] = deque()
-        self.resume_at = 0.0
-
-
-def _key_bytes(partition_key: str) -> int:
-    return len(partition_key) if partition_key.isascii() else len(partition_key.encode("utf-8"))
+def _unbelievable(result: object) -> errors.MalformedReplyError:
+    """A PutRecords result with neither a position nor an error: its outcome is unknown."""
+    return errors.MalformedReplyError(
+        f"a PutRecords result with neither a position nor an error: {result!r:.99}",
+        operation="PutRecords",
+    )
 
 
 class Pipeline:
@@ -100,6 +81,7 @@ class Pipeline:
         retry_base: float,
         retry_max: float,
         record_ttl: float | None,
+        max_unknown_outcomes: int = 3,
         batch_quantum: float = 0.05,
         rng: random.Random | None = None,
     ) -> None:
@@ -113,14 +95,18 @@ class Pipeline:
         self._full_bytes = full_bytes
         self._linger = linger
         self._preserve_order = preserve_order
-        self._retry_base = retry_base
-        self._retry_max = retry_max
+        self._retries = RecordRetries(
+            retry_base=retry_base,
+            retry_max=retry_max,
+            record_ttl=record_ttl,
+            max_unknown_outcomes=max_unknown_outcomes,
+            rng=rng,
+        )
         self._ttl = record_ttl
         self._batch_quantum = batch_quantum
-        self._random = rng or random.Random()
         self._map: ShardMap | None = None
-        self._lanes: dict[str, _Lane] = {}
-        self._domains: dict[tuple[str, str | None], _Domain] = {}
+        self._lanes: dict[str, Lane] = {}
+        self._domains: dict[tuple[str, str | None], Domain] = {}
         self._waiting: list[tuple[float, int, tuple[str, str | None]]] = []
         self._waiting_seq = 0
         self._next_sweep = 0.0
@@ -151,7 +137,7 @@ class Pipeline:
             domain.lane = self._lane(domain.hash_key)
             domain.queued = False
         for domain in self._domains.values():
-            if domain.state == _READY:
+            if domain.state == READY:
                 domain.lane.ready.append(domain)
                 domain.queued = True
         for shard_id, lane in old.items():
@@ -160,7 +146,7 @@ class Pipeline:
             else:
                 self._limiter.forget(shard_id)
 
-    def _lane(self, hash_key: int) -> _Lane:
+    def _lane(self, hash_key: int) -> Lane:
         if self._map is None:
             shard_id = WHOLE_STREAM_LANE
         else:
@@ -169,7 +155,7 @@ class Pipeline:
                 self.needs_refresh = True
         lane = self._lanes.get(shard_id)
         if lane is None:
-            lane = self._lanes[shard_id] = _Lane(shard_id)
+            lane = self._lanes[shard_id] = Lane(shard_id)
         return lane
 
     # -- intake -------------------------------------------------------------------------------
@@ -179,13 +165,16 @@ class Pipeline:
         key = (entry.partition_key, entry.explicit_hash_key)
         domain = self._domains.get(key)
         if domain is None:
-            domain = self._domains[key] = _Domain(key, entry.hash_key, self._lane(entry.hash_key))
+            domain = self._domains[key] = Domain(key, entry.hash_key, self._lane(entry.hash_key))
         domain.entries.append(entry)
         domain.nbytes += entry.size
         self.pending_records += 1
-        if domain.state == _IDLE:
+        ttl = self._ttl
+        if ttl is not None and entry.enqueued + ttl < self._next_sweep:
+            self._next_sweep = entry.enqueued + ttl  # the sweep that fails it if it waits
+        if domain.state == IDLE:
             self._make_ready(domain, front=False)
-        elif domain.state == _READY:
+        elif domain.state == READY:
             self.ready_records += 1
             self.ready_bytes += entry.size
         else:
@@ -195,8 +184,8 @@ class Pipeline:
             or self.ready_bytes >= self._full_bytes > self.ready_bytes - entry.size
         )
 
-    def _make_ready(self, domain: _Domain, *, front: bool) -> None:
-        domain.state = _READY
+    def _make_ready(self, domain: Domain, *, front: bool) -> None:
+        domain.state = READY
         self.ready_records += len(domain.entries)
         self.ready_bytes += domain.nbytes
         if not domain.queued:
@@ -206,22 +195,22 @@ class Pipeline:
             else:
                 domain.lane.ready.append(domain)
 
-    def _leave_ready(self, domain: _Domain, state: int) -> None:
-        if domain.state == _READY:
+    def _leave_ready(self, domain: Domain, state: int) -> None:
+        if domain.state == READY:
             self.ready_records -= len(domain.entries)
             self.ready_bytes -= domain.nbytes
         domain.state = state
-        if state == _IDLE and not domain.entries:
+        if state == IDLE and not domain.entries:
             del self._domains[domain.key]
 
     # -- building calls -----------------------------------------------------------------------
 
-    def _head(self, lane: _Lane) -> _Domain | None:
+    def _head(self, lane: Lane) -> Domain | None:
         """The lane's first ready domain, dropping stale queue entries on the way."""
         ready = lane.ready
         while ready:
             domain = ready[0]
-            if domain.state == _READY and domain.lane is lane:
+            if domain.state == READY and domain.lane is lane:
                 return domain
             ready.popleft()
             if domain.lane is lane:
@@ -273,7 +262,7 @@ class Pipeline:
             lanes = still
         return Call(parts, nbytes) if parts else None
 
-    def _build_part(self, lane: _Lane, now: float, room: int, *, opening: bool) -> Part | None:
+    def _build_part(self, lane: Lane, now: float, room: int, *, opening: bool) -> Part | None:
         """One Kinesis record from the lane, or ``None`` (and maybe a ``resume_at``).
 
         ``opening``: the lane's first record in this call. A paced lane opens only once it
@@ -331,7 +320,7 @@ class Pipeline:
         record = aggregator.build()
         return self._part(lane, record, taken, now)
 
-    def _single(self, lane: _Lane, domain: _Domain, now: float) -> Part:
+    def _single(self, lane: Lane, domain: Domain, now: float) -> Part:
         entry = domain.entries.popleft()
         domain.nbytes -= entry.size
         self.ready_records -= 1
@@ -340,20 +329,20 @@ class Pipeline:
         record = OutboundRecord(entry.data, entry.partition_key, entry.explicit_hash_key, 1)
         return self._part(lane, record, [entry], now)
 
-    def _took_from(self, lane: _Lane, domain: _Domain) -> None:
+    def _took_from(self, lane: Lane, domain: Domain) -> None:
         """After taking records from the lane's head domain: in flight, rotate or idle."""
         lane.ready.popleft()
         domain.queued = False
         if self._preserve_order:
-            self._leave_ready(domain, _IN_FLIGHT)
+            self._leave_ready(domain, IN_FLIGHT)
         elif domain.entries:
             lane.ready.append(domain)  # round robin between the keys of a lane
             domain.queued = True
         else:
-            self._leave_ready(domain, _IDLE)
+            self._leave_ready(domain, IDLE)
 
-    def _part(self, lane: _Lane, record: OutboundRecord, entries: list[Entry], now: float) -> Part:
-        size = len(record.data) + _key_bytes(record.partition_key)
+    def _part(self, lane: Lane, record: OutboundRecord, entries: list[Entry], now: float) -> Part:
+        size = len(record.data) + key_bytes(record.partition_key)
         # Always charged: if a bucket runs short mid-call (the record bucket, or a record
         # bigger than the byte tokens left), it goes into debt and the lane waits it out.
         self._limiter.charge(lane.shard_id, 1, size, now)
@@ -365,26 +354,43 @@ class Pipeline:
     def complete(self, call: Call, results: list[dict[str, Any]], now: float) -> None:
         """Apply a PutRecords response: settle what succeeded, requeue or fail the rest."""
         if len(results) != len(call.parts):
-            mismatch = errors.ServiceError(
+            mismatch = errors.MalformedReplyError(
                 f"PutRecords answered {len(results)} results for {len(call.parts)} records",
                 operation="PutRecords",
             )
-            self.fail(call, mismatch, now)
+            self.unknown(call, mismatch, now)
             return
         for part, result in zip(call.parts, results, strict=True):
+            if not isinstance(result, dict):
+                self._failed(part, _unbelievable(result), now, unknown=True)
+                continue
             code = result.get("ErrorCode")
             if code is None:
-                self._acknowledged(part, result["ShardId"], result["SequenceNumber"], now)
+                shard_id, sequence_number = result.get("ShardId"), result.get("SequenceNumber")
+                if isinstance(shard_id, str) and isinstance(sequence_number, str):
+                    self._acknowledged(part, shard_id, sequence_number, now)
+                else:
+                    self._failed(part, _unbelievable(result), now, unknown=True)
             else:
                 error = errors.error_from_code(
-                    code, result.get("ErrorMessage") or "", operation="PutRecords"
+                    str(code), result.get("ErrorMessage") or "", operation="PutRecords"
                 )
                 self._failed(part, error, now)
 
     def fail(self, call: Call, error: BaseException, now: float) -> None:
-        """The whole call failed with ``error`` (after the client's own retries)."""
+        """The whole call failed with ``error``: not written, unless ``error`` says it may be.
+
+        A :class:`~kinesis_actors.errors.MalformedReplyError` (a 2xx reply that cannot be
+        believed) is an unknown outcome, handled as in :meth:`unknown`.
+        """
+        unknown = isinstance(error, errors.MalformedReplyError)
         for part in call.parts:
-            self._failed(part, error, now)
+            self._failed(part, error, now, unknown=unknown)
+
+    def unknown(self, call: Call, error: BaseException, now: float) -> None:
+        """The call's records may or may not have been written: send them again, bounded."""
+        for part in call.parts:
+            self._failed(part, error, now, unknown=True)
 
     def _acknowledged(self, part: Part, shard_id: str, sequence_number: str, now: float) -> None:
         if self._map is not None and shard_id != part.lane:
@@ -399,22 +405,26 @@ class Pipeline:
             settle(entry, PutResult(shard_id, sequence_number, index if aggregated else 0), None)
         self._release(part.entries)
 
-    def _failed(self, part: Part, error: BaseException, now: float) -> None:
+    def _failed(
+        self, part: Part, error: BaseException, now: float, *, unknown: bool = False
+    ) -> None:
+        """One Kinesis record of a call failed, or its outcome is ``unknown``.
+
+        A throttle of the whole call reaches the pacing of every shard in it, exactly like a
+        throttle of each record would (lesson 32).
+        """
         if isinstance(error, errors.ThrottlingError):
             self.throttled += 1
             if part.lane != UNPREDICTED_LANE:
                 self._limiter.on_throttled(part.lane, now)
-        retryable = is_retryable(error)
+        after_failure = self._retries.after_failure
         again: list[Entry] = []
         for entry in part.entries:
-            entry.attempts += 1
-            entry.last_error = error
-            if not retryable:
-                self._settle(entry, None, error)
-            elif self._expired(entry, now):
-                self._expire(entry)
-            else:
+            final = after_failure(entry, error, now, unknown=unknown)
+            if final is None:
                 again.append(entry)
+            else:
+                self._settle(entry, None, final)
         self._requeue(again, now)
         self._release(part.entries)
 
@@ -429,12 +439,12 @@ class Pipeline:
                 continue
             seen.add(key)
             domain = self._domains.get(key)
-            if domain is None or domain.state != _IN_FLIGHT:
+            if domain is None or domain.state != IN_FLIGHT:
                 continue
             if domain.entries:
                 self._make_ready(domain, front=True)
             else:
-                self._leave_ready(domain, _IDLE)
+                self._leave_ready(domain, IDLE)
 
     def _requeue(self, entries: list[Entry], now: float) -> None:
         """Put failed records back at the front of their domains, which then back off."""
@@ -444,19 +454,22 @@ class Pipeline:
         for key, group in by_key.items():
             domain = self._domains.get(key)
             if domain is None:
-                domain = self._domains[key] = _Domain(
+                domain = self._domains[key] = Domain(
                     key, group[0].hash_key, self._lane(group[0].hash_key)
                 )
-            if domain.state == _READY:
-                self._leave_ready(domain, _WAITING)
-            domain.state = _WAITING
+            if domain.state == READY:
+                self._leave_ready(domain, WAITING)
+            domain.state = WAITING
             domain.entries.extendleft(reversed(group))
             domain.nbytes += sum(entry.size for entry in group)
             self.pending_records += len(group)
             self.retries += len(group)
             attempts = max(entry.attempts for entry in group)
-            ceiling = min(self._retry_max, self._retry_base * 2 ** (attempts - 1))
-            domain.not_before = max(domain.not_before, now + self._random.uniform(0, ceiling))
+            backoff = self._retries.backoff_until(attempts, now)
+            domain.not_before = max(domain.not_before, backoff)
+            if self._ttl is not None:  # the sweep, not the backoff, ends a record at its deadline
+                deadline = min(entry.enqueued for entry in group) + self._ttl
+                self._next_sweep = min(self._next_sweep, deadline)
             self._waiting_seq += 1
             heapq.heappush(self._waiting, (domain.not_before, self._waiting_seq, key))
 
@@ -466,43 +479,42 @@ class Pipeline:
         while waiting and waiting[0][0] <= now:
             _, _, key = heapq.heappop(waiting)
             domain = self._domains.get(key)
-            if domain is None or domain.state != _WAITING or domain.not_before > now:
+            if domain is None or domain.state != WAITING or domain.not_before > now:
                 continue
             if domain.entries:
                 self._make_ready(domain, front=True)
             else:
-                self._leave_ready(domain, _IDLE)
+                self._leave_ready(domain, IDLE)
 
     # -- time-to-live -------------------------------------------------------------------------
 
-    def _expired(self, entry: Entry, now: float) -> bool:
-        return self._ttl is not None and now - entry.enqueued >= self._ttl
-
-    def _expire(self, entry: Entry) -> None:
-        error = errors.RecordExpiredError(
-            f"record not acknowledged within record_ttl={self._ttl}s "
-            f"after {entry.attempts} attempt(s)"
-        )
-        error.__cause__ = entry.last_error
-        self._settle(entry, None, error)
-
     def _sweep(self, now: float) -> None:
-        """Fail records that outlived ``record_ttl`` while waiting (at most every ttl/4)."""
-        if self._ttl is None or now < self._next_sweep:
+        """Fail the records that outlived ``record_ttl`` while waiting (not those in flight).
+
+        Runs when the earliest waiting record's deadline comes (the dispatcher wakes for it),
+        so a record backing off is failed at its deadline, not after its backoff, and never
+        sent after it. A domain's front record is its oldest (retries go back to the front).
+        """
+        ttl = self._ttl
+        if ttl is None or now < self._next_sweep:
             return
-        self._next_sweep = now + max(self._ttl / 4, 0.01)
+        expired, expired_error = self._retries.expired, self._retries.expired_error
+        earliest = math.inf
         for domain in list(self._domains.values()):
             entries = domain.entries
-            while entries and self._expired(entries[0], now):
+            while entries and expired(entries[0], now):
                 entry = entries.popleft()
                 domain.nbytes -= entry.size
                 self.pending_records -= 1
-                if domain.state == _READY:
+                if domain.state == READY:
                     self.ready_records -= 1
                     self.ready_bytes -= entry.size
-                self._expire(entry)
-            if not entries and domain.state in (_READY, _WAITING):
-                self._leave_ready(domain, _IDLE)
+                self._settle(entry, None, expired_error(entry))
+            if entries:
+                earliest = min(earliest, entries[0].enqueued)
+            elif domain.state in (READY, WAITING):
+                self._leave_ready(domain, IDLE)
+        self._next_sweep = max(earliest + ttl, now + _SWEEP_FLOOR)
 
     # -- scheduling and shutdown ----------------------------------------------------------------
 
@@ -518,7 +530,7 @@ class Pipeline:
             )
         if self._waiting:
             candidates.append(self._waiting[0][0])
-        if self._ttl is not None and self.pending_records:
+        if self._ttl is not None and self.pending_records and math.isfinite(self._next_sweep):
             candidates.append(self._next_sweep)
         later = [t for t in candidates if t > now]
         return min(later) if later else None

@@ -21,6 +21,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from .. import errors
+from ..client import RetrySettings
 from ..records import ShardMap
 from ._admission import Admission
 from ._calls import PUT_RECORDS_MAX_RECORDS
@@ -29,6 +30,7 @@ from ._handle import PutHandle, PutResult
 from ._metrics import ProducerMetrics
 from ._pipeline import Call, Entry, Pipeline
 from ._ratelimit import ShardRateLimiter
+from ._retries import put_records_results
 from ._stream import DEFAULT_MAX_RECORD_BYTES, StreamInfo, describe_stream, list_open_shards
 from ._validation import prepare_record
 
@@ -40,6 +42,10 @@ __all__ = ["Producer"]
 log = logging.getLogger("kinesis_actors.producer")
 
 _CHECKPOINT_EVERY = 64  # puts that never wait still yield to the loop this often
+
+# The producer owns PutRecords retries (lesson 32): one client attempt per producer attempt,
+# so record_ttl holds, attempts are counted right, and every throttle reaches the pacing.
+_ONE_ATTEMPT = RetrySettings(max_retries=0)
 
 
 class Producer:
@@ -440,14 +446,16 @@ class Producer:
             try:
                 client = self._client
                 response = await client.send(
-                    client.codec.encode_put_records(self._stream, call.records())
+                    client.codec.encode_put_records(self._stream, call.records()),
+                    retry=_ONE_ATTEMPT,
                 )
-            except errors.KinesisError as exc:
+                results = put_records_results(response)
+            except errors.KinesisError as exc:  # a MalformedReplyError: an unknown outcome
                 self._counters["failed_calls"] += 1
                 pipeline.fail(call, exc, anyio.current_time())
             else:
                 self._counters["calls"] += 1
-                pipeline.complete(call, response["Records"], anyio.current_time())
+                pipeline.complete(call, results, anyio.current_time())
             settled = True
         finally:
             if not settled:
@@ -491,6 +499,7 @@ class Producer:
             retry_base=config.retry_base,
             retry_max=config.retry_max,
             record_ttl=config.record_ttl,
+            max_unknown_outcomes=config.max_unknown_outcomes,
         )
 
     async def _describe_stream(self) -> None:

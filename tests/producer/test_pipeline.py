@@ -281,14 +281,82 @@ def test_drain_and_abandon_settle_everything_with_the_error() -> None:
     assert {id(e) for e, _, x in h.settled if x is closed} == {id(sent), *map(id, waiting)}
 
 
-def test_an_answer_with_the_wrong_number_of_results_is_a_retryable_failure() -> None:
+def test_an_answer_with_the_wrong_number_of_results_is_an_unknown_outcome() -> None:
     h = Harness(aggregation=False)
-    h.add("a")
-    h.add("b")
+    a, b = h.add("a"), h.add("b")
     call = h.call()
     h.pipeline.complete(call, [], 1.0)
     assert h.settled == []
     assert h.pipeline.retries == 2
+    assert a.unknown_outcomes == b.unknown_outcomes == 1
+    assert isinstance(a.last_error, errors.MalformedReplyError)
+
+
+def test_lesson_32_a_record_backing_off_expires_at_its_deadline_not_after_its_backoff() -> None:
+    h = Harness(record_ttl=1.0, retry_base=10.0, retry_max=10.0, aggregation=False)
+    entry = h.add("k", now=0.0)
+    call = h.call(now=0.1)
+    h.pipeline.fail(call, errors.ThrottlingError("slow down"), 0.2)
+    assert h.settled == []  # backing off, for up to 10 s
+    assert h.pipeline.next_wakeup(0.2, force=True) == 1.0  # ... but woken at its deadline
+    assert h.pipeline.next_call(0.99, force=True) is None
+    assert h.settled == []
+    assert h.pipeline.next_call(1.0, force=True) is None  # failed, never sent again
+    (settled,) = h.settled
+    assert settled[0] is entry and isinstance(settled[2], errors.RecordExpiredError)
+    assert "after 1 attempt(s)" in str(settled[2])
+    assert h.pipeline.pending_records == 0
+
+
+def test_lesson_32_a_record_waiting_behind_its_key_expires_at_its_deadline() -> None:
+    h = Harness(record_ttl=1.0, aggregation=False)
+    h.add("k", now=0.0)
+    h.call(now=0.0)  # in flight: the next record of "k" waits for it
+    waiting = h.add("k", now=0.5)
+    # The first record's deadline may wake the dispatcher once for nothing (it is in flight):
+    assert h.pipeline.next_call(1.0, force=True) is None and h.settled == []
+    assert h.pipeline.next_wakeup(1.0, force=True) == 1.5
+    h.pipeline.next_call(1.5, force=True)
+    assert [e for e, _, x in h.settled if isinstance(x, errors.RecordExpiredError)] == [waiting]
+
+
+@pytest.mark.parametrize(
+    "result",
+    [{}, {"ShardId": "s0"}, {"SequenceNumber": "1"}, {"ShardId": 1, "SequenceNumber": "1"}, "x"],
+    ids=["empty", "no-sequence", "no-shard", "int-shard", "not-an-object"],
+)
+def test_a_result_with_neither_position_nor_error_is_an_unknown_outcome(result: Any) -> None:
+    h = Harness(aggregation=False)
+    h.add("a")
+    call = h.call()
+    h.pipeline.complete(call, [result], 1.0)  # no KeyError, no acknowledgement
+    assert h.settled == [] and h.pipeline.retries == 1
+
+
+def test_unknown_outcomes_are_resent_at_most_max_unknown_outcomes_times() -> None:
+    h = Harness(aggregation=False, max_unknown_outcomes=3, retry_base=0.001, retry_max=0.001)
+    entry = h.add("a")
+    now, sent = 1.0, 0
+    while not h.settled:
+        call = h.call(now=now)
+        sent += 1
+        h.pipeline.fail(call, errors.MalformedReplyError("garbled", operation="PutRecords"), now)
+        now += 1.0
+    assert sent == 3
+    (settled,) = h.settled
+    assert settled[0] is entry and isinstance(settled[2], errors.MalformedReplyError)
+    assert "up to 3 time(s)" in str(settled[2])
+    assert isinstance(settled[2].__cause__, errors.MalformedReplyError)
+
+
+def test_throttles_and_5xx_do_not_count_as_unknown_outcomes() -> None:
+    h = Harness(aggregation=False, max_unknown_outcomes=1, retry_base=0.001, retry_max=0.001)
+    entry = h.add("a")
+    now = 1.0
+    for error in (errors.ThrottlingError("slow"), errors.ServiceError("500")) * 3:
+        h.pipeline.fail(h.call(now=now), error, now)
+        now += 1.0
+    assert h.settled == [] and entry.attempts == 6 and entry.unknown_outcomes == 0
 
 
 class CountingLimiter(ShardRateLimiter):

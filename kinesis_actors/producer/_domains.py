@@ -1,0 +1,48 @@
+"""The pipeline's waiting rooms: ordering domains (one per key) inside lanes (one per shard).
+
+Plain state, owned by :class:`~kinesis_actors.producer._pipeline.Pipeline`, which alone
+moves a domain between its states: idle (nothing waiting), ready (queued in its lane),
+in flight (with ``preserve_order``, its next records wait for the one out) and waiting
+(backing off after a failure, until ``not_before``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from ._calls import Entry
+
+__all__ = ["IDLE", "IN_FLIGHT", "READY", "WAITING", "Domain", "Lane", "key_bytes"]
+
+IDLE, READY, IN_FLIGHT, WAITING = range(4)
+
+
+class Domain:
+    __slots__ = ("entries", "hash_key", "key", "lane", "nbytes", "not_before", "queued", "state")
+
+    def __init__(self, key: tuple[str, str | None], hash_key: int, lane: Lane) -> None:
+        self.key = key
+        self.hash_key = hash_key
+        self.lane = lane
+        # Bounded by the producer's Admission: every entry here holds room in the queue.
+        self.entries: deque[Entry] = deque()
+        self.nbytes = 0
+        self.state = IDLE
+        self.queued = False  # present in lane.ready (possibly stale: state is the truth)
+        self.not_before = 0.0
+
+
+class Lane:
+    __slots__ = ("ready", "resume_at", "shard_id")
+
+    def __init__(self, shard_id: str) -> None:
+        self.shard_id = shard_id
+        # One entry per domain object (the ``queued`` flag), so bounded like the domains;
+        # entries whose domain moved on are stale and dropped when they reach the head.
+        self.ready: deque[Domain] = deque()
+        self.resume_at = 0.0
+
+
+def key_bytes(partition_key: str) -> int:
+    """A partition key's size in UTF-8 bytes (ASCII keys, the common case, without encoding)."""
+    return len(partition_key) if partition_key.isascii() else len(partition_key.encode("utf-8"))
