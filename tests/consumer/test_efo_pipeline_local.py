@@ -17,8 +17,8 @@ import pytest
 from kinesis_actors import ClientConfig, KinesisClient, LocalKinesis, Producer, ProducerConfig
 from kinesis_actors.client import RetryPolicy, RetrySettings
 from kinesis_actors.consumer import Consumer, ConsumerConfig, RecordBatch, StartingPosition
+from tests.boto import read_back
 from tests.faults import Fault, FaultProxy, RejectRecords, Request
-from tests.producer.test_producer_local import read_back
 
 from .helpers import put_plain
 
