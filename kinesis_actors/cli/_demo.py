@@ -155,10 +155,12 @@ async def run_demo(options: DemoOptions) -> int:
     source, sink = f"demo-source-{suffix}", f"demo-sink-{suffix}"
     spark_session = None
     spark_starting = None
+    spark_log = workdir / "spark.log"
     if options.spark:
         from ._demo_spark import start_spark  # noqa: PLC0415 - pyspark is an extra
 
-        spark_starting = _Background(start_spark)
+        workdir.mkdir(parents=True, exist_ok=True)
+        spark_starting = _Background(partial(start_spark, spark_log))
     progress = Progress(
         TextColumn("{task.description:<28}"),
         BarColumn(),
@@ -177,6 +179,8 @@ async def run_demo(options: DemoOptions) -> int:
         for name in (source, sink):
             await client.create_stream(name, options.shards)
         console.print(f"streams [bold]{source}[/] and [bold]{sink}[/], {options.shards} shards")
+        if spark_starting is not None:
+            console.print(f"Spark's own log: {spark_log}")
         with progress:
             put_task = progress.add_task("produce (bounded queue)", total=records)
             efo_task = progress.add_task("consume (Enhanced Fan-Out)", total=records)
