@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, Self
 from weakref import WeakKeyDictionary
@@ -56,7 +56,7 @@ __all__ = ["Instrumentation", "instrument"]
 log = logging.getLogger("kinesis_actors.metrics")
 
 #: How long a collection waits for a source's event loop to take its snapshot.
-LOOP_TIMEOUT = 1.0
+_LOOP_TIMEOUT = 1.0
 
 Source = Producer | Consumer | KinesisClient
 
@@ -119,31 +119,32 @@ class Instrumentation:
         self.close()
 
 
+@dataclass(slots=True)
 class _Source:
     """One reported object: a snapshot taken on its loop, and how it becomes points."""
 
-    def __init__(self, sampler: LoopSampler[Any], points: Callable[[Any], Iterable[Point]]):
-        self.sampler = sampler
-        self.points = points
+    sampler: LoopSampler[Any]
+    points: Callable[[Any], Iterable[Point]]
+    failing: bool = False  # its last snapshot raised (logged once per failing streak)
 
 
 def _source(source: Source, extra: dict[str, str]) -> _Source:
     if isinstance(source, Producer):
         tags = {**extra, "stream": source.stream}
         return _Source(
-            LoopSampler(lambda: source.metrics, timeout=LOOP_TIMEOUT),
+            LoopSampler(lambda: source.metrics, timeout=_LOOP_TIMEOUT),
             lambda snapshot: producer_points(snapshot, tags),
         )
     if isinstance(source, Consumer):
         return _Source(
-            LoopSampler(lambda: source.metrics, timeout=LOOP_TIMEOUT),
+            LoopSampler(lambda: source.metrics, timeout=_LOOP_TIMEOUT),
             lambda snapshot: consumer_points(snapshot, extra),
         )
     if isinstance(source, KinesisClient):
         tags = {**extra, "cloud.region": source.region}
         return _Source(
             # ``stats`` is live; a copy taken on the loop is a consistent snapshot.
-            LoopSampler(lambda: replace(source.stats), timeout=LOOP_TIMEOUT),
+            LoopSampler(lambda: replace(source.stats), timeout=_LOOP_TIMEOUT),
             lambda snapshot: client_points(snapshot, tags),
         )
     raise TypeError(
@@ -199,7 +200,11 @@ class _Export:
                     observation = Observation(point.value, dict(point.attributes))
                     points.setdefault(point.name, []).append(observation)
             except Exception:
-                log.exception("metrics snapshot failed; this collection skips that source")
+                if not source.failing:  # once, not at every collection
+                    log.exception("metrics snapshot failed; collections skip that source")
+                source.failing = True
+            else:
+                source.failing = False
         self._points = points
         self._served = set()
 
