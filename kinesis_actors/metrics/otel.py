@@ -87,13 +87,13 @@ def instrument(
                 "instrument() must be called from the event loop that runs the producer, "
                 "consumer or client it reports"
             ) from exc
-    instrumentation = Instrumentation(_export_for(provider), readers)
-    return instrumentation
+    return Instrumentation(_export_for(provider), readers)
 
 
 class Instrumentation:
     """The sources one :func:`instrument` call reports; closing stops reporting them.
 
+    Until closed, the export holds the sources (and reports a finished one's last figures).
     OpenTelemetry cannot remove an instrument from a meter, so the instruments stay and
     simply have no points for closed sources.
     """
