@@ -5,12 +5,18 @@ its own (anyio's blocking portal). ``put`` validates the record in the caller's 
 input raises at once, and hands records to the loop in batches: one thread hop per batch, not
 per record, because a hop costs about as much as a hundred puts. While the producer's queue is
 full, the hop waits: the caller's thread is backpressured, memory stays bounded.
+
+Every way out is bounded (issue 19): ``close(timeout=...)`` returns within its timeout (plus
+the client's own bounded shutdown), failing what is left with ProducerClosedError, including
+a ``put`` blocked on a full queue in another thread; before, such a close never returned.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
+import time
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Self
@@ -18,13 +24,18 @@ from typing import Any, Self
 import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from ._validate import check_non_negative
 from .client import ClientConfig, KinesisClient
-from .errors import ConfigError, ProducerClosedError
+from .errors import ConfigError, KinesisError, ProducerClosedError
 from .producer import Producer, ProducerConfig, ProducerMetrics, PutHandle, StreamInfo
 
 __all__ = ["SyncProducer"]
 
 _Item = tuple[bytes, str, str | None, int, int, PutHandle]
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 class SyncProducer:
@@ -88,12 +99,16 @@ class SyncProducer:
     def put(
         self, data: bytes, partition_key: str, explicit_hash_key: str | None = None
     ) -> PutHandle:
-        """Validate and buffer one record; may block while the producer's queue is full."""
-        if self._closed:
-            raise ProducerClosedError(f"SyncProducer for {self._producer.stream!r} is closed")
+        """Validate and buffer one record; may block while the producer's queue is full.
+
+        Raises :class:`~kinesis_actors.errors.ProducerClosedError` after ``close``, and when
+        ``close`` gave up waiting while this call was blocked.
+        """
+        self._check_open()
         data, size, hashed = self._producer.prepare(data, partition_key, explicit_hash_key)
         handle = PutHandle()
         with self._lock:
+            self._check_open()  # under the lock: close takes the buffer under it
             self._pending.append((data, partition_key, explicit_hash_key, size, hashed, handle))
             if len(self._pending) >= self._batch_size:
                 self._submit()
@@ -107,26 +122,97 @@ class SyncProducer:
         """Send everything buffered and wait until every record so far is settled.
 
         With ``timeout`` (seconds), raise :class:`TimeoutError` if that takes longer; the
-        records stay in flight.
+        records stay in flight. After ``close``, raises
+        :class:`~kinesis_actors.errors.ProducerClosedError`.
         """
         with self._lock:
+            self._check_open()
             self._submit()
-        self._portal.call(self._flush_within, timeout)
+        try:
+            self._portal.call(self._flush_within, timeout)
+        except RuntimeError:  # the portal stopped: close ran meanwhile
+            self._check_open()
+            raise
 
     async def _flush_within(self, seconds: float | None) -> None:
         with anyio.fail_after(seconds):
             await self._producer.flush()
 
-    def close(self) -> None:
-        """Flush, then stop the producer, the client and the loop thread. Idempotent."""
+    def close(self, timeout: float | None = None) -> None:
+        """Flush, then stop the producer, the client and the loop thread. Idempotent.
+
+        With ``timeout`` (seconds), stop waiting for the flush after that long: every record
+        not yet settled then fails with :class:`~kinesis_actors.errors.ProducerClosedError`
+        (those in flight "may or may not have been written"), as does every ``put`` still
+        blocked on a full queue in any thread, and ``close`` returns. Raises
+        :class:`~kinesis_actors.errors.ProducerFailedError` if a record failed for good
+        before (``fail_on_error``).
+        """
+        if timeout is not None:
+            check_non_negative("SyncProducer.close timeout", timeout)
         if self._closed:
             return
         self._closed = True
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            with self._lock:
-                self._submit()
+            # A put blocked on a full queue holds the lock until room comes, or until the
+            # deadline's abort below wakes it.
+            wait = _remaining(deadline)
+            if self._lock.acquire(timeout=-1 if wait is None else wait):
+                try:
+                    batch, self._pending = self._pending, []
+                    self._portal.call(self._close_within, batch, _remaining(deadline))
+                finally:
+                    self._lock.release()
+            else:
+                self._portal.call(self._abort, timeout)
+                with self._lock:
+                    batch, self._pending = self._pending, []
+                self._fail(batch, self._closed_error(timeout))
         finally:
             self._stack.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ProducerClosedError(f"SyncProducer for {self._producer.stream!r} is closed")
+
+    def _closed_error(self, timeout: float | None) -> ProducerClosedError:
+        return ProducerClosedError(
+            f"SyncProducer for {self._producer.stream!r} closed after its {timeout}s timeout "
+            "before this record was acknowledged"
+        )
+
+    def _abort(self, timeout: float | None) -> None:
+        self._producer._abort(self._closed_error(timeout))
+
+    async def _close_within(self, batch: list[_Item], seconds: float | None) -> None:
+        """Admit ``batch`` and wait until everything is settled; past ``seconds``, abort.
+
+        The admitting and flushing task is not cancelled at the deadline (a cancelled admit
+        would leave its records in limbo): the abort fails what is left, which ends it.
+        """
+        done = anyio.Event()
+
+        async def admit_and_flush() -> None:
+            try:
+                await self._admit_all(batch)
+                await self._producer.flush()
+            except KinesisError:
+                pass  # on the records' handles; a failure is raised by the producer's exit
+            finally:
+                done.set()
+
+        async with anyio.create_task_group() as task_group:
+            task_group.start_soon(admit_and_flush)
+            with anyio.move_on_after(math.inf if seconds is None else seconds):
+                await done.wait()
+            if not done.is_set():
+                self._abort(seconds)
+
+    @staticmethod
+    def _fail(batch: list[_Item], error: BaseException) -> None:
+        for *_, handle in batch:
+            handle._set_error(error)
 
     def __enter__(self) -> Self:
         return self

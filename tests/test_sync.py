@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
-from kinesis_actors import LocalKinesis, ProducerConfig, errors
+from kinesis_actors import LocalKinesis, ProducerConfig, PutHandle, errors
 from kinesis_actors.sync import SyncProducer
 from tests.boto import create_stream, read_back
+from tests.faults import FaultProxy, Reply
 
 
 @pytest.fixture
@@ -89,3 +91,67 @@ def test_threads_can_share_one_producer(local_kinesis: LocalKinesis, stream: str
 def test_an_unknown_stream_fails_at_construction(local_kinesis: LocalKinesis) -> None:
     with pytest.raises(errors.ResourceNotFoundError):
         _producer(local_kinesis, "no-such-stream")
+
+
+def test_flush_and_put_after_close_raise_producer_closed(
+    local_kinesis: LocalKinesis, stream: str
+) -> None:
+    """Issue 19 item 12: flush after close raised anyio's "This portal is not running"."""
+    producer = _producer(local_kinesis, stream)
+    producer.close()
+    with pytest.raises(errors.ProducerClosedError):
+        producer.flush()
+    with pytest.raises(errors.ProducerClosedError):
+        producer.put(b"late", "k")
+    with pytest.raises(errors.ConfigError, match="timeout"):
+        _producer(local_kinesis, stream).close(timeout=-1)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_lesson_16_close_with_a_timeout_returns_and_fails_a_put_blocked_on_a_full_queue(
+    local_kinesis: LocalKinesis, stream: str, proxy: FaultProxy, backend: str
+) -> None:
+    """Every way out is bounded: with the stream throttling every call and a put blocked on a
+    full queue in another thread, close() never returned; close(timeout=1) returns in about
+    1 s, and the blocked put and every unsettled handle fail with ProducerClosedError."""
+    proxy.decide = lambda request: (
+        Reply.error("ProvisionedThroughputExceededException")
+        if request.target == "PutRecords"
+        else None
+    )
+    producer = SyncProducer(
+        stream,
+        endpoint_url=proxy.endpoint_url,
+        credentials=local_kinesis.credentials,
+        config=ProducerConfig(queue_limit_records=4, linger=0.01),
+        batch_size=1,
+        backend=backend,
+    )
+    handles: list[PutHandle] = []
+    blocked: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            for i in range(5):  # the fifth finds the queue full, for good
+                handles.append(producer.put(b"x", f"k{i}"))
+        except BaseException as exc:
+            blocked.append(exc)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while producer.metrics.backpressure_cycles == 0:  # no event says "a put now waits"
+        assert time.monotonic() < deadline, "the fifth put never blocked"
+        time.sleep(0.01)
+    started = time.monotonic()
+    producer.close(timeout=1.0)
+    elapsed = time.monotonic() - started
+    thread.join(5)
+    assert not thread.is_alive()
+    assert 1.0 <= elapsed < 3.0, elapsed
+    assert len(handles) == 4
+    assert all(isinstance(h.exception(), errors.ProducerClosedError) for h in handles)
+    assert len(blocked) == 1 and isinstance(blocked[0], errors.ProducerClosedError)
+    assert producer.metrics.records_sent == 0 and producer.metrics.outstanding_records == 0
+    with pytest.raises(errors.ProducerClosedError):
+        producer.flush()

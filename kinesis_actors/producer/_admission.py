@@ -40,6 +40,7 @@ class Admission:
 
     __slots__ = (
         "_line",
+        "closed",
         "max_bytes",
         "max_records",
         "nbytes",
@@ -55,6 +56,7 @@ class Admission:
         self.nbytes = 0
         self.peak_records = 0
         self.peak_bytes = 0
+        self.closed = False
         # One waiter per suspended put call: bounded by the callers, who are themselves waiting.
         self._line: deque[Waiter] = deque()
 
@@ -92,9 +94,20 @@ class Admission:
         """A waiting ``put`` gave up (it was cancelled): leave the line, or give back its room."""
         if waiter.granted:
             self.release(1, waiter.size)
-        else:
+        elif waiter in self._line:  # not if :meth:`close` emptied the line
             self._line.remove(waiter)
             self._grant()  # the head may have been the one blocking the others
+
+    def close(self) -> None:
+        """No room for anyone any more: wake every waiting ``put`` without granting it.
+
+        A woken waiter that is not ``granted`` must give up (the producer raises
+        ProducerClosedError); no room was taken for it, so none is given back.
+        """
+        self.closed = True
+        line = self._line
+        while line:
+            line.popleft().event.set()
 
     def release(self, records: int, nbytes: int) -> None:
         """``records`` records of ``nbytes`` in total settled: give the room to the line."""

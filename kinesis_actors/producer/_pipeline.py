@@ -32,7 +32,7 @@ from ._handle import PutResult
 from ._ratelimit import ShardRateLimiter
 from ._retries import RecordRetries
 
-__all__ = ["UNPREDICTED_LANE", "WHOLE_STREAM_LANE", "Call", "Entry", "Part", "Pipeline"]
+__all__ = ["UNPREDICTED_LANE", "WHOLE_STREAM_LANE", "Call", "Entry", "Part", "Pipeline", "Settle"]
 
 WHOLE_STREAM_LANE = "*"
 """The one lane of a stream with ``AUTO`` record distribution: shards cannot be predicted."""

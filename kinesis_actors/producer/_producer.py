@@ -24,13 +24,12 @@ from .. import errors
 from ..client import RetrySettings
 from ..records import ShardMap
 from ._admission import Admission
-from ._calls import PUT_RECORDS_MAX_RECORDS
 from ._config import ProducerConfig
 from ._handle import PutHandle, PutResult
 from ._metrics import ProducerMetrics
 from ._pipeline import Call, Entry, Pipeline
-from ._ratelimit import ShardRateLimiter
 from ._retries import put_records_results
+from ._setup import new_pipeline
 from ._stream import DEFAULT_MAX_RECORD_BYTES, StreamInfo, describe_stream, list_open_shards
 from ._validation import prepare_record
 
@@ -92,6 +91,7 @@ class Producer:
         self._record_distribution = "USER_PARTITION_KEY"
         self._failure: BaseException | None = None
         self._in_flight = 0
+        self._senders: set[anyio.CancelScope] = set()  # one per call in flight
         self._flushing = 0
         self._epoch = 0
         self._epoch_outstanding: dict[int, int] = {}
@@ -239,6 +239,17 @@ class Producer:
         if self._failure is not None:
             raise self._failed_error()
 
+    def _abort(self, error: errors.ProducerClosedError) -> None:
+        """Stop at once (a close past its timeout): fail every unsettled record with ``error``
+        (those in flight with the sender's "may or may not have been written"), wake every
+        ``put`` waiting for room with ProducerClosedError, and take no more records."""
+        self._state = "closed"
+        self._admission.close()
+        if self._pipeline is not None:
+            self._pipeline.drain(error)
+        for scope in self._senders:
+            scope.cancel()  # each sender abandons its call
+
     # -- intake -----------------------------------------------------------------------------
 
     def prepare(
@@ -297,13 +308,13 @@ class Producer:
             self._wake_dispatcher()
 
     def _check_open(self) -> None:
-        if self._failure is not None:
-            raise self._failed_error()
         if self._state != "open":
             raise errors.ProducerClosedError(
                 f"producer for {self._stream!r} is {self._state}; put and flush need an open "
                 "producer ('async with Producer(...)')"
             )
+        if self._failure is not None:
+            raise self._failed_error()
 
     def _check_admitted(self, size: int) -> None:
         """Room was taken; if the producer stopped meanwhile, give it back and raise."""
@@ -321,7 +332,7 @@ class Producer:
             if not waiter.granted:
                 with anyio.move_on_after(self._config.backpressure_warning_after):
                     await waiter.event.wait()
-                if not waiter.granted:
+                if not waiter.event.is_set():
                     self._warn_backpressure(anyio.current_time() - started)
                     await waiter.event.wait()
         except BaseException:
@@ -329,6 +340,10 @@ class Producer:
             raise
         finally:
             self._backpressure_seconds += anyio.current_time() - started
+        if not waiter.granted:  # woken by _abort: no room was taken
+            raise errors.ProducerClosedError(
+                f"producer for {self._stream!r} closed while this put waited for room"
+            )
 
     def _warn_backpressure(self, waited: float) -> None:
         now = anyio.current_time()
@@ -374,7 +389,10 @@ class Producer:
             self._settled.set()
 
     def _record_failure(self, error: BaseException) -> None:
-        if self._config.fail_on_error and self._failure is None:
+        closing = isinstance(
+            error, errors.ProducerClosedError
+        )  # the closer's doing, not the stream's
+        if self._config.fail_on_error and self._failure is None and not closing:
             self._failure = error
         now = anyio.current_time()
         if now - self._last_failure_log >= self._config.backpressure_warning_interval:
@@ -442,22 +460,27 @@ class Producer:
         pipeline = self._pipeline
         assert pipeline is not None
         settled = False
+        scope = anyio.CancelScope()  # _abort cancels the senders, not the task group's host
+        self._senders.add(scope)
         try:
-            try:
+            with scope:
                 client = self._client
                 response = await client.send(
                     client.codec.encode_put_records(self._stream, call.records()),
                     retry=_ONE_ATTEMPT,
                 )
                 results = put_records_results(response)
-            except errors.KinesisError as exc:  # a MalformedReplyError: an unknown outcome
-                self._counters["failed_calls"] += 1
-                pipeline.fail(call, exc, anyio.current_time())
-            else:
+        except errors.KinesisError as exc:  # a MalformedReplyError: an unknown outcome
+            self._counters["failed_calls"] += 1
+            pipeline.fail(call, exc, anyio.current_time())
+            settled = True
+        else:
+            if not scope.cancelled_caught:
                 self._counters["calls"] += 1
                 pipeline.complete(call, results, anyio.current_time())
-            settled = True
+                settled = True
         finally:
+            self._senders.discard(scope)
             if not settled:
                 pipeline.abandon(
                     call,
@@ -472,35 +495,8 @@ class Producer:
     # -- the stream -------------------------------------------------------------------------
 
     def _new_pipeline(self) -> Pipeline:
-        config = self._config
-        scale = 1.0
-        if self._record_distribution == "AUTO":
-            scale = float(max(1, self._open_shards))
-        limiter = ShardRateLimiter(
-            records_per_s=1000 * scale,
-            bytes_per_s=1_048_576 * scale,
-            rate_limit=config.rate_limit,
-            max_record_bytes=self._max_record_bytes,
-        )
-        max_call_bytes = max(config.max_call_bytes, self._max_record_bytes)
-        return Pipeline(
-            limiter=limiter,
-            settle=self._settle,
-            aggregation=config.aggregation,
-            aggregation_max_bytes=config.aggregation_max_bytes,
-            max_call_records=PUT_RECORDS_MAX_RECORDS,
-            max_call_bytes=max_call_bytes,
-            full_records=max(1, min(PUT_RECORDS_MAX_RECORDS, config.queue_limit_records // 2))
-            if not config.aggregation
-            else max(1, config.queue_limit_records // 2),
-            full_bytes=max(1, min(max_call_bytes, config.queue_limit_bytes // 2)),
-            linger=config.linger,
-            preserve_order=config.preserve_order,
-            retry_base=config.retry_base,
-            retry_max=config.retry_max,
-            record_ttl=config.record_ttl,
-            max_unknown_outcomes=config.max_unknown_outcomes,
-        )
+        info = StreamInfo(self._max_record_bytes, self._record_distribution, self._open_shards)
+        return new_pipeline(self._config, info, self._settle)
 
     async def _describe_stream(self) -> None:
         info = self._stream_info

@@ -1,0 +1,40 @@
+"""The ways out of an async Producer are typed: after close, put and flush say it is closed."""
+
+from __future__ import annotations
+
+import pytest
+
+from kinesis_actors import KinesisClient, LocalKinesis, Producer, ProducerConfig, errors
+from tests.faults import FaultProxy, Reply
+from tests.producer.test_producer_faults import proxied
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_put_and_flush_after_close_raise_producer_closed(
+    client: KinesisClient, stream_name: str
+) -> None:
+    await client.create_stream(stream_name, 1)
+    async with Producer(client, stream_name, ProducerConfig(linger=0.01)) as producer:
+        handle = await producer.put(b"x", "k")
+    assert handle.result().shard_id
+    with pytest.raises(errors.ProducerClosedError, match="closed"):
+        await producer.put(b"late", "k")
+    with pytest.raises(errors.ProducerClosedError, match="closed"):
+        await producer.flush()
+
+
+async def test_closed_wins_over_failed_after_close(
+    proxy: FaultProxy, local_kinesis: LocalKinesis, stream_name: str
+) -> None:
+    """A producer that failed (fail_on_error) and then closed says it is closed."""
+    async with proxied(proxy, local_kinesis) as kinesis:
+        await kinesis.create_stream(stream_name, 1)
+        proxy.decide = lambda r: (
+            Reply.error("AccessDeniedException") if r.target == "PutRecords" else None
+        )
+        with pytest.raises(errors.ProducerFailedError):
+            async with Producer(kinesis, stream_name, ProducerConfig(linger=0.01)) as producer:
+                await producer.put(b"x", "k")
+        with pytest.raises(errors.ProducerClosedError):
+            await producer.put(b"late", "k")
