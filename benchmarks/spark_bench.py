@@ -1,24 +1,26 @@
-"""Spark bridge benchmarks: the ``kinesis`` source and sink against the embedded local server.
+"""Spark bridge benchmarks: the ``kinesis`` source (both read paths, side by side) and sink.
 
-One run, one local Spark session (``local[2]``), one :class:`~kinesis_actors.LocalKinesis`:
+One run, one local Spark session (``local[2]``):
 
-1. **Source via Arrow**: ``records`` records of 100 B, KPL-aggregated by ``SyncProducer``,
-   pre-loaded into a 4-shard stream; ``readStream.format("kinesis")`` with
-   ``Trigger.AvailableNow`` into the ``noop`` sink. Rows/s over the query's wall time (start
-   to termination, the source runner's start-up and the AvailableNow end check included) and
-   over the sum of the micro-batches' ``addBatch`` (the executor side), micro-batches, the
-   progress durations, and the CPU of every process of the run (``/proc``).
-2. **The same through Python tuples**: ``kinesis_tuples``, a subclass of the bridge's own
-   reader whose ``read`` yields the partition's rows as Python tuples instead of Arrow
-   batches. The driver side (consumer, staging, Arrow IPC payloads in the partitions) is the
-   bridge's code, unchanged; only the executor's hand-over to Spark differs.
-3. **Sink**: ``df.write.format("kinesis")`` of ``records`` rows (100 B binary ``data``,
-   ``partitionKey``) from ``spark.range``; and ``writeStream.format("kinesis")`` fed by the
-   kinesis source (a Kinesis -> Spark -> Kinesis pipeline of the same rows).
-4. **Where the driver stops scaling**: the source's driver side runs in one Python process
-   per query (``python_streaming_source_runner``): its CPU per row, measured from ``/proc``
-   (net of a warm-up query's fixed cost), and the same staging path measured in this process
-   without Spark (``DriverConsumer`` + Arrow IPC); the ceiling is 1 / (CPU per row) per core.
+1. **Source, executors read vs driver reads**: ``records`` records of 100 B, KPL-aggregated
+   by ``SyncProducer``, pre-loaded into a 4-shard stream of the benchmark load target
+   (``benchmarks.loadtarget``, fast enough that Spark and the bridge are measured, not the
+   server), then a short pause and 2,000 more. ``readStream.format("kinesis")`` with
+   ``Trigger.AvailableNow`` into the ``noop`` sink, once with the default read path
+   (``executors``: the driver plans, the tasks read their ranges) and once with
+   ``readPath=driver`` (the previous design: the driver reads and ships the rows in the
+   tasks). Rows/s over the query's wall time and over the micro-batches' ``addBatch``, and
+   the CPU of every process of the run (``/proc``), net of a warm-up query of each path.
+2. **The same through Python tuples** (executors path): ``kinesis_tuples``, whose ``read``
+   yields Python tuples instead of Arrow batches.
+3. **The planner in this process** (no Spark): one micro-batch of about 10,000 rows and one
+   of every pre-loaded row, both ending at an anchor on the same shards: driver CPU per
+   micro-batch, calls per shard, pickled partition sizes; and the executor range reader's
+   rows/s in this process.
+4. **The old driver path in this process**: ``DriverConsumer`` + Arrow IPC, CPU per row and
+   payload bytes per row (what rode in the tasks).
+5. **Sink** against the embedded local server: ``df.write.format("kinesis")`` and a
+   Kinesis -> Spark -> Kinesis ``writeStream``.
 
 Usage: ``python -m benchmarks.spark_bench [--quick] [--json PATH]``.
 """
@@ -29,6 +31,8 @@ import argparse
 import datetime
 import json
 import os
+import pickle
+import statistics
 import sys
 import tempfile
 import threading
@@ -40,6 +44,7 @@ from typing import Any
 
 import spark_bridge
 from benchmarks._common import KEYS, load, machine, payloads
+from benchmarks.loadtarget import LoadTarget
 from kinesis_actors import LocalKinesis, ProducerConfig
 from kinesis_actors.sync import SyncProducer
 from spark_bridge import KinesisDataSource
@@ -49,6 +54,12 @@ from spark_bridge._options import parse_source_options
 from spark_bridge._source import KinesisStreamReader
 
 __all__ = ["ProcessCpu", "TupleKinesisDataSource", "main", "markdown", "run"]
+
+TAIL_RECORDS = 2_000
+"""Records put after the pre-load and a pause: the planner's anchors for the whole pre-load."""
+PAUSE_S = 1.5
+TODAY_DRIVER_US_PER_ROW = 5.2
+"""Driver CPU per row of the previous design, measured before issue 13 (docs/spark.md)."""
 
 SHARDS = 4
 RECORD_BYTES = 100
@@ -64,7 +75,7 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK")
 class TupleStreamReader(KinesisStreamReader):
     """The bridge's reader, but ``read`` yields Python tuples instead of Arrow batches.
 
-    The partition carries the same Arrow IPC payload; the rows are turned into Python objects
+    The task reads the same range; the rows are turned into Python objects
     column by column (``to_pylist``) and zipped into tuples, which Spark then converts back to
     Arrow in the worker (``records_to_arrow_batches``), row by row with its type checks.
     """
@@ -188,24 +199,23 @@ class ProcessCpu:
 # -- helpers ----------------------------------------------------------------------------------
 
 
-def _options(local: LocalKinesis, stream: str) -> dict[str, str]:
-    key, secret = local.credentials[:2]
+def _options(local: LocalKinesis | LoadTarget, stream: str) -> dict[str, str]:
     return {
         "streamName": stream,
         "endpointUrl": local.endpoint_url,
-        "awsAccessKeyId": key,
-        "awsSecretKey": secret,
+        "awsAccessKeyId": "local",
+        "awsSecretKey": "local",
     }
 
 
-def _preload(local: LocalKinesis, stream: str, count: int) -> dict[str, Any]:
+def _preload(local: LocalKinesis | LoadTarget, stream: str, count: int) -> dict[str, Any]:
     """Put ``count`` records of 100 B (aggregated) from this process; its figures."""
     started, cpu = time.perf_counter(), time.process_time()
     data = payloads(RECORD_BYTES)
     with SyncProducer(
         stream,
         endpoint_url=local.endpoint_url,
-        credentials=local.credentials,
+        credentials=("local", "local"),
         config=ProducerConfig(aggregation=True),
         batch_size=512,
     ) as producer:
@@ -214,6 +224,7 @@ def _preload(local: LocalKinesis, stream: str, count: int) -> dict[str, Any]:
         producer.flush()
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     return {
+        "span_s": round(wall, 3),
         "rows": count,
         "wall_s": round(wall, 3),
         "rows_per_s": round(count / wall, 1),
@@ -297,7 +308,7 @@ def _source(spark: Any, fmt: str, options: dict[str, str], checkpoint: Path, n: 
     return _stream_query(lambda writer: writer.format("noop").start(), frame, checkpoint, n)
 
 
-def _driver_inprocess(local: LocalKinesis, stream: str, count: int) -> dict[str, Any]:
+def _driver_inprocess(local: LocalKinesis | LoadTarget, stream: str, count: int) -> dict[str, Any]:
     """The source's driver side without Spark: consumer + staging + Arrow IPC, in this process.
 
     Everything the ``python_streaming_source_runner`` does per row, short of pickling the
@@ -348,6 +359,72 @@ def _driver_inprocess(local: LocalKinesis, stream: str, count: int) -> dict[str,
     }
 
 
+def _read_partitions(reader: KinesisStreamReader, start: Any, end: Any) -> int:
+    """What the tasks would read for (start, end), in this process: the rows counted."""
+    rows = 0
+    for partition in reader.partitions(start, end):
+        for batch in reader.read(pickle.loads(pickle.dumps(partition))):
+            rows += batch.num_rows
+    return rows
+
+
+def _planner_inprocess(
+    target: LoadTarget, stream: str, span_s: float, rows: int, repeats: int = 3
+) -> dict[str, Any]:
+    """The executors path's driver side without Spark: one micro-batch of about 10,000 rows
+    and one of every pre-loaded row, each ending at an anchor (the records put after the
+    pause), planned ``repeats`` times by a fresh reader; medians."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable  # noqa: PLC0415
+
+    out: dict[str, Any] = {}
+    small_window = max(span_s * min(10_000, rows // 2) / max(rows, 1), 0.001)
+    for label, window_s in (("small", small_window), ("all", span_s + PAUSE_S / 2)):
+        samples: list[dict[str, Any]] = []
+        for _ in range(repeats):
+            options = {
+                **_options(target, stream),
+                "arrivalWindowPerTrigger": f"{window_s * 1000:.0f}ms",
+                "settleLag": "100ms",
+            }
+            reader = KinesisStreamReader(
+                parse_source_options({k.lower(): v for k, v in options.items()})
+            )
+            start = reader.initialOffset()
+            reader._get_planner()  # the client opens outside the measurement
+            cpu0 = time.process_time()
+            end = reader.latestOffset(start, ReadAllAvailable())
+            parts = reader.partitions(start, end)
+            sizes = [len(pickle.dumps(part)) for part in parts]
+            cpu = time.process_time() - cpu0
+            calls = dict(reader._planner.calls) if reader._planner else {}
+            began = time.perf_counter()
+            read = _read_partitions(reader, start, end)
+            read_s = time.perf_counter() - began
+            reader.stop()
+            samples.append(
+                {"cpu_s": cpu, "rows": read, "calls": calls, "sizes": sizes, "read_s": read_s}
+            )
+        cpu_s = statistics.median(sample["cpu_s"] for sample in samples)
+        batch_rows = int(statistics.median(sample["rows"] for sample in samples))
+        calls = samples[-1]["calls"]
+        data_calls = calls.get("GetShardIterator", 0) + calls.get("GetRecords", 0)
+        out[label] = {
+            "rows": batch_rows,
+            "window_s": round(window_s, 3),
+            "driver_cpu_ms_per_batch": round(cpu_s * 1000, 2),
+            "driver_cpu_ms_per_batch_runs": [round(x["cpu_s"] * 1000, 2) for x in samples],
+            "driver_cpu_us_per_row": round(cpu_s / max(batch_rows, 1) * 1e6, 4),
+            "calls": calls,
+            "data_calls_per_shard": round(data_calls / SHARDS, 2),
+            "partition_bytes_max": max(samples[-1]["sizes"], default=0),
+            "partitions": len(samples[-1]["sizes"]),
+            "executor_read_rows_per_s_inprocess": round(
+                batch_rows / statistics.median(x["read_s"] for x in samples), 1
+            ),
+        }
+    return out
+
+
 def _sink_batch(spark: Any, options: dict[str, str], n: int) -> dict[str, Any]:
     """``df.write.format("kinesis")`` of ``n`` rows of 100 B, two partitions."""
     frame = spark.range(0, n, 1, 2).selectExpr(
@@ -386,7 +463,7 @@ def run(
     n = records or SCALES["quick" if quick else "full"]
     warm = min(WARMUP_RECORDS, n // 2)
     tag = uuid.uuid4().hex[:8]
-    names = {role: f"spark-bench-{role}-{tag}" for role in ("source", "warm", "sink", "pipe")}
+    names = {role: f"spark-bench-{role}-{tag}" for role in ("warm", "sink", "pipe")}
     results: dict[str, Any] = {
         "suite": "kinesis-actors spark bench",
         "mode": "custom" if records else "quick" if quick else "full",
@@ -396,15 +473,27 @@ def run(
         "records": n,
         "record_bytes": RECORD_BYTES,
         "shards": SHARDS,
+        "tail_records": TAIL_RECORDS,
     }
     started = time.perf_counter()
-    with LocalKinesis(streams=dict.fromkeys(names.values(), SHARDS)) as local:
-        progress(f"pre-loading {n} records into {SHARDS} shards")
-        results["preload"] = _preload(local, names["source"], n)
+    with (
+        LoadTarget(shards=SHARDS, retain_records=n + TAIL_RECORDS + 1000, limits=None) as target,
+        LocalKinesis(streams=dict.fromkeys(names.values(), SHARDS)) as local,
+    ):
+        source_stream = target.stream_name
+        progress(f"pre-loading {n} records into {SHARDS} shards of the load target")
+        results["preload"] = _preload(target, source_stream, n)
+        time.sleep(PAUSE_S)  # the pause the anchors of the whole pre-load fall into
+        _preload(target, source_stream, TAIL_RECORDS)
+        total = n + TAIL_RECORDS
         _preload(local, names["warm"], warm)
 
-        progress("driver staging path in this process (no Spark)")
-        results["driver_inprocess"] = _driver_inprocess(local, names["source"], n)
+        progress("the planner in this process (no Spark)")
+        results["planner_inprocess"] = _planner_inprocess(
+            target, source_stream, results["preload"]["span_s"], n
+        )
+        progress("the previous driver path in this process (no Spark)")
+        results["driver_inprocess"] = _driver_inprocess(target, source_stream, total)
 
         progress("starting Spark")
         spark, owned = _session()
@@ -413,44 +502,45 @@ def run(
             spark.dataSource.register(TupleKinesisDataSource)
             with tempfile.TemporaryDirectory(prefix="spark-bench-") as tmp:
                 folder = Path(tmp)
-                warmups = {}
-                for fmt in ("kinesis", "kinesis_tuples"):
-                    progress(f"warm-up query ({fmt}, {warm} rows)")
-                    warmups[fmt] = _source(
-                        spark, fmt, _options(local, names["warm"]), folder / f"warm-{fmt}", warm
-                    )
-                results["warmup"] = warmups
-                # The driver side is the same code for both formats: one fixed cost per query.
-                fixed_runner = round(
-                    sum(w["cpu_s"].get("source_runner", 0.0) for w in warmups.values())
-                    / len(warmups),
-                    3,
+                paths: tuple[tuple[str, str, dict[str, str]], ...] = (
+                    ("executors", "kinesis", {}),
+                    ("driver", "kinesis", {"readPath": "driver"}),
+                    ("tuples", "kinesis_tuples", {}),
                 )
+                warmups: dict[str, Any] = {}
+                for label, fmt, extra in paths:
+                    progress(f"warm-up query ({label}, {warm} rows)")
+                    options = {**_options(local, names["warm"]), **extra}
+                    warmups[label] = _source(spark, fmt, options, folder / f"warm-{label}", warm)
+                results["warmup"] = warmups
                 source: dict[str, Any] = {}
-                for label, fmt in (("arrow", "kinesis"), ("tuples", "kinesis_tuples")):
-                    progress(f"source via {label}: {n} rows")
-                    figures = _source(
-                        spark, fmt, _options(local, names["source"]), folder / f"cp-{label}", n
-                    )
-                    fixed = fixed_runner
+                for label, fmt, extra in paths:
+                    progress(f"source, {label}: {total} rows")
+                    options = {**_options(target, source_stream), **extra}
+                    figures = _source(spark, fmt, options, folder / f"cp-{label}", total)
+                    fixed = warmups[label]["cpu_s"].get("source_runner", 0.0)
                     runner = figures["cpu_s"].get("source_runner", 0.0)
                     net = max(runner - fixed, 0.0) / max(figures["rows"] - warm, 1) * 1e6
                     figures["source_runner_fixed_cpu_s"] = fixed
-                    figures["source_runner_net_cpu_us_per_row"] = round(net, 3)
+                    figures["source_runner_net_cpu_us_per_row"] = round(net, 4)
                     figures["driver_ceiling_rows_per_s_per_core"] = (
                         round(1e6 / net) if net else None
                     )
                     source[label] = figures
+                source["executors_over_driver_rows_per_s"] = _ratio(
+                    source["executors"]["rows_per_s"], source["driver"]["rows_per_s"]
+                )
+                source["driver_cpu_driver_over_executors"] = _ratio(
+                    source["driver"]["source_runner_net_cpu_us_per_row"],
+                    source["executors"]["source_runner_net_cpu_us_per_row"],
+                )
                 source["arrow_over_tuples_rows_per_s"] = _ratio(
-                    source["arrow"]["rows_per_s"], source["tuples"]["rows_per_s"]
+                    source["executors"]["rows_per_s"], source["tuples"]["rows_per_s"]
                 )
                 source["arrow_over_tuples_add_batch"] = _ratio(
-                    source["arrow"]["rows_per_s_add_batch"],
+                    source["executors"]["rows_per_s_add_batch"],
                     source["tuples"]["rows_per_s_add_batch"],
                 )
-                arrow_w = source["arrow"]["cpu_us_per_row"].get("python_workers")
-                tuple_w = source["tuples"]["cpu_us_per_row"].get("python_workers")
-                source["worker_cpu_tuples_over_arrow"] = _ratio(tuple_w, arrow_w)
                 results["source"] = source
 
                 progress(f"sink: df.write of {warm} rows (warm-up), then {n} rows")
@@ -459,10 +549,10 @@ def run(
                 batch_write = _sink_batch(spark, sink_options, n)
                 batch_write["warmup"] = warm_write
                 sink: dict[str, Any] = {"batch_write": batch_write}
-                progress(f"sink: writeStream, kinesis source -> kinesis sink, {n} rows")
+                progress(f"sink: writeStream, kinesis source -> kinesis sink, {total} rows")
                 frame = (
                     spark.readStream.format("kinesis")
-                    .options(**_options(local, names["source"]))
+                    .options(**_options(target, source_stream))
                     .load()
                     .select("data", "partitionKey")
                 )
@@ -472,7 +562,7 @@ def run(
                     ),
                     frame,
                     folder / "cp-pipe",
-                    n,
+                    total,
                 )
                 results["sink"] = sink
         finally:
@@ -487,44 +577,28 @@ def run(
 def _notes(results: dict[str, Any]) -> list[str]:
     source = results["source"]
     notes = [
-        "Source rows/s is over the query's wall time: awaitTermination after start(), so it "
-        "includes the source runner's start (a new Python process per query), the first "
-        "latestOffset opening the consumer, and the AvailableNow end check (every shard read "
-        "twice past the cutoff). rows_per_s_add_batch is over the sum of the micro-batches' "
-        "addBatch durations (the executor side: partitions shipped, read, rows into noop).",
-        "Arrow vs tuples: both formats use the bridge's driver side unchanged (same consumer, "
-        "same staging, same Arrow IPC payload per shard in each partition, same stream and "
-        "record count, each from TRIM_HORIZON with its own checkpoint). The only difference is "
-        "the executor: 'kinesis' yields the IPC's batches (cast to the Spark schema, zero copy); "
-        "'kinesis_tuples' turns them into Python objects (column.to_pylist, zip) and yields "
-        "tuples, which pyspark converts back to Arrow row by row (records_to_arrow_batches). "
-        "The tuple path therefore includes the Arrow->Python object cost any tuple source pays "
-        "to build its rows.",
-        "The consumer reads with the polling defaults (5 GetRecords/s and 2 MiB/s per shard, "
-        "like the service): with 4 shards that budget, not Spark, can bound the wall rows/s "
-        "when Spark is fast (see driver_inprocess.rows_per_s: the same reads without Spark).",
-        "CPU figures come from /proc (utime+stime) of this process's descendants, sampled "
-        "every 0.2 s: source_runner is the query's python_streaming_source_runner (driver "
-        "side: consumer, staging, IPC, pickling partitions), python_workers the pyspark.daemon "
-        "workers (executor side), jvm the Spark JVM, kinesis_server the local server (node). "
-        "All share the same 2 cores.",
-        "Driver ceiling = 1e6 / (driver CPU microseconds per row): rows/s one driver core can "
-        "stage. source_runner_net_cpu_us_per_row is marginal: (runner CPU of the measured query "
-        "- mean runner CPU of the two warm-up queries) / (rows - warm-up rows), which removes "
-        "(noisily: it varies by about 1 s between queries) the fixed "
-        "cost per query (process start, imports, consumer open); driver_inprocess measures the "
-        "same staging path in this process with no Spark at all (consumer + take + IPC; not "
-        "the pickling of partitions nor the runner's socket to the JVM).",
-        "Sink: batch_write is df.write.format('kinesis') of spark.range rows (cached before the "
-        "clock) with 100 B binary data, 2 partitions (2 tasks, one producer each, aggregation "
-        "on); stream_pipeline is readStream kinesis -> writeStream kinesis with AvailableNow, "
-        "so it includes reading the source stream. The local server's CPU (kinesis_server) "
-        "competes for the same 2 cores. A warm-up write runs first, so the measured write's "
-        "python_workers CPU excludes the workers' one-time imports. preload is the same "
-        "SyncProducer writing the source stream from this process, without Spark: its rows/s "
-        "is what the local server accepts, the reference for the sink's rows/s.",
+        "Source rows/s is over the query's wall time (start() to termination: the runner's "
+        "start, planning, every micro-batch, the AvailableNow end check); rows_per_s_add_batch "
+        "over the sum of the micro-batches' addBatch (the tasks: read, rows into noop).",
+        "executors: the driver plans (a few calls per shard and trigger, see "
+        "planner_inprocess) and the tasks read their ranges with GetRecords. driver: "
+        "readPath=driver, the previous design, where the driver's consumer reads every record "
+        "and the rows ride in the tasks as Arrow IPC. Same stream, same rows, each from "
+        "TRIM_HORIZON with its own checkpoint, default options (executors: 10 s windows).",
+        "source_runner_net_cpu_us_per_row: (CPU of the query's python_streaming_source_runner "
+        "- that of a warm-up query of the same path reading the warm-up rows) / (rows - "
+        "warm-up rows): the runner's fixed cost (process start, imports, opening clients) "
+        "removed, noisily (it varies by tens of ms between queries).",
+        "planner_inprocess: the executors path's latestOffset + partitions (+ pickling them) "
+        "in this process, for a micro-batch of about 10,000 rows and one of every pre-loaded "
+        "row, both ending at an anchor on the same 4 shards; medians of 3 fresh readers. "
+        "data_calls_per_shard counts GetShardIterator + GetRecords for the trigger.",
+        "The load target (benchmarks.loadtarget, no service limits) serves the source stream so "
+        "that Spark and the bridge are measured; the sink writes to the embedded local server "
+        "(kinesis-mock), whose PutRecords rate bounds the sink rows/s. All processes share the "
+        "same 2 cores. CPU figures come from /proc (utime+stime), sampled every 0.2 s.",
     ]
-    if not all(source[label]["rows_match"] for label in ("arrow", "tuples")):
+    if not all(source[label]["rows_match"] for label in ("executors", "driver", "tuples")):
         notes.append("WARNING: a source query did not deliver exactly the pre-loaded rows")
     return notes
 
@@ -546,15 +620,19 @@ def markdown(results: dict[str, Any]) -> str:
     """A small table of the headline figures."""
     source, sink = results["source"], results["sink"]
     lines = [
-        f"Spark bridge, {results['records']:,} records of {results['record_bytes']} B, "
-        f"{results['shards']} shards, local[2] ({results['machine']['cpu_model']}, "
-        f"{results['machine']['cores']} cores)",
+        f"Spark bridge, {results['records']:,} records of {results['record_bytes']} B "
+        f"(+{results['tail_records']:,}), {results['shards']} shards, local[2] "
+        f"({results['machine']['cpu_model']}, {results['machine']['cores']} cores)",
         "",
         "| measurement | rows/s (wall) | rows/s (addBatch) | micro-batches | wall s "
         "| driver CPU us/row | worker CPU us/row | JVM CPU us/row |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for label, title in (("arrow", "source, Arrow batches"), ("tuples", "source, Python tuples")):
+    for label, title in (
+        ("executors", "source, executors read (Arrow)"),
+        ("driver", "source, driver reads (readPath=driver)"),
+        ("tuples", "source, executors read (tuples)"),
+    ):
         row = source[label]
         per = row["cpu_us_per_row"]
         lines.append(
@@ -578,20 +656,34 @@ def markdown(results: dict[str, Any]) -> str:
         f"| {_fmt(pipe['cpu_us_per_row'].get('python_workers'))} "
         f"| {_fmt(pipe['cpu_us_per_row'].get('jvm'))} |"
     )
+    planner = results["planner_inprocess"]
     inproc = results["driver_inprocess"]
-    preload = results["preload"]
     lines += [
         "",
-        f"Arrow / tuples: {_fmt(source['arrow_over_tuples_rows_per_s'])}x rows/s (wall), "
-        f"{_fmt(source['arrow_over_tuples_add_batch'])}x (addBatch); worker CPU tuples / "
-        f"Arrow: {_fmt(source['worker_cpu_tuples_over_arrow'])}x.",
-        f"Driver staging without Spark: {_fmt(inproc['rows_per_s'])} rows/s, "
-        f"{_fmt(inproc['cpu_us_per_row'])} us CPU/row (IPC {_fmt(inproc['ipc_us_per_row'])}), "
-        f"ceiling {_fmt(inproc['ceiling_rows_per_s_per_core'])} rows/s per driver core; in the "
-        f"query's runner: ceiling "
-        f"{_fmt(source['arrow']['driver_ceiling_rows_per_s_per_core'])} rows/s per core.",
-        f"SyncProducer from this process (no Spark, pre-load): {_fmt(preload['rows_per_s'])} "
-        f"rows/s, {_fmt(preload['cpu_us_per_row'])} us CPU/row.",
+        "| planner in this process | rows | driver CPU ms/batch | us/row "
+        "| GetShardIterator+GetRecords per shard | largest partition, bytes |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label in ("small", "all"):
+        row = planner[label]
+        lines.append(
+            f"| one micro-batch, {label} | {_fmt(row['rows'])} "
+            f"| {_fmt(row['driver_cpu_ms_per_batch'])} | {_fmt(row['driver_cpu_us_per_row'])} "
+            f"| {_fmt(row['data_calls_per_shard'])} | {_fmt(row['partition_bytes_max'])} |"
+        )
+    largest_task = inproc["ipc_payload_bytes_per_row"] * planner["all"]["rows"] / SHARDS
+    lines += [
+        "",
+        f"Executors / driver path: {_fmt(source['executors_over_driver_rows_per_s'])}x rows/s "
+        f"(wall); driver CPU per row, driver path / executors path: "
+        f"{_fmt(source['driver_cpu_driver_over_executors'])}x (before: "
+        f"{TODAY_DRIVER_US_PER_ROW} us/row). Arrow / tuples: "
+        f"{_fmt(source['arrow_over_tuples_rows_per_s'])}x rows/s (wall).",
+        f"Driver path in this process: {_fmt(inproc['cpu_us_per_row'])} us CPU/row, "
+        f"{_fmt(inproc['ipc_payload_bytes_per_row'])} payload bytes/row in the tasks (a "
+        f"micro-batch of {planner['all']['rows']:,} rows: about "
+        f"{largest_task / 1024:,.0f} KiB per shard's task; executors path: "
+        f"{planner['all']['partition_bytes_max']} bytes).",
     ]
     return "\n".join(lines)
 

@@ -77,6 +77,10 @@ _LIST_INTERVAL = 5.0
 _HOPS = 3
 """Empty pages followed (MillisBehindLatest > 0) to find the first record past a point."""
 _TAIL_PAGES = 10
+_TAIL_PEEK = 5
+"""Records read after the first one before searching: a quiet shard's tail ends there."""
+_TAIL_SPAN_MS = 100
+_SEARCH_STEPS = 8
 _LIMIT_PAGES = 20
 _FAILURES_TO_RAISE = 10
 _LIST_TRIES = 4
@@ -433,24 +437,62 @@ class Planner:
     async def _tail(
         self, key: ShardKey, entry: ShardEntry, first: Seen, probe: Records, when_ms: int
     ) -> tuple[ShardEntry | None, str | None]:
-        """No anchor: read from the first record to the tip and cut after the last one (or
-        just before one that arrived at or after ``when_ms`` meanwhile)."""
-        last = first
-        page = probe
+        """No anchor: cut after the shard's last record (or just before one that arrived at or
+        after ``when_ms`` meanwhile). The driver must see the last record, not read up to it:
+
+        1. a small page after the first record: a quiet shard's few records end there;
+        2. otherwise a binary search on arrival time for a record within ``_TAIL_SPAN_MS`` of
+           ``when_ms`` (two calls a step, at most ``_SEARCH_STEPS``), then the pages from it.
+
+        So the driver reads about ``_TAIL_SPAN_MS`` of the stream, not a window of it.
+        """
+        if probe.ended:
+            return ShardEntry(finished=True), None
+        assert probe.next_iterator is not None
+        page = await self._records(key, probe.next_iterator, _TAIL_PEEK)
+        last, cut = self._scan(entry, first, first, page, when_ms)
+        if cut is not None:
+            return cut, None
+        if page.ended:
+            return ShardEntry(finished=True), None
+        if len(page.records) < _TAIL_PEEK and page.millis_behind == 0:
+            return after_tail(entry, last), page.next_iterator
+        iterator = page.next_iterator
+        low, high = last, when_ms
+        for _ in range(_SEARCH_STEPS):
+            if high - low.arrival_ms <= _TAIL_SPAN_MS:
+                break
+            middle = (low.arrival_ms + high) // 2
+            found, found_at, _, _ = await self._anchor(key, middle)
+            if found is not None and found.sequence > low.sequence and found_at is not None:
+                low, iterator = found, found_at
+                last = found
+            else:
+                high = middle
         for _ in range(_TAIL_PAGES):
+            assert iterator is not None
+            page = await self._records(key, iterator, 10_000)
+            last, cut = self._scan(entry, first, last, page, when_ms)
+            if cut is not None:
+                return cut, None
             if page.ended:
                 return ShardEntry(finished=True), None
-            assert page.next_iterator is not None
             iterator = page.next_iterator
-            page = await self._records(key, iterator, 10_000)
-            for record in page.records:
-                this = seen(record)
-                if this.arrival_ms >= when_ms:
-                    return anchor_cut(entry, first, this), None
-                last = this
             if not page.records and page.millis_behind == 0:
-                return after_tail(entry, last), page.next_iterator
-        return after_tail(entry, last), page.next_iterator
+                break
+        return after_tail(entry, last), iterator
+
+    @staticmethod
+    def _scan(
+        entry: ShardEntry, first: Seen, last: Seen, page: Records, when_ms: int
+    ) -> tuple[Seen, ShardEntry | None]:
+        """The page's last record, or the cut before its first record at or after ``when_ms``."""
+        for record in page.records:
+            this = seen(record)
+            if this.arrival_ms >= when_ms:
+                return last, anchor_cut(entry, first, this)
+            last = this
+        return last, None
 
     async def _limits_mode(
         self,

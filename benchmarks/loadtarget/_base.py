@@ -252,12 +252,15 @@ class ServiceBase:
         if kind == "AT_TIMESTAMP":
             if self.synthetic:
                 return 1
-            when = float(timestamp) if isinstance(timestamp, int | float) else 0.0
+            # In whole milliseconds, as the service keeps arrival times and as answers show
+            # them ("%.3f"): a sub-millisecond compare skipped a record whose shown time
+            # rounded up to T.
+            when = round(float(timestamp) * 1000) if isinstance(timestamp, int | float) else 0
             records = shard.records
             low, high = 0, len(records)
             while low < high:
                 middle = (low + high) // 2
-                if records[middle][0] < when:
+                if round(records[middle][0] * 1000) < when:
                     low = middle + 1
                 else:
                     high = middle

@@ -495,3 +495,49 @@ async def test_iterators_expire_after_five_minutes() -> None:
             server.advance_clock(301)
             with pytest.raises(errors.ExpiredIteratorError):
                 await kinesis.call("GetRecords", {"ShardIterator": iterator})
+
+
+async def test_at_timestamp_and_limit_find_the_first_record_at_or_after_a_time() -> None:
+    """What the Spark source's planner asks: GetShardIterator(AT_TIMESTAMP, T) then
+    GetRecords(Limit=1) is the first record at or after T, and nothing (at the tip,
+    MillisBehindLatest 0) after the last one."""
+    with LoadTarget(shards=1, retain_records=100, isolation="thread") as server:
+        async with server.client() as kinesis:
+            sequences = []
+            for index in range(3):
+                put = await kinesis.call(
+                    "PutRecord",
+                    {"StreamName": "bench", "Data": b"r%d" % index, "PartitionKey": "k"},
+                )
+                sequences.append(put["SequenceNumber"])
+                await anyio.sleep(0.02)  # distinct arrival times: the point of the test
+            shard = server.shard_ids()[0]
+            iterator = (
+                await kinesis.call(
+                    "GetShardIterator",
+                    {"StreamName": "bench", "ShardId": shard, "ShardIteratorType": "TRIM_HORIZON"},
+                )
+            )["ShardIterator"]
+            records = (await kinesis.call("GetRecords", {"ShardIterator": iterator}))["Records"]
+            arrivals = [record["ApproximateArrivalTimestamp"] for record in records]
+            assert arrivals == sorted(arrivals) and len(set(arrivals)) == 3
+
+            async def first_at(when: Any) -> tuple[list[str], int]:
+                at = (
+                    await kinesis.call(
+                        "GetShardIterator",
+                        {
+                            "StreamName": "bench",
+                            "ShardId": shard,
+                            "ShardIteratorType": "AT_TIMESTAMP",
+                            "Timestamp": when,
+                        },
+                    )
+                )["ShardIterator"]
+                page = await kinesis.call("GetRecords", {"ShardIterator": at, "Limit": 1})
+                return [r["SequenceNumber"] for r in page["Records"]], page["MillisBehindLatest"]
+
+            assert (await first_at(arrivals[1]))[0] == [sequences[1]]
+            assert (await first_at(arrivals[0]))[0] == [sequences[0]]
+            found, behind = await first_at(arrivals[2] + (arrivals[2] - arrivals[1]))
+            assert found == [] and behind == 0

@@ -27,11 +27,12 @@ def _positive(value: Any) -> bool:
 
 def test_a_tiny_run_reports_every_figure() -> None:
     results = run(True, records=3_000, progress=lambda _: None)
+    total = 3_000 + results["tail_records"]
 
     source = results["source"]
-    for label in ("arrow", "tuples"):
+    for label in ("executors", "driver", "tuples"):
         row = source[label]
-        assert row["rows"] == 3_000, row
+        assert row["rows"] == total, row
         assert row["rows_match"], row
         assert row["micro_batches"] >= 1
         for key in ("rows_per_s", "rows_per_s_add_batch", "wall_s", "add_batch_s"):
@@ -40,21 +41,29 @@ def test_a_tiny_run_reports_every_figure() -> None:
         assert _positive(row["cpu_s"]["jvm"]), row["cpu_s"]
         assert "addBatch" in row["duration_ms_sum"]
         assert row["source_runner_net_cpu_us_per_row"] >= 0
-    for key in ("arrow_over_tuples_rows_per_s", "arrow_over_tuples_add_batch"):
+    for key in ("executors_over_driver_rows_per_s", "arrow_over_tuples_rows_per_s"):
         assert _positive(source[key]), (key, source[key])
 
+    planner = results["planner_inprocess"]
+    assert planner["small"]["rows"] <= planner["all"]["rows"] == 3_000, planner
+    for label in ("small", "all"):
+        row = planner[label]
+        assert _positive(row["driver_cpu_ms_per_batch"]), row
+        assert 0 < row["partition_bytes_max"] < 1024, row
+        assert 0 < row["data_calls_per_shard"] <= 8, row
+
     driver = results["driver_inprocess"]
-    assert driver["rows"] == 3_000
+    assert driver["rows"] == total
     for key in ("rows_per_s", "cpu_us_per_row", "ceiling_rows_per_s_per_core"):
         assert _positive(driver[key]), (key, driver[key])
 
     sink = results["sink"]
     assert _positive(sink["batch_write"]["rows_per_s"])
-    assert sink["stream_pipeline"]["rows"] == 3_000
+    assert sink["stream_pipeline"]["rows"] == total
     assert _positive(sink["stream_pipeline"]["rows_per_s"])
 
     assert results["notes"] and all(isinstance(note, str) for note in results["notes"])
     table = markdown(results)
-    assert "source, Arrow batches" in table
-    assert "Python tuples" in table
+    assert "executors read (Arrow)" in table
+    assert "readPath=driver" in table
     assert "df.write" in table
