@@ -21,6 +21,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from .. import errors
+from .._validate import check_stream_name
 from ..client import RetrySettings
 from ..records import ShardMap
 from ._admission import Admission
@@ -68,8 +69,7 @@ class Producer:
         *,
         stream_info: StreamInfo | None = None,
     ) -> None:
-        if not isinstance(stream, str) or not stream:
-            raise errors.ConfigError(f"stream must be a non-empty stream name, got {stream!r}")
+        check_stream_name("stream", stream)  # the service's rule, before any call
         if stream_info is not None and not isinstance(stream_info, StreamInfo):
             raise errors.ConfigError(
                 f"stream_info must be a StreamInfo (from describe_stream), got {stream_info!r}"

@@ -31,7 +31,8 @@ MAX_HASH_KEY = 2**128 - 1
 """The largest hash key: the hash key space is [0, 2**128 - 1]."""
 
 PARTITION_KEY_MAX_CHARS = 256
-"""Kinesis accepts partition keys of 1 to 256 Unicode characters."""
+"""Kinesis accepts partition keys of 1 to 256 characters, counted in UTF-16 code units (as
+Java counts them): a character outside the Basic Multilingual Plane, an emoji, counts twice."""
 
 # The service's own pattern for ExplicitHashKey: ASCII digits, no sign, no leading zeros.
 # Written out rather than \d, which would also accept non-ASCII digits that int() parses.
@@ -41,15 +42,13 @@ _EXPLICIT_HASH_KEY = re.compile(r"0|[1-9][0-9]{0,38}", re.ASCII)
 def validate_partition_key(partition_key: str) -> str:
     """Return ``partition_key`` unchanged if Kinesis would accept it, else raise ``ValueError``.
 
-    The limit is counted in Unicode characters (code points), not bytes: 256 characters of
-    non-ASCII text are fine even though they encode to more than 256 UTF-8 bytes. A string with a
-    lone surrogate cannot be encoded as UTF-8 at all, so it is rejected too.
+    The limit is counted as the service counts it, in UTF-16 code units, not bytes nor code
+    points: 256 characters of accented or CJK text are fine although they encode to more than
+    256 UTF-8 bytes, but 129 emoji (258 code units) are not; the service rejects them, and a
+    record that passed here would fail the whole producer at the server (issue 19, item 15).
+    A string with a lone surrogate cannot be encoded as UTF-8 at all, so it is rejected too.
     """
     length = len(partition_key)
-    if not 1 <= length <= PARTITION_KEY_MAX_CHARS:
-        raise ValueError(
-            f"partition key must be 1 to {PARTITION_KEY_MAX_CHARS} Unicode characters, got {length}"
-        )
     if not partition_key.isascii():
         try:
             partition_key.encode("utf-8")
@@ -57,6 +56,12 @@ def validate_partition_key(partition_key: str) -> str:
             raise ValueError(
                 "partition key is not encodable as UTF-8 (it contains a lone surrogate)"
             ) from exc
+        length = len(partition_key.encode("utf-16-le")) // 2
+    if not 1 <= length <= PARTITION_KEY_MAX_CHARS:
+        raise ValueError(
+            f"partition key must be 1 to {PARTITION_KEY_MAX_CHARS} characters (UTF-16 code "
+            f"units, as the service counts them; an emoji counts 2), got {length}"
+        )
     return partition_key
 
 

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
+import botocore.exceptions
 import pytest
 
-from kinesis_actors import KinesisClient, Producer, ProducerConfig, errors
+from kinesis_actors import KinesisClient, LocalKinesis, Producer, ProducerConfig, errors
+from kinesis_actors.sync import SyncProducer
+from tests.boto import boto3_kinesis
 
 pytestmark = pytest.mark.anyio
 
@@ -109,3 +113,45 @@ async def test_put_before_open_is_refused(client: KinesisClient) -> None:
     producer = Producer(client, "s")
     with pytest.raises(errors.ProducerClosedError, match="async with"):
         await producer.put(b"x", "k")
+
+
+async def test_item_15_a_partition_key_the_service_refuses_is_refused_at_put_first(
+    client: KinesisClient, local_kinesis: LocalKinesis, stream_name: str
+) -> None:
+    """129 emoji are 258 UTF-16 code units: the service refuses them (checked here against the
+    local server with boto3), so put refuses them first, instead of failing the producer."""
+    await client.create_stream(stream_name, 1)
+    too_long, longest = "😀" * 129, "😀" * 128
+
+    def service_answers(key: str) -> str:
+        kinesis = boto3_kinesis(local_kinesis)
+        try:
+            kinesis.put_record(StreamName=stream_name, Data=b"x", PartitionKey=key)
+        except botocore.exceptions.ClientError as exc:
+            return str(exc.response["Error"]["Code"])
+        return "accepted"
+
+    assert await anyio.to_thread.run_sync(service_answers, longest) == "accepted"
+    assert "Exception" in await anyio.to_thread.run_sync(service_answers, too_long)
+    async with Producer(client, stream_name, ProducerConfig(linger=0.01)) as producer:
+        with pytest.raises(errors.ValidationError, match=r"UTF-16 code units.*got 258"):
+            await producer.put(b"x", too_long)
+        assert producer.metrics.records_put == 0
+        good = await producer.put(b"x", longest)
+    assert good.result().shard_id
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["bad name!", "s" * 200, "ü", "", 7],
+    ids=["space", "200-chars", "non-ascii", "empty", "int"],
+)
+def test_item_16_stream_names_are_checked_before_any_call(name: object) -> None:
+    """'bad name!', a long name or 'ü' reached the server first; the service's rule is 1-128
+    characters of [a-zA-Z0-9_.-]. No server here: a call would fail differently."""
+    client = KinesisClient("us-east-1", "http://127.0.0.1:1", credentials=("a", "b"))
+    with pytest.raises(errors.ConfigError, match="stream must be a stream name of 1 to 128"):
+        Producer(client, name)  # type: ignore[arg-type]
+    with pytest.raises(errors.ConfigError, match="stream must be a stream name of 1 to 128"):
+        SyncProducer(name, endpoint_url="http://127.0.0.1:1", credentials=("a", "b"))  # type: ignore[arg-type]
+    Producer(client, "s" * 128)  # the longest name is fine

@@ -94,23 +94,33 @@ def test_effective_hash_key_prefers_the_explicit_one() -> None:
 
 
 def test_partition_key_empty_rejected() -> None:
-    with pytest.raises(ValueError, match="1 to 256 Unicode characters, got 0"):
+    with pytest.raises(ValueError, match=r"1 to 256 characters \(UTF-16 code units.*got 0"):
         validate_partition_key("")
 
 
 def test_partition_key_256_ok_257_rejected() -> None:
     assert validate_partition_key("k" * 256) == "k" * 256
-    with pytest.raises(ValueError, match="1 to 256 Unicode characters, got 257"):
+    with pytest.raises(ValueError, match=r"1 to 256 characters.*got 257"):
         validate_partition_key("k" * 257)
 
 
-@pytest.mark.parametrize("char", ["é", "漢", "😀"])
+@pytest.mark.parametrize("char", ["é", "漢"])
 def test_partition_key_counts_characters_not_bytes(char: str) -> None:
     key = char * 256
     assert len(key.encode("utf-8")) > 256
     assert validate_partition_key(key) == key
     with pytest.raises(ValueError, match="got 257"):
         validate_partition_key(key + char)
+
+
+def test_item_15_partition_key_counts_utf16_code_units_as_the_service_does() -> None:
+    """Issue 19 item 15: an emoji is two UTF-16 code units, so 128 fit and 129 do not."""
+    assert validate_partition_key("😀" * 128) == "😀" * 128
+    assert validate_partition_key("😀" * 127 + "kk") == "😀" * 127 + "kk"
+    with pytest.raises(ValueError, match="got 258"):
+        validate_partition_key("😀" * 129)
+    with pytest.raises(ValueError, match="got 257"):
+        validate_partition_key("😀" * 128 + "k")
 
 
 def test_partition_key_lone_surrogate_rejected() -> None:
