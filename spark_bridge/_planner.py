@@ -306,7 +306,11 @@ class Planner:
                     *key,
                     outcome,
                 )
-                if state.failures[key] >= _FAILURES_TO_RAISE:
+                # The service refusing a stored position (a sequence number of another shard)
+                # is not cured by asking again: fail at once.
+                if state.failures[key] >= _FAILURES_TO_RAISE or isinstance(
+                    outcome, ValidationError
+                ):
                     raise ShardUnreadableError(
                         f"{key[0]}/{key[1]}: planning failed {state.failures[key]} times in a "
                         f"row: {outcome}",

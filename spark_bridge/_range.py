@@ -30,6 +30,7 @@ from kinesis_actors.errors import (
     MalformedReplyError,
     ResourceNotFoundError,
     ShardUnreadableError,
+    ValidationError,
 )
 from kinesis_actors.records import build_record_batch
 
@@ -125,6 +126,17 @@ class RangeReader:
             except ExpiredIteratorError:
                 self._iterator = None  # a new one from the last record read
                 failures += 1
+            except ValidationError as exc:
+                # The service refuses the position: a sequence number of another shard or
+                # stream (offsets mixed up), never something a retry cures.
+                raise ShardUnreadableError(
+                    f"{self._where}: the service refuses to read from "
+                    f"{self._last_sequence or self._start.describe()} ({exc}); the offsets do "
+                    "not belong to this shard",
+                    stream=self._stream,
+                    shard_id=self._shard_id,
+                    position=self._last_sequence or self._start.describe(),
+                ) from exc
             except (MalformedReplyError, ResourceNotFoundError) as exc:
                 failures += 1
                 if failures > _RETRIES:

@@ -20,7 +20,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 import spark_bridge._source as source_module
 from kinesis_actors import LocalKinesis
-from kinesis_actors.errors import ConfigError, PositionsMismatchError
+from kinesis_actors.errors import ConfigError, PositionsMismatchError, ShardUnreadableError
 from spark_bridge._options import parse_source_options
 from spark_bridge._source import KinesisStreamReader
 from tests.boto import boto3_kinesis, create_stream
@@ -315,3 +315,39 @@ def test_an_idle_stream_costs_one_call_per_shard_per_trigger_and_plans_no_batch(
             assert reader.reportLatestOffset() is not None
         finally:
             reader.stop()
+
+
+def test_a_sequence_number_of_another_shard_is_an_error_naming_the_shard_never_a_finish(
+    local_kinesis: LocalKinesis, stream_name: str
+) -> None:
+    kinesis = create_stream(local_kinesis, stream_name, 2)
+    shards = [s["ShardId"] for s in kinesis.list_shards(StreamName=stream_name)["Shards"]]
+    mine = {}
+    for key in (f"k{i}" for i in range(40)):
+        answer = kinesis.put_record(StreamName=stream_name, Data=b"x", PartitionKey=key)
+        mine.setdefault(answer["ShardId"], answer["SequenceNumber"])
+    assert set(mine) == set(shards)
+    # A positions mix-up: the first shard's entry holds a sequence number of the second.
+    mixed = {
+        "version": 2,
+        "streams": {
+            stream_name: {
+                "shards": {
+                    shards[0]: {"before": mine[shards[1]]},
+                    shards[1]: {"start": {"type": "TRIM_HORIZON"}},
+                }
+            }
+        },
+    }
+    reader = make_reader(local_kinesis.endpoint_url, stream_name)
+    try:
+        with pytest.raises(ShardUnreadableError, match=shards[0]) as raised:
+            for _ in drain(reader, mixed):
+                pass
+        assert raised.value.shard_id == shards[0]
+        # The executor refuses the range too, naming the shard, instead of reading another.
+        end = {**mixed, "streams": {stream_name: {"shards": {shards[0]: {"after": "9" * 56}}}}}
+        with pytest.raises(Exception, match=shards[0]):
+            read_all(reader, mixed, end)
+    finally:
+        reader.stop()
