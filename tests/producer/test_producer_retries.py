@@ -16,6 +16,7 @@ import anyio
 import pytest
 
 from kinesis_actors import KinesisClient, LocalKinesis, Producer, ProducerConfig, errors
+from kinesis_actors.producer import StreamInfo
 from tests.faults import Fault, FaultProxy, Reply, Request, Rewrite
 from tests.producer.test_producer_faults import count_by_key, proxied
 
@@ -201,3 +202,28 @@ async def test_lesson_32_one_unknown_outcome_is_resent_and_the_record_arrives(
         await kinesis.__aexit__(None, None, None)
     seen = await anyio.to_thread.run_sync(count_by_key, local_kinesis, stream_name)
     assert seen == {"k": [0, 0]}  # written by the unbelievable call, and by the resend
+
+
+async def test_lesson_34_a_certificate_that_fails_verification_fails_the_record_at_once(
+    local_kinesis: LocalKinesis, stream_name: str
+) -> None:
+    """The local server's TLS certificate is self-signed: with verification on, PutRecords
+    meets CertificateError, which no other attempt changes. The record fails at once (the
+    given description skips the open's calls, so PutRecords is the first call)."""
+    async with local_kinesis.client(tls=True) as plain:
+        await plain.create_stream(stream_name, 1)
+    info = StreamInfo(max_record_bytes=1_048_576, record_distribution="AUTO", open_shards=1)
+    config = ProducerConfig(linger=0.01, fail_on_error=False)
+    verifying = KinesisClient(
+        region=local_kinesis.region,
+        endpoint_url=local_kinesis.tls_endpoint_url,
+        credentials=local_kinesis.credentials,
+    )
+    async with verifying, Producer(verifying, stream_name, config, stream_info=info) as producer:
+        started = time.monotonic()
+        handle = await producer.put(b"x", "k")
+        with pytest.raises(errors.CertificateError):
+            await handle
+        elapsed = time.monotonic() - started
+    assert elapsed < 2.0, elapsed
+    assert producer.metrics.failed_calls == 1 and producer.metrics.retries == 0
