@@ -43,9 +43,12 @@ UNPREDICTED_LANE = "?"
 # The smallest aggregate worth building; below it a part would be mostly overhead.
 _MIN_AGGREGATE_ROOM = 64
 
-# Deadline sweeps run when the earliest waiting record expires, but at most this often: a
-# record may outlive ``record_ttl`` by this much before it is failed (never sent again).
+# Deadline sweeps run when the earliest waiting record expires, but at most every
+# max(_SWEEP_FLOOR, ttl * _SWEEP_SHARE): a record may outlive ``record_ttl`` by that much
+# (1 % of it) before it is failed, never sent again. Each sweep visits every domain, so the
+# bound also caps their cost when records expire all the time (a stalled stream).
 _SWEEP_FLOOR = 0.005
+_SWEEP_SHARE = 0.01
 
 Settle = Callable[["Entry", PutResult | None, BaseException | None], None]
 
@@ -514,7 +517,7 @@ class Pipeline:
                 earliest = min(earliest, entries[0].enqueued)
             elif domain.state in (READY, WAITING):
                 self._leave_ready(domain, IDLE)
-        self._next_sweep = max(earliest + ttl, now + _SWEEP_FLOOR)
+        self._next_sweep = max(earliest + ttl, now + max(_SWEEP_FLOOR, ttl * _SWEEP_SHARE))
 
     # -- scheduling and shutdown ----------------------------------------------------------------
 
