@@ -154,7 +154,6 @@ def _decode(
     status_code: int,
     document: dict[str, Any],
     follow_on: str,
-    what_it_means: str,
 ) -> dict[str, Any]:
     """Shared by both replies: ``follow_on`` is the member whose absence ends the shard."""
     items = document.get("Records")
@@ -172,7 +171,7 @@ def _decode(
     if problem is None and children is not None:
         problem = find_problem(_CHILD_SHARDS, children, "ChildShards")
     if problem is None and following is None and not children:
-        problem = f"{follow_on} is missing and ChildShards is empty: {what_it_means}"
+        problem = f"{follow_on} is missing and ChildShards is empty: no proof the shard ended"
     if problem is not None:
         raise malformed(operation, status_code, problem)
     assert isinstance(items, list)
@@ -201,22 +200,10 @@ def _decode(
 def decode_get_records(document: dict[str, Any], status_code: int = 200) -> dict[str, Any]:
     """A GetRecords reply (already ``json.loads``ed) in boto3's shape, or raise
     :class:`~kinesis_actors.errors.MalformedReplyError`."""
-    return _decode(
-        "GetRecords",
-        status_code,
-        document,
-        "NextShardIterator",
-        "no proof that the shard ended",
-    )
+    return _decode("GetRecords", status_code, document, "NextShardIterator")
 
 
 def decode_subscribe_event(document: dict[str, Any]) -> dict[str, Any]:
     """A ``SubscribeToShardEvent`` payload (already ``json.loads``ed) in boto3's shape, or
     raise :class:`~kinesis_actors.errors.MalformedReplyError`."""
-    return _decode(
-        "SubscribeToShard",
-        200,
-        document,
-        "ContinuationSequenceNumber",
-        "no proof that the shard ended",
-    )
+    return _decode("SubscribeToShard", 200, document, "ContinuationSequenceNumber")

@@ -24,7 +24,10 @@ from typing import Any
 from .. import errors
 
 __all__ = [
+    "INTEGER",
     "REPLIES",
+    "STRING",
+    "TIMESTAMP",
     "ListOf",
     "Scalar",
     "Spec",
@@ -68,7 +71,6 @@ Spec = Scalar | ListOf | Struct
 STRING = Scalar("a string", lambda value: isinstance(value, str))
 # bool is an int in Python but not in JSON: `true` is no shard count.
 INTEGER = Scalar("an integer", lambda value: type(value) is int)
-BOOLEAN = Scalar("a boolean", lambda value: type(value) is bool)
 # JSON 1.1 sends epoch seconds; botocore's parser also takes ISO 8601 strings.
 TIMESTAMP = Scalar(
     "a timestamp", lambda value: type(value) in (int, float) or isinstance(value, str)
