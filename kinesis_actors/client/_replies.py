@@ -173,7 +173,7 @@ def malformed(operation: str, status_code: int, problem: str) -> errors.Malforme
 def load_reply(operation: str, status_code: int, body: bytes, *, empty_ok: bool) -> dict[str, Any]:
     """The reply's JSON object; ``empty_ok`` for operations with no output (an empty body is
     their real answer). Anything else that is not one JSON object is malformed."""
-    if not body.strip():
+    if not body or body.isspace():  # isspace stops at the first other byte: no copy
         if empty_ok:
             return {}
         raise malformed(operation, status_code, "the body is empty")

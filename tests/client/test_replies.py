@@ -237,3 +237,9 @@ def test_other_operations_need_the_model_s_required_members(codec: ProtocolCodec
         codec.decode("ListStreams", 200, {}, b'{"HasMoreStreams": false}')
     with pytest.raises(errors.MalformedReplyError, match="empty"):
         codec.decode("ListStreams", 200, {}, b"")
+
+
+def test_a_body_of_whitespace_is_empty(codec: ProtocolCodec) -> None:
+    with pytest.raises(errors.MalformedReplyError, match="the body is empty"):
+        codec.decode("GetRecords", 200, {}, b" \r\n")
+    assert codec.decode("DeregisterStreamConsumer", 200, {}, b"\n") == {}
