@@ -8,6 +8,7 @@ its last committed position.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -19,7 +20,9 @@ from ._config import StartingPosition
 from ._pipeline import ShardPipeline
 from ._reader import ShardReader
 
-__all__ = ["Handler", "ProcessorActor", "ReaderActor"]
+__all__ = ["Handler", "ProcessorActor", "ReaderActor", "ReaderFactory"]
+
+log = logging.getLogger("kinesis_actors.consumer")
 
 Handler = Callable[[RecordBatch], Awaitable[None]]
 ReaderFactory = Callable[[ShardPipeline, StartingPosition], ShardReader]
@@ -31,7 +34,9 @@ class ReaderActor(Actor[None]):
     It never awaits the buffer, so a shard nobody takes from holds only its own reader (lesson
     1). After the shard's end it stays until the shard is finished (everything committed),
     because a processor's restart may rewind the shard and need it again; a rewind cancels the
-    current generation and reading starts over from the committed position.
+    current generation and reading starts over from the committed position. Closing its
+    reader (an EFO subscription waits for the server) is bounded by ``close_timeout``, which
+    fits inside the child's ``cleanup_timeout`` (``_supervision``).
     """
 
     def __init__(
@@ -39,10 +44,13 @@ class ReaderActor(Actor[None]):
         pipeline: ShardPipeline,
         make_reader: ReaderFactory,
         fail: Callable[[BaseException], None] = lambda error: None,
+        *,
+        close_timeout: float = 1.0,
     ) -> None:
         self._pipeline = pipeline
         self._make_reader = make_reader
         self._fail = fail
+        self._close_timeout = close_timeout
 
     async def run(self, ctx: ActorContext[None]) -> None:
         pipeline = self._pipeline
@@ -89,8 +97,15 @@ class ReaderActor(Actor[None]):
                 if read.records:
                     skip = None
         finally:
-            with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(self._close_timeout, shield=True) as closing:
                 await reader.aclose()
+            if closing.cancelled_caught:
+                log.warning(
+                    "%s/%s: closing the reader took more than %.1f s; abandoned",
+                    pipeline.stream,
+                    pipeline.shard_id,
+                    self._close_timeout,
+                )
 
 
 class ProcessorActor(Actor[None]):

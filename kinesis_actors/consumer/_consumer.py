@@ -33,8 +33,8 @@ from .. import errors
 from .._validate import check_type
 from ..client import KinesisClient
 from ..errors import ConfigError
-from ..runtime import Backoff, ChildSpec, Restart, RestartIntensityExceeded, Strategy, Supervisor
-from ._actors import Handler, ProcessorActor, ReaderActor
+from ..runtime import RestartIntensityExceeded, Supervisor
+from ._actors import Handler
 from ._batch import RecordBatch
 from ._config import ConsumerConfig, StartingPosition, stream_names
 from ._discovery import DiscoveryFailures, list_shards
@@ -51,13 +51,13 @@ from ._registration import (
     resolve_consumer_arns,
 )
 from ._shards import ShardGraph, ShardInfo
+from ._supervision import processor_spec, reader_spec, shard_supervisor
 
 __all__ = ["Consumer"]
 
 log = logging.getLogger("kinesis_actors.consumer")
 
 _JITTER = 0.2
-_RESTART_BACKOFF = Backoff(initial=0.05, maximum=2.0)
 _DEREGISTER_TIMEOUT = 10.0
 
 
@@ -217,12 +217,7 @@ class Consumer:
 
     async def _supervise_readers(self, *, task_status: TaskStatus[None]) -> None:
         try:
-            async with Supervisor(
-                Strategy.ONE_FOR_ONE,
-                name="readers",
-                intensity=self._config.restart_intensity,
-                backoff=_RESTART_BACKOFF,
-            ) as supervisor:
+            async with shard_supervisor("readers", self._config.restart_intensity) as supervisor:
                 self._readers = supervisor
                 task_status.started()
                 await anyio.sleep_forever()
@@ -334,20 +329,8 @@ class Consumer:
         supervisor = self._readers
         if supervisor is None:
             raise RuntimeError("the readers' supervisor is not running")
-
-        def factory() -> ReaderActor:
-            return ReaderActor(pipeline, self._make_reader, self._fail)
-
-        await supervisor.start_child(
-            ChildSpec(
-                f"{shard.stream}:{shard.shard_id}",
-                factory,
-                restart=Restart.TRANSIENT,
-                capacity=1,
-                shutdown_timeout=0.0,
-                cleanup_timeout=1.0,
-            )
-        )
+        spec = reader_spec(pipeline, self._make_reader, self._fail, self._config.mode)
+        await supervisor.start_child(spec)
 
     def _make_reader(self, pipeline: ShardPipeline, start: StartingPosition) -> ShardReader:
         if self._config.mode == "efo":
@@ -442,11 +425,8 @@ class Consumer:
             # Stopping is a cancellation: handlers in progress are cancelled (their batches are
             # not committed, so a resume delivers them again), and none is waited for.
             with anyio.CancelScope() as stopping:
-                async with Supervisor(
-                    Strategy.ONE_FOR_ONE,
-                    name="processors",
-                    intensity=self._config.restart_intensity,
-                    backoff=_RESTART_BACKOFF,
+                async with shard_supervisor(
+                    "processors", self._config.restart_intensity
                 ) as supervisor:
                     self._processors = supervisor
                     for pipeline in list(self._pipelines.values()):
@@ -464,21 +444,7 @@ class Consumer:
         if supervisor is None or pipeline.key in self._processing or pipeline.finished:
             return
         self._processing.add(pipeline.key)
-        handler = self._handler
-
-        def factory() -> ProcessorActor:
-            return ProcessorActor(pipeline, handler, self.commit)
-
-        await supervisor.start_child(
-            ChildSpec(
-                f"{pipeline.stream}:{pipeline.shard_id}",
-                factory,
-                restart=Restart.TRANSIENT,
-                capacity=1,
-                shutdown_timeout=0.0,
-                cleanup_timeout=1.0,
-            )
-        )
+        await supervisor.start_child(processor_spec(pipeline, self._handler, self.commit))
 
     # -- positions --------------------------------------------------------------------------
 

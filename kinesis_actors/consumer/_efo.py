@@ -42,12 +42,17 @@ from ._proof import NotFoundPolicy, check_resumed_at, shard_listed, unreadable
 from ._reader import ShardRead
 from ._replies import BadRecord, bad_records, child_shard_ids
 
-__all__ = ["EfoReader", "EfoSettings"]
+__all__ = ["DISPOSE_TIMEOUT", "EfoReader", "EfoSettings"]
 
 log = logging.getLogger("kinesis_actors.consumer")
 
 #: Least time between two end-of-shard probes (see ``_at_end_of_closed_shard``).
 _PROBE_INTERVAL = 1.0
+#: The client bounds closing a subscription at 5 s (``client/_h2stream.py``): it waits for the
+#: server to end the connection, which kinesis-mock does only at its next event, up to 1 s.
+SUBSCRIPTION_CLOSE = 5.0
+#: Disposing of a subscription: the client's bound and a little more, so ours never cuts it.
+DISPOSE_TIMEOUT = SUBSCRIPTION_CLOSE + 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,7 +357,7 @@ class EfoReader:
             if aclose is not None:
                 stack.push_async_callback(aclose)
         except BaseException as exc:
-            with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(DISPOSE_TIMEOUT, shield=True):
                 await stack.aclose()
             if isinstance(exc, errors.ResourceInUseError):
                 self._count("resource_in_use")
@@ -389,7 +394,7 @@ class EfoReader:
             return
         self._generation += 1
         stack, self._stack, self._events = self._stack, None, None
-        with anyio.CancelScope(shield=True):
+        with anyio.move_on_after(DISPOSE_TIMEOUT, shield=True):
             await stack.aclose()
         if cause is not None:
             self._count(cause)

@@ -8,7 +8,8 @@ Everything a subscription, processor or producer queue runs on, usable on its ow
   a network reader never awaits a full mailbox.
 * :class:`Actor`, :func:`actor`, :class:`ActorRef` - behaviours and their stable addresses.
 * :class:`Supervisor`, :class:`ChildSpec`, :class:`Strategy`, :class:`Restart`,
-  :class:`Backoff`, :class:`RestartIntensityExceeded` - OTP supervision on anyio.
+  :class:`Backoff`, :class:`RestartIntensityExceeded`, :class:`StopOrder` - OTP supervision
+  on anyio, every stop bounded (:func:`stop_bound`).
 * :class:`BlockingRuntime` - the same from synchronous code, with batched sends.
 * :class:`SupervisorSnapshot` - the tree as plain data.
 
@@ -30,7 +31,15 @@ from ._mailbox import (
 )
 from ._portal import BatchSender, BlockingRuntime
 from ._snapshot import ChildSnapshot, SupervisorSnapshot
-from ._spec import ActorExited, ChildSpec, Restart, RestartIntensityExceeded, Strategy
+from ._spec import (
+    ActorExited,
+    ChildSpec,
+    Restart,
+    RestartIntensityExceeded,
+    StopOrder,
+    Strategy,
+    stop_bound,
+)
 from ._supervisor import Supervisor
 from ._tree import SupervisorActor, supervisor_spec
 
@@ -61,11 +70,13 @@ __all__ = [
     "RestartBackoff",
     "RestartIntensity",
     "RestartIntensityExceeded",
+    "StopOrder",
     "Strategy",
     "Supervisor",
     "SupervisorActor",
     "SupervisorSnapshot",
     "actor",
+    "stop_bound",
     "supervisor_spec",
     "wait_any",
 ]

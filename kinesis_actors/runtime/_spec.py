@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from ._actor import Actor
 from ._mailbox import DeadLetter, FullPolicy
@@ -22,6 +22,20 @@ class Strategy(enum.Enum):
     """Every child: the others are stopped in reverse order, then all start in order."""
     REST_FOR_ONE = "rest_for_one"
     """The child and every child started after it (they depend on it)."""
+
+
+class StopOrder(enum.Enum):
+    """How a supervisor stops several children at once (its shutdown, an escalation, a group
+    restart)."""
+
+    REVERSE = "reverse"
+    """One at a time, the last started first (OTP's order): for children that depend on the
+    ones started before them."""
+    CONCURRENT = "concurrent"
+    """All at once, each within its own bounds (OTP stops a ``simple_one_for_one``
+    supervisor's children this way): for siblings that do not depend on each other, such as
+    one reader per shard. Stopping N children then takes as long as the slowest one, not the
+    sum."""
 
 
 class Restart(enum.Enum):
@@ -60,6 +74,24 @@ class ChildSpec(Generic[T]):
             raise ValueError(f"a child name must be non-empty and contain no '/': {self.name!r}")
         if self.shutdown_timeout < 0 or self.cleanup_timeout < 0:
             raise ValueError("timeouts must be >= 0")
+
+
+GRACE = 0.5
+"""Extra time allowed for a cancelled child to finish after its cleanup timeout."""
+
+
+def stop_bound(specs: Sequence[ChildSpec[Any]], order: StopOrder) -> float:
+    """The longest a supervisor takes to stop ``specs`` by cancellation: each child gets its
+    ``cleanup_timeout`` plus :data:`GRACE`, one after the other (``REVERSE``) or side by side
+    (``CONCURRENT``), plus one :data:`GRACE` for the supervisor itself.
+
+    A nested supervisor's ``cleanup_timeout`` is this bound, so every deadline fits inside the
+    one around it.
+    """
+    budgets = [spec.cleanup_timeout + GRACE for spec in specs]
+    if order is StopOrder.CONCURRENT:
+        return max(budgets, default=0.0) + GRACE
+    return sum(budgets) + GRACE
 
 
 class ActorExited(Exception):

@@ -9,6 +9,11 @@ delays another child's restart under one_for_one.
 
 Cancellation is never swallowed: it is how children are stopped, and an outer cancellation
 goes through everything after a shielded, time-bounded shutdown.
+
+Stopping several children at once (the shutdown, an escalation, a group restart) follows the
+supervisor's :class:`StopOrder`: one at a time in reverse start order, or all at once for
+siblings that do not depend on each other. Either way the whole stop is bounded by
+:func:`stop_bound`, which a nested supervisor's own cleanup deadline is built from.
 """
 
 from __future__ import annotations
@@ -29,12 +34,18 @@ from ._clock import MONOTONIC, Clock
 from ._intensity import Backoff, RestartBackoff, RestartIntensity
 from ._mailbox import DropReason, Mailbox
 from ._snapshot import ChildSnapshot, SupervisorSnapshot
-from ._spec import ActorExited, ChildSpec, Restart, RestartIntensityExceeded, Strategy
+from ._spec import (
+    GRACE,
+    ActorExited,
+    ChildSpec,
+    Restart,
+    RestartIntensityExceeded,
+    StopOrder,
+    Strategy,
+    stop_bound,
+)
 
 T = TypeVar("T")
-
-_GRACE = 0.5
-"""Extra time allowed for a cancelled child to finish after its cleanup timeout."""
 
 
 class ChildState(enum.Enum):
@@ -93,8 +104,12 @@ class Supervisor:
         # leaving the block stops the children in reverse start order, draining mailboxes
 
     Leaving normally is a graceful stop; leaving with an exception or a cancellation stops the
-    children by cancellation. If restarts exceed the intensity, the children are stopped in
-    reverse order, the body is cancelled, and :class:`RestartIntensityExceeded` is raised.
+    children by cancellation. If restarts exceed the intensity, the children are stopped, the
+    body is cancelled, and :class:`RestartIntensityExceeded` is raised.
+
+    ``stop_order`` says how several children are stopped: in reverse start order, one at a
+    time (the default, as in OTP), or concurrently, for independent siblings (not with
+    ``rest_for_one``, whose later children depend on the earlier ones).
     """
 
     def __init__(
@@ -106,8 +121,15 @@ class Supervisor:
         backoff: Backoff | None = None,
         clock: Clock = MONOTONIC,
         random: Callable[[], float] = _random.random,
+        stop_order: StopOrder = StopOrder.REVERSE,
     ) -> None:
+        if strategy is Strategy.REST_FOR_ONE and stop_order is StopOrder.CONCURRENT:
+            raise ValueError(
+                "rest_for_one children depend on the ones started before them: "
+                "they stop in reverse order, not concurrently"
+            )
         self._strategy = strategy
+        self._stop_order = stop_order
         self._name = name
         self._intensity = RestartIntensity(intensity[0], intensity[1], clock=clock)
         self._backoff = backoff if backoff is not None else Backoff()
@@ -125,6 +147,10 @@ class Supervisor:
     @property
     def name(self) -> str:
         return self._name
+
+    @property
+    def stop_order(self) -> StopOrder:
+        return self._stop_order
 
     @property
     def failure(self) -> RestartIntensityExceeded | None:
@@ -300,7 +326,7 @@ class Supervisor:
         if incarnation is None:
             return
         incarnation.cancel()
-        with anyio.move_on_after(slot.spec.cleanup_timeout + _GRACE):
+        with anyio.move_on_after(slot.spec.cleanup_timeout + GRACE):
             await incarnation.finished.wait()
         if not incarnation.finished.is_set():
             slot.log.error("ignored cancellation; abandoned while still running")
@@ -336,19 +362,32 @@ class Supervisor:
         await self._loop_done.wait()
         if self._failure is None:
             self._state = "stopping"
-        for slot in reversed(self._slots):
-            if slot.state is ChildState.STOPPED:
-                continue
+        running = [slot for slot in self._slots if slot.state is not ChildState.STOPPED]
+        await self._stop_all(running, graceful=graceful, finish=True)
+        if self._failure is None:
+            self._state = "stopped"
+
+    async def _stop_all(self, slots: list[_Slot[Any]], *, graceful: bool, finish: bool) -> None:
+        """Stop ``slots`` (given in start order) by the supervisor's :class:`StopOrder`."""
+
+        async def stop(slot: _Slot[Any]) -> None:
             if graceful:
                 await self._stop_gracefully(slot)
             else:
                 await self._stop_now(slot)
-            self._finish(slot)
-        if self._failure is None:
-            self._state = "stopped"
+            if finish:
+                self._finish(slot)
+
+        if self._stop_order is StopOrder.REVERSE or len(slots) < 2:
+            for slot in reversed(slots):
+                await stop(slot)
+            return
+        async with anyio.create_task_group() as tg:
+            for slot in reversed(slots):
+                tg.start_soon(stop, slot)
 
     def _hard_stop_bound(self) -> float:
-        return sum(slot.spec.cleanup_timeout + _GRACE for slot in self._slots) + _GRACE
+        return stop_bound([slot.spec for slot in self._slots], self._stop_order)
 
     # -- the decision loop ------------------------------------------------------------------
 
@@ -407,9 +446,8 @@ class Supervisor:
         delay = slot.backoff.next_delay()
         due = anyio.current_time() + delay
         group = self._restart_group(slot)
-        for sibling in reversed(group):
-            if sibling is not slot and sibling.state is ChildState.RUNNING:
-                await self._stop_now(sibling)
+        siblings = [s for s in group if s is not slot and s.state is ChildState.RUNNING]
+        await self._stop_all(siblings, graceful=False, finish=False)
         for member in group:
             if member is not slot and member.spec.restart is Restart.TEMPORARY:
                 self._finish(member)
@@ -454,12 +492,10 @@ class Supervisor:
         failure = RestartIntensityExceeded(
             self._name, self._intensity.max_restarts, self._intensity.period, self._intensity.causes
         )
-        self.log.error("%s; stopping children in reverse order", failure)
+        self.log.error("%s; stopping children (%s)", failure, self._stop_order.value)
         with anyio.move_on_after(self._hard_stop_bound(), shield=True):
-            for slot in reversed(self._slots):
-                if slot.state is not ChildState.STOPPED:
-                    await self._stop_now(slot)
-                    self._finish(slot)
+            running = [slot for slot in self._slots if slot.state is not ChildState.STOPPED]
+            await self._stop_all(running, graceful=False, finish=True)
         self._failure = failure
         self._state = "failed"
         self._task_group().cancel_scope.cancel()

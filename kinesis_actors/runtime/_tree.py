@@ -10,7 +10,7 @@ from ._actor import Actor, ActorContext
 from ._clock import MONOTONIC, Clock
 from ._intensity import Backoff
 from ._snapshot import SupervisorSnapshot
-from ._spec import ChildSpec, Restart, Strategy
+from ._spec import GRACE, ChildSpec, Restart, StopOrder, Strategy, stop_bound
 from ._supervisor import Supervisor
 
 
@@ -34,8 +34,10 @@ class SupervisorActor(Actor[Any]):
         backoff: Backoff | None,
         clock: Clock,
         random: Callable[[], float],
+        stop_order: StopOrder = StopOrder.REVERSE,
     ) -> None:
         self._children = tuple(children)
+        self._stop_order = stop_order
         self._strategy = strategy
         self._intensity = intensity
         self._backoff = backoff
@@ -51,6 +53,7 @@ class SupervisorActor(Actor[Any]):
             backoff=self._backoff,
             clock=self._clock,
             random=self._random,
+            stop_order=self._stop_order,
         )
         self._supervisor = supervisor
         async with supervisor:
@@ -75,20 +78,29 @@ def supervisor_spec(
     shutdown_timeout: float = 30.0,
     clock: Clock = MONOTONIC,
     random: Callable[[], float] = _random.random,
+    stop_order: StopOrder = StopOrder.REVERSE,
 ) -> ChildSpec[Any]:
     """A child spec for a nested supervisor over ``children``.
 
     ``shutdown_timeout`` bounds the whole subtree's graceful stop, so it defaults higher than
-    a plain actor's.
+    a plain actor's. Its ``cleanup_timeout`` is the subtree's own stop bound
+    (:func:`stop_bound` of ``children`` in ``stop_order``) plus a grace, so the nested
+    deadlines fit inside this one.
     """
 
     def factory() -> Actor[Any]:
         return SupervisorActor(
-            children, strategy, intensity=intensity, backoff=backoff, clock=clock, random=random
+            children,
+            strategy,
+            intensity=intensity,
+            backoff=backoff,
+            clock=clock,
+            random=random,
+            stop_order=stop_order,
         )
 
     # A cancelled subtree stops its own children, each bounded: allow for all of them.
-    cleanup_timeout = sum(spec.cleanup_timeout + 0.5 for spec in children) + 1.0
+    cleanup_timeout = stop_bound(children, stop_order) + GRACE
     return ChildSpec(
         name,
         factory,
