@@ -27,9 +27,16 @@ def register(spark: Any) -> None:
     at-least-once anyway), for the source it reads a shard's range twice (the same rows, since
     a range is fixed by its offsets; Spark keeps one result, but the reads count against the
     shard's 5 calls/s). It is detected here and warned about (lesson 27).
+
+    A Spark Connect session may refuse to read a setting (serverless platforms allow only a
+    few): then there is nothing to warn about from here, and registering goes on.
     """
     spark.dataSource.register(KinesisDataSource)
-    speculation = str(spark.conf.get("spark.speculation", "false")).strip().lower()
+    try:
+        speculation = str(spark.conf.get("spark.speculation", "false")).strip().lower()
+    except Exception as exc:  # whatever the session raises: the warning is a courtesy
+        log.debug("could not read spark.speculation (%s); not checking it", exc)
+        return
     if speculation == "true":
         log.warning(
             "spark.speculation is on: the kinesis sink writes a speculative task's rows twice "

@@ -1,0 +1,216 @@
+"""The Spark Connect server bundled with pyspark, as a child process the tests own.
+
+It is pyspark's own ``SparkConnectServer`` class (``jars/spark-connect_2.13-*.jar``, already on
+the classpath of a pip-installed pyspark) run by ``bin/spark-submit`` in the foreground, which is
+what ``sbin/start-connect-server.sh --wait`` does without the daemon wrapper and its pid files.
+Local mode, every port on loopback, no UI. Readiness is an event: the server's own "started at"
+line, read from its output as it is written, then one connection to its gRPC port.
+
+Stopping leaves no process behind: the JVM runs in its own process group and dies with the test
+process (``PR_SET_PDEATHSIG``); ``stop()`` sends SIGTERM to the group (Spark stops its Python
+daemons, which set up process groups of their own), then SIGKILL to the group and to every
+descendant recorded while it ran, and waits until none is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Self
+
+import pyspark
+
+READY_LINE = "Spark Connect server started at"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    pr_set_pdeathsig = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+def _alive_descendants(root: int) -> set[int]:
+    """Every living (not zombie) descendant of ``root``, from ``/proc``."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        state, ppid = stat[stat.rindex(")") + 2 :].split()[:2]
+        if state != "Z":
+            parents[int(entry.name)] = int(ppid)
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
+        found |= frontier
+    return found
+
+
+def _is_alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+class ConnectServerError(RuntimeError):
+    pass
+
+
+class ConnectServer:
+    """``with ConnectServer(workdir) as server:`` then ``server.url`` (``sc://127.0.0.1:PORT``)."""
+
+    def __init__(self, workdir: Path, *, start_timeout: float = 120.0) -> None:
+        self.workdir = workdir
+        self.start_timeout = start_timeout
+        self.port = 0
+        self.log_path = workdir / "connect-server.log"
+        self._process: subprocess.Popen[bytes] | None = None
+        self._ready = threading.Event()
+        self._seen: set[int] = set()  # descendants seen while running, killed at stop
+
+    @property
+    def url(self) -> str:
+        return f"sc://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        spark_home = Path(pyspark.__file__).parent
+        self.port = _free_port()
+        confs = {
+            "spark.connect.grpc.binding.address": "127.0.0.1",
+            "spark.connect.grpc.binding.port": str(self.port),
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.sql.session.timeZone": "UTC",
+            "spark.sql.warehouse.dir": str(self.workdir / "warehouse"),
+            "spark.local.dir": str(self.workdir / "local"),
+            "spark.python.worker.reuse": "true",
+        }
+        command = [
+            str(spark_home / "bin" / "spark-submit"),
+            "--class",
+            "org.apache.spark.sql.connect.service.SparkConnectServer",
+            "--name",
+            "kinesis-actors-connect-tests",
+            "--master",
+            "local[2]",
+            "--driver-memory",
+            "1g",
+        ]
+        for key, value in confs.items():
+            command += ["--conf", f"{key}={value}"]
+        return command
+
+    def start(self) -> None:
+        if self._process is not None:
+            raise RuntimeError("the Connect server is already started")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SPARK_")}
+        env.update(
+            SPARK_HOME=str(Path(pyspark.__file__).parent),
+            # The server's Python workers run this interpreter, where kinesis_actors and
+            # spark_bridge are installed: that is what the server side needs (docs/spark.md).
+            PYSPARK_PYTHON=sys.executable,
+            PYSPARK_DRIVER_PYTHON=sys.executable,
+        )
+        command = self.command()
+        log = self.log_path.open("wb")
+        self._process = subprocess.Popen(
+            command,
+            cwd=self.workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, killed as one at stop
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl
+        )
+        assert self._process.stdout is not None
+        threading.Thread(
+            target=self._copy_output, args=(self._process.stdout, log), daemon=True
+        ).start()
+        ready = self._ready.wait(self.start_timeout)
+        if not ready or self._process.poll() is not None:
+            tail = self.output()[-4000:]
+            self.stop()
+            raise ConnectServerError(f"the Spark Connect server did not start:\n{tail}")
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5):
+            pass  # the gRPC port answers
+
+    def _copy_output(self, source: IO[bytes], log: IO[bytes]) -> None:
+        """Copies the server's output to its log (Spark logs go on all run long, so the pipe
+        must be drained) and sets ``_ready`` at the started line, or when the output ends."""
+        with log:
+            for line in source:
+                log.write(line)
+                log.flush()
+                if not self._ready.is_set() and READY_LINE.encode() in line:
+                    self._ready.set()
+        self._ready.set()  # exited: wake the waiter, which sees it died
+
+    def output(self) -> str:
+        with contextlib.suppress(OSError):
+            return self.log_path.read_text(errors="replace")
+        return ""
+
+    def remember_descendants(self) -> None:
+        """Record the JVM's descendants now (its Python daemons leave its process group)."""
+        if self._process is not None:
+            self._seen |= _alive_descendants(self._process.pid)
+
+    def stop(self, grace: float = 20.0) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        self._seen |= _alive_descendants(process.pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        for pid in self._seen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while (left := {pid for pid in self._seen if _is_alive(pid)}) and (
+            time.monotonic() < deadline
+        ):
+            time.sleep(0.05)  # processes owned by init now: no event to await their end
+        if left:
+            raise ConnectServerError(f"processes of the Connect server outlived it: {left}")
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

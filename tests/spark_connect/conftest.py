@@ -1,0 +1,35 @@
+"""One Spark Connect server for the Connect tests, and a remote session on it.
+
+The session is a pure gRPC client (``pyspark.sql.connect``): it shares nothing with the local
+session of tests/spark_bridge, which may be running in the same pytest process, and sets no
+process-wide ``SPARK_*`` variable that would turn later local sessions into remote ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.spark_connect._server import ConnectServer
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    with ConnectServer(tmp_path_factory.mktemp("spark-connect")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def remote(connect_server: ConnectServer) -> Iterator[Any]:
+    """A remote ``SparkSession`` (Spark Connect) with the kinesis format registered."""
+    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+    import spark_bridge
+
+    session = RemoteSparkSession.builder.remote(connect_server.url).create()
+    spark_bridge.register(session)
+    yield session
+    connect_server.remember_descendants()
+    session.stop()
