@@ -1,9 +1,9 @@
-"""The driver's planner: the I/O around ``_policy``, on an event loop thread of its own.
+"""The driver's planner: one trigger over every shard, on an event loop thread of its own.
 
 Spark keeps one long-lived Python process per query for the reader's driver side. The
 planner lives there with one :class:`KinesisClient` (pooled connections) on a blocking
 portal. Per trigger it lists shards when due, checks each stream's identity once, and plans
-every eligible shard concurrently:
+every eligible shard concurrently (the calls for one shard are in ``_shard_reads``):
 
 * **anchor mode** (no row or byte limit): probe, anchor, and a tail read only when there is
   no anchor (``_policy`` has the why). A busy shard costs three calls, an idle one one call:
@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import anyio
@@ -34,7 +34,6 @@ from anyio.from_thread import start_blocking_portal
 
 from kinesis_actors import KinesisClient
 from kinesis_actors.errors import (
-    ExpiredIteratorError,
     KinesisError,
     MalformedReplyError,
     ResourceNotFoundError,
@@ -43,26 +42,17 @@ from kinesis_actors.errors import (
     TransportError,
     ValidationError,
 )
-from kinesis_actors.records import build_record_batch
 
-from ._offsets import AFTER, BEFORE, Bound, Offset, ShardEntry, StreamIdentity, check_identity
+from ._offsets import Offset, ShardEntry, StreamIdentity, check_identity
 from ._options import SourceOptions
 from ._policy import (
     PlannerSettings,
-    Records,
-    Seen,
     ShardInfo,
     add_new_shards,
-    after_tail,
-    anchor_cut,
-    check_records_reply,
-    cut_time,
     eligible,
-    row_bound,
-    seen,
     shares,
-    take_rows,
 )
+from ._shard_reads import Outcome, ShardReads
 
 __all__ = ["Planner", "TriggerPlan"]
 
@@ -70,18 +60,8 @@ log = logging.getLogger("spark_bridge.source")
 
 ShardKey = tuple[str, str]
 
-_ITERATOR_LIFE = 240.0
-"""Kept iterators are dropped after 4 minutes (the service expires them after 5)."""
 _LIST_INTERVAL = 5.0
 """ListShards at most this often per stream, and whenever a shard is seen to end."""
-_HOPS = 3
-"""Empty pages followed (MillisBehindLatest > 0) to find the first record past a point."""
-_TAIL_PAGES = 10
-_TAIL_PEEK = 5
-"""Records read after the first one before searching: a quiet shard's tail ends there."""
-_TAIL_SPAN_MS = 100
-_SEARCH_STEPS = 8
-_LIMIT_PAGES = 20
 _FAILURES_TO_RAISE = 10
 _LIST_TRIES = 4
 _CONCURRENCY = 16
@@ -100,30 +80,10 @@ class TriggerPlan:
 
 
 @dataclass(slots=True)
-class _Outcome:
-    entry: ShardEntry | None = None
-    final: bool = True
-    behind_ms: int = 0
-    rows: int = 0
-    nbytes: int = 0
-    stop: bool = False
-
-
-@dataclass(slots=True)
-class _Kept:
-    """An iterator that starts exactly at ``entry``'s cut."""
-
-    entry: str
-    iterator: str
-    since: float
-
-
-@dataclass(slots=True)
 class _State:
     listing: dict[ShardKey, ShardInfo] = field(default_factory=dict)
     listed_at: dict[str, float] = field(default_factory=dict)
     identities: dict[str, StreamIdentity] = field(default_factory=dict)
-    kept: dict[ShardKey, _Kept] = field(default_factory=dict)
     failures: Counter[ShardKey] = field(default_factory=Counter)
 
 
@@ -143,6 +103,7 @@ class Planner:
         self._portal.call(self._client.__aenter__)
         self.behind_ms: dict[ShardKey, int] = {}
         self.calls: Counter[str] = Counter()
+        self._reads = ShardReads(self._call, self._settings, clock)
 
     def close(self) -> None:
         try:
@@ -274,14 +235,14 @@ class Planner:
             for key, entry in sorted(end.shards.items())
             if not entry.finished and eligible(key, state.listing, end)
         ]
-        outcomes: dict[ShardKey, _Outcome | BaseException] = {}
+        outcomes: dict[ShardKey, Outcome | BaseException] = {}
         if max_rows is None and max_bytes is None:
             limiter = anyio.CapacityLimiter(_CONCURRENCY)
 
             async def one(key: ShardKey) -> None:
                 async with limiter:
                     outcomes[key] = await self._guarded(
-                        self._anchor_mode(key, end.shards[key], now_ms, target_ms)
+                        self._reads.anchor_mode(key, end.shards[key], now_ms, target_ms)
                     )
 
             async with anyio.create_task_group() as group:
@@ -332,171 +293,14 @@ class Planner:
             state.listed_at.clear()  # children to discover
         return plan
 
-    async def _guarded(self, work: Any) -> _Outcome | BaseException:
+    async def _guarded(self, work: Any) -> Outcome | BaseException:
         try:
-            result: _Outcome = await work
+            result: Outcome = await work
         except KinesisError as exc:
             return exc
         return result
 
     # -- reads ----------------------------------------------------------------------------------
-
-    async def _iterator(self, key: ShardKey, params: dict[str, Any]) -> str:
-        reply = await self._call(
-            "GetShardIterator", {"StreamName": key[0], "ShardId": key[1], **params}
-        )
-        iterator = reply.get("ShardIterator")
-        if not isinstance(iterator, str):
-            raise MalformedReplyError(
-                "GetShardIterator without a ShardIterator", operation="GetShardIterator"
-            )
-        return iterator
-
-    async def _records(self, key: ShardKey, iterator: str, limit: int) -> Records:
-        reply = await self._call("GetRecords", {"ShardIterator": iterator, "Limit": limit})
-        return check_records_reply(reply, where=f"{key[0]}/{key[1]}")
-
-    def _keep(self, key: ShardKey, entry: ShardEntry, iterator: str | None) -> None:
-        if iterator is None:
-            self._state.kept.pop(key, None)
-        else:
-            self._state.kept[key] = _Kept(entry.describe(), iterator, self._clock())
-
-    async def _from(self, key: ShardKey, entry: ShardEntry, limit: int) -> tuple[str, Records]:
-        """A page from ``entry``'s cut: through the kept iterator when there is one."""
-        kept = self._state.kept.pop(key, None)
-        if (
-            kept is not None
-            and kept.entry == entry.describe()
-            and self._clock() - kept.since < _ITERATOR_LIFE
-        ):
-            try:
-                return kept.iterator, await self._records(key, kept.iterator, limit)
-            except ExpiredIteratorError:
-                pass
-        iterator = await self._iterator(key, entry.iterator_params())
-        return iterator, await self._records(key, iterator, limit)
-
-    async def _first(self, key: ShardKey, iterator: str, page: Records) -> tuple[str, Records]:
-        """Follow empty pages that are behind the tip, to the first record (bounded)."""
-        hops = 0
-        while not page.records and not page.ended and page.millis_behind > 0 and hops < _HOPS:
-            assert page.next_iterator is not None
-            iterator = page.next_iterator
-            page = await self._records(key, iterator, 1)
-            hops += 1
-        return iterator, page
-
-    async def _anchor_mode(
-        self, key: ShardKey, entry: ShardEntry, now_ms: int, target_ms: int | None
-    ) -> _Outcome:
-        iterator, probe = await self._from(key, entry, 1)
-        iterator, probe = await self._first(key, iterator, probe)
-        if not probe.records:
-            if probe.ended:
-                return _Outcome(ShardEntry(finished=True))
-            if probe.millis_behind > 0:
-                return _Outcome(final=False)  # empty pages past the hops: look again next time
-            self._keep(key, entry, probe.next_iterator)  # idle: one call next time too
-            return _Outcome()
-        first = seen(probe.records[0])
-        when = cut_time(self._settings, now_ms=now_ms, first=first, target_ms=target_ms)
-        anchor, anchor_iterator, ended, behind = await self._anchor(key, when.ms)
-        if anchor is not None:
-            cut = anchor_cut(entry, first, anchor)
-            if cut is not None:
-                self._keep(key, cut, anchor_iterator)
-                return _Outcome(cut, when.final, behind)
-            if when.final:  # the anchor is the first record: it arrived within the settle lag
-                self._keep(key, entry, iterator)
-                return _Outcome(None, True, behind)
-            # A window past the first record found the first record or one before it: the
-            # arrival times are out of order here. Read on instead, so the shard moves.
-        elif ended:
-            return _Outcome(ShardEntry(finished=True), when.final)
-        cut, following = await self._tail(key, entry, first, probe, when.ms)
-        self._keep(key, cut or entry, following)
-        return _Outcome(cut, when.final)
-
-    async def _anchor(
-        self, key: ShardKey, when_ms: int
-    ) -> tuple[Seen | None, str | None, bool, int]:
-        """The first record at or after ``when_ms``: (record, its iterator, shard ended, behind)."""
-        try:
-            iterator = await self._iterator(
-                key,
-                {
-                    "ShardIteratorType": "AT_TIMESTAMP",
-                    "Timestamp": datetime.fromtimestamp(when_ms / 1000, UTC),
-                },
-            )
-        except ValidationError:
-            return None, None, False, 0  # T is in the service's future (clock skew): no anchor
-        page = await self._records(key, iterator, 1)
-        found_at, page = await self._first(key, iterator, page)
-        if page.records:
-            return seen(page.records[0]), found_at, False, page.millis_behind
-        return None, None, page.ended, 0
-
-    async def _tail(
-        self, key: ShardKey, entry: ShardEntry, first: Seen, probe: Records, when_ms: int
-    ) -> tuple[ShardEntry | None, str | None]:
-        """No anchor: cut after the shard's last record (or just before one that arrived at or
-        after ``when_ms`` meanwhile). The driver must see the last record, not read up to it:
-
-        1. a small page after the first record: a quiet shard's few records end there;
-        2. otherwise a binary search on arrival time for a record within ``_TAIL_SPAN_MS`` of
-           ``when_ms`` (two calls a step, at most ``_SEARCH_STEPS``), then the pages from it.
-
-        So the driver reads about ``_TAIL_SPAN_MS`` of the stream, not a window of it.
-        """
-        if probe.ended:
-            return ShardEntry(finished=True), None
-        assert probe.next_iterator is not None
-        page = await self._records(key, probe.next_iterator, _TAIL_PEEK)
-        last, cut = self._scan(entry, first, first, page, when_ms)
-        if cut is not None:
-            return cut, None
-        if page.ended:
-            return ShardEntry(finished=True), None
-        if len(page.records) < _TAIL_PEEK and page.millis_behind == 0:
-            return after_tail(entry, last), page.next_iterator
-        iterator = page.next_iterator
-        low, high = last, when_ms
-        for _ in range(_SEARCH_STEPS):
-            if high - low.arrival_ms <= _TAIL_SPAN_MS:
-                break
-            middle = (low.arrival_ms + high) // 2
-            found, found_at, _, _ = await self._anchor(key, middle)
-            if found is not None and found.sequence > low.sequence and found_at is not None:
-                low, iterator = found, found_at
-                last = found
-            else:
-                high = middle
-        for _ in range(_TAIL_PAGES):
-            assert iterator is not None
-            page = await self._records(key, iterator, 10_000)
-            last, cut = self._scan(entry, first, last, page, when_ms)
-            if cut is not None:
-                return cut, None
-            if page.ended:
-                return ShardEntry(finished=True), None
-            iterator = page.next_iterator
-            if not page.records and page.millis_behind == 0:
-                break
-        return after_tail(entry, last), iterator
-
-    @staticmethod
-    def _scan(
-        entry: ShardEntry, first: Seen, last: Seen, page: Records, when_ms: int
-    ) -> tuple[Seen, ShardEntry | None]:
-        """The page's last record, or the cut before its first record at or after ``when_ms``."""
-        for record in page.records:
-            this = seen(record)
-            if this.arrival_ms >= when_ms:
-                return last, anchor_cut(entry, first, this)
-            last = this
-        return last, None
 
     async def _limits_mode(
         self,
@@ -506,7 +310,7 @@ class Planner:
         max_rows: int | None,
         max_bytes: int | None,
         target_ms: int | None,
-        outcomes: dict[ShardKey, _Outcome | BaseException],
+        outcomes: dict[ShardKey, Outcome | BaseException],
     ) -> None:
         """Read from each shard's start within its share of the limits, in turn (the first
         shard rotates per trigger, so no shard is always last)."""
@@ -522,11 +326,11 @@ class Planner:
             if (rows_share is not None and rows_share <= 0) or (
                 bytes_share is not None and bytes_share <= 0
             ):
-                outcomes[key] = _Outcome(final=False)
+                outcomes[key] = Outcome(final=False)
                 continue
             nothing_before = rows_left == max_rows and bytes_left == max_bytes
             outcome = await self._guarded(
-                self._read_within(
+                self._reads.read_within(
                     key=key,
                     entry=end.shards[key],
                     rows_share=rows_share,
@@ -536,70 +340,8 @@ class Planner:
                 )
             )
             outcomes[key] = outcome
-            if isinstance(outcome, _Outcome):
+            if isinstance(outcome, Outcome):
                 if rows_left is not None:
                     rows_left -= outcome.rows
                 if bytes_left is not None:
                     bytes_left -= outcome.nbytes
-
-    async def _read_within(
-        self,
-        *,
-        key: ShardKey,
-        entry: ShardEntry,
-        rows_share: int | None,
-        bytes_share: int | None,
-        target_ms: int | None,
-        nothing_taken: bool,
-    ) -> _Outcome:
-        rows_room, bytes_room = rows_share, bytes_share
-        skip = None
-        bound = entry.bound
-        if bound is not None and BEFORE < bound.sub < AFTER:
-            skip = (str(bound.sequence), bound.sub)
-        outcome = _Outcome(final=True)
-        current = entry
-        limit = 10_000 if rows_room is None else min(10_000, rows_room)
-        iterator, page = await self._from(key, entry, limit)
-        for _ in range(_LIMIT_PAGES):
-            if not page.records:
-                if page.ended:
-                    outcome.entry = ShardEntry(finished=True)
-                    self._keep(key, entry, None)
-                    return outcome
-                if page.millis_behind == 0:
-                    self._keep(key, current, page.next_iterator)
-                    break
-            else:
-                batch = build_record_batch(key[0], key[1], page.records, after=skip).batch
-                skip = None
-                take = take_rows(
-                    batch,
-                    rows_room=None if rows_room is None else rows_room - outcome.rows,
-                    bytes_room=None if bytes_room is None else bytes_room - outcome.nbytes,
-                    nothing_taken=nothing_taken and outcome.rows == 0,
-                    target_ms=target_ms,
-                )
-                outcome.rows += take.rows
-                outcome.nbytes += take.nbytes
-                if take.rows == batch.num_rows and not take.stop:
-                    last = seen(page.records[-1])
-                    current = ShardEntry(
-                        bound=Bound(last.sequence, AFTER), arrival_ms=last.arrival_ms
-                    )
-                    outcome.entry = current
-                else:
-                    if take.rows:
-                        outcome.entry = ShardEntry(bound=row_bound(batch, take.rows - 1))
-                    self._keep(key, entry, None)
-                    outcome.stop = True
-                    return outcome
-            if page.next_iterator is None:
-                break
-            iterator = page.next_iterator
-            if rows_room is not None and outcome.rows >= rows_room:
-                self._keep(key, current, iterator)
-                break
-            left = 10_000 if rows_room is None else min(10_000, rows_room - outcome.rows)
-            page = await self._records(key, iterator, left)
-        return outcome
