@@ -33,7 +33,7 @@ from .. import errors
 from .._validate import check_type
 from ..client import KinesisClient
 from ..errors import ConfigError
-from ..runtime import RestartIntensityExceeded, Supervisor
+from ..runtime import RestartIntensityExceeded, Supervisor, unwrap_sole
 from ._actors import Handler
 from ._batch import RecordBatch
 from ._config import ConsumerConfig, StartingPosition, stream_names
@@ -163,7 +163,8 @@ class Consumer:
             if self._tg is not None:
                 self._tg.cancel_scope.cancel()
             # No shield around it: the task group must be exited in the scope it was entered in.
-            await stack.__aexit__(type(exc), exc, exc.__traceback__)
+            with unwrap_sole():  # the cause itself, not a group of one
+                await stack.__aexit__(type(exc), exc, exc.__traceback__)
             raise
         self._state = "open"
         return self
@@ -195,7 +196,8 @@ class Consumer:
             self._tg.cancel_scope.cancel()
         if self._stack is not None:
             # The supervisors' stops are shielded and bounded themselves.
-            await self._stack.aclose()
+            with unwrap_sole():
+                await self._stack.aclose()
         if clean and self._failure is None and deregisters_on_close(self._config):
             with anyio.move_on_after(_DEREGISTER_TIMEOUT, shield=True):
                 await deregister_consumers(self._client, self._consumer_arns)

@@ -12,6 +12,8 @@ Everything a subscription, processor or producer queue runs on, usable on its ow
   on anyio, every stop bounded (:func:`stop_bound`).
 * :class:`BlockingRuntime` - the same from synchronous code, with batched sends.
 * :class:`SupervisorSnapshot` - the tree as plain data.
+* :func:`unwrap_sole` - at an API edge, a task group's group of one exception raised as that
+  exception, so a user's ``KeyError`` is caught by ``except KeyError``.
 
 Runs on asyncio and trio (anyio only).
 """
@@ -19,6 +21,7 @@ Runs on asyncio and trio (anyio only).
 from ._actor import Actor, ActorContext, ActorRef, actor
 from ._clock import Clock, ManualClock, MonotonicClock
 from ._credits import CreditError, CreditGate, Credits, wait_any
+from ._groups import raise_as_itself, sole_exception, unwrap_sole
 from ._intensity import Backoff, RestartBackoff, RestartIntensity
 from ._mailbox import (
     DeadLetter,
@@ -76,7 +79,10 @@ __all__ = [
     "SupervisorActor",
     "SupervisorSnapshot",
     "actor",
+    "raise_as_itself",
+    "sole_exception",
     "stop_bound",
     "supervisor_spec",
+    "unwrap_sole",
     "wait_any",
 ]
