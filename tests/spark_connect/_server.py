@@ -80,8 +80,14 @@ class ConnectServerError(RuntimeError):
 class ConnectServer:
     """``with ConnectServer(workdir) as server:`` then ``server.url`` (``sc://127.0.0.1:PORT``)."""
 
-    def __init__(self, workdir: Path, *, start_timeout: float = 120.0) -> None:
+    def __init__(
+        self, workdir: Path, *, hide: Path | None = None, start_timeout: float = 120.0
+    ) -> None:
+        """``hide``: a folder taken out of the server's Python path (its workers'), so that a
+        checkout installed in development mode is not importable there: a server whose Python
+        has the dependencies but not kinesis_actors and spark_bridge themselves."""
         self.workdir = workdir
+        self.hide = hide
         self.start_timeout = start_timeout
         self.port = 0
         self.log_path = workdir / "connect-server.log"
@@ -134,6 +140,17 @@ class ConnectServer:
             PYSPARK_PYTHON=sys.executable,
             PYSPARK_DRIVER_PYTHON=sys.executable,
         )
+        if self.hide is not None:
+            # Python imports sitecustomize from its path at start, after the .pth files that
+            # put a development checkout on it: here it takes the checkout off again.
+            site = self.workdir / "pythonpath"
+            site.mkdir(exist_ok=True)
+            (site / "sitecustomize.py").write_text(
+                "import os, sys\n"
+                f"hidden = {str(self.hide.resolve())!r}\n"
+                "sys.path[:] = [p for p in sys.path if p and os.path.realpath(p) != hidden]\n"
+            )
+            env["PYTHONPATH"] = str(site)
         command = self.command()
         log = self.log_path.open("wb")
         self._process = subprocess.Popen(

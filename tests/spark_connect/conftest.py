@@ -8,6 +8,7 @@ process-wide ``SPARK_*`` variable that would turn later local sessions into remo
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,3 +34,14 @@ def remote(connect_server: ConnectServer) -> Iterator[Any]:
     yield session
     connect_server.remember_descendants()
     session.stop()
+
+
+@pytest.fixture(scope="module")
+def bare_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    """A Connect server whose Python has our dependencies but not our packages: this
+    checkout (installed in development mode) is hidden from it."""
+    import spark_bridge
+
+    checkout = Path(spark_bridge.__file__).resolve().parent.parent
+    with ConnectServer(tmp_path_factory.mktemp("spark-connect-bare"), hide=checkout) as server:
+        yield server
