@@ -1,7 +1,10 @@
 """The async Kinesis client: one signed, retried HTTP call per operation.
 
-``KinesisClient.call`` runs any operation of the service model. The I/O is httpx (HTTP/2 over
-TLS); protocol, signing and retry decisions live in sans-IO helpers beside this module.
+``KinesisClient.call`` runs any operation of the service model. The I/O is httpx (a pool of
+HTTP/1.1 connections by default, HTTP/2 on request); SubscribeToShard has its own HTTP/2
+transport (``_h2stream``). Protocol, signing and retry decisions live in sans-IO helpers beside
+this module. What the caller does not set follows botocore's configuration: the endpoint, the
+credentials, the CA bundle (``_tls``) and the proxy (``_proxy``).
 """
 
 from __future__ import annotations
@@ -25,10 +28,11 @@ from .._validate import check_type
 from ._config import ClientConfig
 from ._h2stream import H2Stream
 from ._protocol import EncodedRequest, ProtocolCodec
+from ._proxy import Proxy, resolve_proxy
 from ._retry import RetrySettings
 from ._signing import Credentials, Signer, resolve_credentials
 from ._subscription import Subscription
-from ._tls import ssl_contexts, transport_error
+from ._tls import resolve_verify, ssl_contexts, transport_error
 
 __all__ = ["ClientStats", "KinesisClient"]
 
@@ -63,13 +67,32 @@ def _resolve_endpoint(region: str) -> str:
     return endpoint
 
 
+@dataclass(frozen=True, slots=True)
+class _Network:
+    """What botocore's configuration decides about the connections (see ``_tls``,
+    ``_proxy``): the TLS contexts and the proxy, if any."""
+
+    pool_ssl: ssl.SSLContext
+    subscription_ssl: ssl.SSLContext
+    proxy: Proxy | None
+
+
+def _resolve_network(endpoint_url: str, verify: bool | str) -> _Network:
+    """Blocking (config files, CA files): run it in a worker thread."""
+    pool_ssl, subscription_ssl = ssl_contexts(resolve_verify(verify))
+    return _Network(pool_ssl, subscription_ssl, resolve_proxy(endpoint_url))
+
+
 class KinesisClient:
     """An async client for every Kinesis operation, with signing, retries and typed errors.
 
     Use it as an async context manager. Credentials default to botocore's chain; a tuple
-    ``(access_key, secret_key)`` or ``(access_key, secret_key, token)`` is accepted.
-    ``verify`` is True, False (for the local server's self-signed certificate) or the path of
-    a CA bundle.
+    ``(access_key, secret_key)`` or ``(access_key, secret_key, token)`` is accepted (and kept
+    as a botocore credentials object, out of any ``repr``). ``verify`` is True (verify, with
+    botocore's configured CA bundle: ``AWS_CA_BUNDLE`` or the config file's ``ca_bundle``,
+    else certifi's), False (for the local server's self-signed certificate) or the path of a
+    CA bundle. The endpoint, unless given, is botocore's for the region. Calls and
+    subscriptions go through the proxy botocore would use (``HTTPS_PROXY``, ``NO_PROXY``).
     """
 
     def __init__(
@@ -93,7 +116,8 @@ class KinesisClient:
         config = ClientConfig() if config is None else config
         check_type("config", config, ClientConfig, "a ClientConfig")
         if isinstance(credentials, tuple):
-            resolve_credentials(credentials)  # validates the shape now, before any I/O
+            # Validates the shape now, before any I/O, and keeps the secret out of reprs.
+            credentials = resolve_credentials(credentials)
         self.region = region
         self.endpoint_url = endpoint_url
         self.verify = verify
@@ -103,9 +127,18 @@ class KinesisClient:
         self._codec: ProtocolCodec | None = None
         self._signer: Signer | None = None
         self._http: httpx.AsyncClient | None = None
-        self._ssl: ssl.SSLContext | None = None
-        self._h2_ssl: ssl.SSLContext | None = None
+        self._network: _Network | None = None
         self._url = ""
+
+    def __repr__(self) -> str:
+        proxy = self._network.proxy if self._network is not None else None
+        through = f", proxy='{proxy}'" if proxy is not None else ""
+        return f"KinesisClient(region={self.region!r}, endpoint_url={self.endpoint_url!r}{through})"
+
+    @property
+    def proxy(self) -> Proxy | None:
+        """The proxy calls and subscriptions go through (known once open), or None."""
+        return self._network.proxy if self._network is not None else None
 
     async def __aenter__(self) -> Self:
         # Loading the service model, resolving credentials and reading CA files all block.
@@ -115,8 +148,10 @@ class KinesisClient:
         self._url = self.endpoint_url.rstrip("/") + "/"
         credentials = await anyio.to_thread.run_sync(resolve_credentials, self._credentials)
         self._signer = Signer(credentials, self.region)
-        self._ssl, self._h2_ssl = await anyio.to_thread.run_sync(ssl_contexts, self.verify)
-        self._http = self._new_http()
+        self._network = await anyio.to_thread.run_sync(
+            _resolve_network, self.endpoint_url, self.verify
+        )
+        self._http = self._new_http(self._network)
         return self
 
     async def __aexit__(
@@ -134,11 +169,15 @@ class KinesisClient:
             with anyio.move_on_after(_CLOSE_TIMEOUT, shield=True):
                 await http.aclose()
 
-    def _new_http(self) -> httpx.AsyncClient:
+    def _new_http(self, network: _Network) -> httpx.AsyncClient:
         config = self.config
+        proxy = network.proxy
         return httpx.AsyncClient(
             http2=config.http2,
-            verify=self._ssl if self._ssl is not None else True,
+            verify=network.pool_ssl,
+            # Resolved by botocore (trust_env stays off: httpx's reading of the environment
+            # differs from botocore's, and the SDKs agree with botocore).
+            proxy=None if proxy is None else httpx.Proxy(proxy.url, headers=dict(proxy.headers)),
             limits=httpx.Limits(
                 max_connections=config.max_connections,
                 max_keepalive_connections=min(
@@ -222,7 +261,7 @@ class KinesisClient:
             response = await http.post(self._url, content=request.body, headers=headers)
         except httpx.TransportError as exc:
             self.stats.transport_errors += 1
-            raise transport_error(exc, request.operation) from exc
+            raise transport_error(exc, request.operation, self.proxy) from exc
         try:
             return self.codec.decode(
                 request.operation,
@@ -273,7 +312,8 @@ class KinesisClient:
 
     async def _open_stream(self, request: EncodedRequest) -> H2Stream:
         headers = await self._signed_headers(request)
-        if self._h2_ssl is None:
+        network = self._network
+        if network is None:
             raise RuntimeError("KinesisClient is not open: use 'async with KinesisClient(...)'")
         self.stats.attempts += 1
         try:
@@ -281,11 +321,12 @@ class KinesisClient:
                 self._url,
                 headers,
                 request.body,
-                ssl_context=self._h2_ssl,
+                ssl_context=network.subscription_ssl,
                 connect_timeout=self.config.connect_timeout,
                 read_timeout=self.config.subscribe_read_timeout,
                 window=self.config.subscribe_window,
                 operation=request.operation,
+                proxy=network.proxy,
             )
         except errors.TransportError:
             self.stats.transport_errors += 1

@@ -13,6 +13,8 @@ decisions matter there and httpx/httpcore do not expose them:
 - Closing early sends RST_STREAM and GOAWAY, then half-closes the connection and discards
   what is still in flight until the server closes its side (bounded), so nothing is left
   half-read and the server sees an orderly end, not a reset (see :meth:`H2Stream.aclose`).
+- Behind a proxy (``HTTPS_PROXY``, see ``_proxy``) the connection is an HTTP CONNECT tunnel
+  through it, with TLS and HTTP/2 inside, as curl and httpx do.
 """
 
 from __future__ import annotations
@@ -33,9 +35,10 @@ import h2.errors
 import h2.events
 import h2.settings
 from anyio.abc import SocketAttribute
-from anyio.streams.tls import TLSAttribute
+from anyio.streams.tls import TLSAttribute, TLSStream
 
 from .. import errors
+from ._proxy import Proxy, open_tunnel
 from ._tls import transport_error
 
 __all__ = ["H2Stream"]
@@ -51,6 +54,29 @@ def _require_h2(sock: anyio.abc.ByteStream, netloc: str, operation: str) -> None
         raise errors.TransportError(
             f"{netloc} did not negotiate HTTP/2 (ALPN)", operation=operation
         )
+
+
+async def _connect(
+    host: str,
+    port: int,
+    ssl_context: ssl.SSLContext,
+    proxy: Proxy | None,
+    operation: str,
+) -> anyio.abc.ByteStream:
+    """A TLS connection to ``host:port``, directly or inside ``proxy``'s tunnel."""
+    if proxy is None:
+        return await anyio.connect_tcp(
+            host, port, ssl_context=ssl_context, tls_standard_compatible=False
+        )
+    tunnel = await open_tunnel(proxy, host, port, operation=operation)
+    try:
+        return await TLSStream.wrap(
+            tunnel, hostname=host, ssl_context=ssl_context, standard_compatible=False
+        )
+    except BaseException:
+        with anyio.move_on_after(_CLOSE_TIMEOUT, shield=True):
+            await tunnel.aclose()
+        raise
 
 
 class H2Stream:
@@ -93,8 +119,10 @@ class H2Stream:
         read_timeout: float,
         window: int,
         operation: str,
+        proxy: Proxy | None = None,
     ) -> Self:
-        """Connect, send the request, and wait for the response headers."""
+        """Connect (through ``proxy``'s tunnel if given), send the request, and wait for the
+        response headers."""
         parts = urlsplit(url)
         if parts.scheme != "https" or parts.hostname is None:
             raise errors.ConfigError(
@@ -103,15 +131,10 @@ class H2Stream:
         port = parts.port or 443
         try:
             with anyio.fail_after(connect_timeout):
-                sock = await anyio.connect_tcp(
-                    parts.hostname,
-                    port,
-                    ssl_context=ssl_context,
-                    tls_standard_compatible=False,
-                )
+                sock = await _connect(parts.hostname, port, ssl_context, proxy, operation)
         except (OSError, TimeoutError, anyio.BrokenResourceError) as exc:
             # ssl.SSLCertVerificationError is an OSError: permanent, CertificateError.
-            raise transport_error(exc, operation) from exc
+            raise transport_error(exc, operation, proxy) from exc
         try:
             _require_h2(sock, parts.netloc, operation)
             connection = h2.connection.H2Connection(

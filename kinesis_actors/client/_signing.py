@@ -3,6 +3,10 @@
 Credential resolution may do blocking I/O (the instance metadata service, an SSO cache, a
 credential process), so the client resolves and refreshes credentials in a worker thread;
 signing itself is pure computation.
+
+Secrets stay out of every ``repr``, log line and error message: a tuple is turned into a
+botocore ``Credentials`` object at once (whose ``repr`` shows nothing), errors about the
+argument name its type, never its value, and :class:`Signer`'s ``repr`` shows the region only.
 """
 
 from __future__ import annotations
@@ -50,7 +54,8 @@ def resolve_credentials(credentials: Credentials) -> Any:
     if hasattr(credentials, "get_frozen_credentials"):
         return credentials
     raise errors.ConfigError(
-        f"credentials must be a tuple, a botocore Credentials object or None, got {credentials!r}"
+        "credentials must be a tuple, a botocore Credentials object or None, got a "
+        f"{type(credentials).__name__}"  # never its value: it may hold a secret
     )
 
 
@@ -60,6 +65,9 @@ class Signer:
     def __init__(self, credentials: Any, region: str) -> None:
         self._credentials = credentials
         self._region = region
+
+    def __repr__(self) -> str:
+        return f"Signer(service='kinesis', region={self._region!r})"
 
     def needs_refresh(self) -> bool:
         """Whether reading the credentials now may block on a refresh."""
