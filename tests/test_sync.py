@@ -143,11 +143,23 @@ def test_lesson_16_close_with_a_timeout_returns_and_fails_a_put_blocked_on_a_ful
     while producer.metrics.backpressure_cycles == 0:  # no event says "a put now waits"
         assert time.monotonic() < deadline, "the fifth put never blocked"
         time.sleep(0.01)
+    flushed: list[BaseException] = []
+
+    def flusher() -> None:
+        try:
+            producer.flush()
+        except BaseException as exc:
+            flushed.append(exc)
+
+    flushing = threading.Thread(target=flusher)
+    flushing.start()
     started = time.monotonic()
     producer.close(timeout=1.0)
     elapsed = time.monotonic() - started
     thread.join(5)
-    assert not thread.is_alive()
+    flushing.join(5)
+    assert not thread.is_alive() and not flushing.is_alive()
+    assert len(flushed) == 1 and isinstance(flushed[0], errors.ProducerClosedError)
     assert 1.0 <= elapsed < 3.0, elapsed
     assert len(handles) == 4
     assert all(isinstance(h.exception(), errors.ProducerClosedError) for h in handles)
@@ -155,3 +167,44 @@ def test_lesson_16_close_with_a_timeout_returns_and_fails_a_put_blocked_on_a_ful
     assert producer.metrics.records_sent == 0 and producer.metrics.outstanding_records == 0
     with pytest.raises(errors.ProducerClosedError):
         producer.flush()
+
+
+def test_close_with_a_timeout_fails_a_flush_waiting_in_another_thread(
+    local_kinesis: LocalKinesis, stream: str, proxy: FaultProxy
+) -> None:
+    """No put blocked this time: close takes the buffer, sends it, and at its timeout stops;
+    a flush waiting in another thread raises ProducerClosedError instead of returning."""
+    proxy.decide = lambda request: (
+        Reply.error("InternalFailure", status=500) if request.target == "PutRecords" else None
+    )
+    producer = SyncProducer(
+        stream,
+        endpoint_url=proxy.endpoint_url,
+        credentials=local_kinesis.credentials,
+        config=ProducerConfig(linger=0.01),
+        batch_size=2,
+    )
+    sent = [producer.put(b"x", f"k{i}") for i in range(2)]  # handed to the loop
+    buffered = producer.put(b"y", "k")  # still in this thread's buffer
+    flushed: list[BaseException] = []
+
+    def flusher() -> None:
+        try:
+            producer.flush()
+        except BaseException as exc:
+            flushed.append(exc)
+
+    flushing = threading.Thread(target=flusher)
+    flushing.start()
+    deadline = time.monotonic() + 10
+    while proxy.stats.by_target.get("PutRecords", 0) < 2:  # the flush is under way
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    started = time.monotonic()
+    producer.close(timeout=0.5)
+    elapsed = time.monotonic() - started
+    flushing.join(5)
+    assert 0.5 <= elapsed < 2.5, elapsed
+    assert len(flushed) == 1 and isinstance(flushed[0], errors.ProducerClosedError)
+    for handle in [*sent, buffered]:
+        assert isinstance(handle.exception(), errors.ProducerClosedError)

@@ -230,7 +230,8 @@ class Producer:
 
         Records still waiting for ``linger`` are sent at once. Raises
         :class:`~kinesis_actors.errors.ProducerFailedError` if a record failed with
-        ``fail_on_error`` set.
+        ``fail_on_error`` set, :class:`~kinesis_actors.errors.ProducerClosedError` if the
+        producer was closed (or stopped by a close past its timeout) meanwhile.
         """
         self._check_open()
         target = self._epoch
@@ -238,6 +239,11 @@ class Producer:
         await self._wait_settled(target)
         if self._failure is not None:
             raise self._failed_error()
+        if self._admission.closed:
+            raise errors.ProducerClosedError(
+                f"producer for {self._stream!r} was stopped while flushing; the records it "
+                "did not acknowledge failed with ProducerClosedError"
+            )
 
     def _abort(self, error: errors.ProducerClosedError) -> None:
         """Stop at once (a close past its timeout): fail every unsettled record with ``error``
@@ -418,7 +424,10 @@ class Producer:
         self._wake_dispatcher()
         try:
             while any(epoch <= target for epoch in self._epoch_outstanding):
-                self._settled = anyio.Event()
+                # Shared by concurrent flushes: replacing an unset event would strand the
+                # flush already waiting on it (two flushes at once hung the first).
+                if self._settled is None or self._settled.is_set():
+                    self._settled = anyio.Event()
                 await self._settled.wait()
         finally:
             self._flushing -= 1

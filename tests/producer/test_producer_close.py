@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import anyio
 import pytest
 
 from kinesis_actors import KinesisClient, LocalKinesis, Producer, ProducerConfig, errors
-from tests.faults import FaultProxy, Reply
+from tests.faults import Delay, FaultProxy, Reply
 from tests.producer.test_producer_faults import proxied
 
 pytestmark = pytest.mark.anyio
@@ -38,3 +39,19 @@ async def test_closed_wins_over_failed_after_close(
                 await producer.put(b"x", "k")
         with pytest.raises(errors.ProducerClosedError):
             await producer.put(b"late", "k")
+
+
+async def test_two_flushes_at_once_both_return(
+    proxy: FaultProxy, local_kinesis: LocalKinesis, stream_name: str
+) -> None:
+    """Each flush replaced the shared "settled" event, stranding the one already waiting."""
+    async with proxied(proxy, local_kinesis) as kinesis:
+        await kinesis.create_stream(stream_name, 1)
+        proxy.decide = lambda r: Delay(0.2) if r.target == "PutRecords" else None
+        async with Producer(kinesis, stream_name, ProducerConfig(linger=0.01)) as producer:
+            handles = [await producer.put(b"x", f"k{i}") for i in range(10)]
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as task_group:
+                    task_group.start_soon(producer.flush)
+                    task_group.start_soon(producer.flush)
+            assert all(handle.done() for handle in handles)
