@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kinesis_actors.errors import ExpiredIteratorError, MalformedReplyError, ValidationError
-from kinesis_actors.records import build_record_batch
+from kinesis_actors.records import build_record_batch, deaggregate
 
 from ._offsets import AFTER, BEFORE, Bound, ShardEntry
 from ._policy import (
@@ -67,6 +67,18 @@ class _Kept:
     entry: str
     iterator: str
     since: float
+
+
+def _consumed(entry: ShardEntry, cut: ShardEntry, first: dict[str, Any]) -> bool:
+    """Whether ``cut`` (after ``first``) adds nothing to ``entry``, a cut inside ``first``'s
+    aggregate at its last user record: a move of zero rows, which would be an empty batch."""
+    start, bound = entry.bound, cut.bound
+    if start is None or bound is None or not BEFORE < start.sub < AFTER:
+        return False
+    if bound.sequence != start.sequence:
+        return False
+    users = deaggregate(first["Data"], first.get("PartitionKey", ""))
+    return start.sub >= len(users) - 1
 
 
 class ShardReads:
@@ -152,6 +164,8 @@ class ShardReads:
         elif ended:
             return Outcome(ShardEntry(finished=True), when.final)
         cut, following = await self.tail(key, entry, first, probe, when.ms)
+        if cut is not None and _consumed(entry, cut, probe.records[0]):
+            return Outcome(None, when.final)
         self.keep(key, cut or entry, following)
         return Outcome(cut, when.final)
 
@@ -295,4 +309,8 @@ class ShardReads:
                 break
             left = 10_000 if rows_room is None else min(10_000, rows_room - outcome.rows)
             page = await self.records(key, iterator, left)
+        if outcome.rows == 0 and outcome.entry is not None and not outcome.entry.finished:
+            # Only user records before the start were read (the rest of an aggregate the
+            # last cut ended in): the same place, and no micro-batch of nothing.
+            outcome.entry = None
         return outcome

@@ -21,9 +21,10 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 import spark_bridge._source as source_module
 from kinesis_actors import LocalKinesis
 from kinesis_actors.errors import ConfigError, PositionsMismatchError, ShardUnreadableError
+from kinesis_actors.records import deaggregate
 from spark_bridge._options import parse_source_options
 from spark_bridge._source import KinesisStreamReader
-from tests.boto import boto3_kinesis, create_stream
+from tests.boto import boto3_kinesis, create_stream, read_back
 from tests.faults import FaultProxy, Reply, Request, garbled
 
 pytestmark = pytest.mark.local_kinesis
@@ -194,6 +195,25 @@ def test_read_limits_cut_exactly_inside_aggregates_and_lose_nothing(
         reader.stop()
     sizes = [len(rows) for _, _, rows in batches]
     assert max(sizes) <= 101 and sum(sizes) == 997, sizes
+    assert min(sizes) > 0, "a micro-batch of nothing"
+    # A cut at the last user record of each shard's last aggregate (what a limit leaves when
+    # it falls there): at the tip, neither planner moves it, which would be a batch of nothing.
+    shards = {}
+    for shard_id, records in read_back(local_kinesis, stream_name).items():
+        final = records[-1]
+        count = len(deaggregate(final["Data"], final["PartitionKey"]))
+        assert count > 1, "the last record is not an aggregate"
+        shards[shard_id] = {
+            "sequence_number": final["SequenceNumber"],
+            "sub_sequence_number": count - 1,
+        }
+    last = {"version": 2, "streams": {stream_name: {"shards": shards}}}
+    for limit in (ReadMaxRows(101), ReadAllAvailable()):
+        again = make_reader(local_kinesis.endpoint_url, stream_name)
+        try:
+            assert again.latestOffset(last, limit) == last
+        finally:
+            again.stop()
     assert any(
         "sequence_number" in entry
         for _, end, _ in batches
