@@ -115,7 +115,7 @@ class KinesisClient:
         check_type("verify", verify, (bool, str), "True, False or a CA bundle path")
         config = ClientConfig() if config is None else config
         check_type("config", config, ClientConfig, "a ClientConfig")
-        if isinstance(credentials, tuple):
+        if credentials is not None and not hasattr(credentials, "get_frozen_credentials"):
             # Validates the shape now, before any I/O, and keeps the secret out of reprs.
             credentials = resolve_credentials(credentials)
         self.region = region
