@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import anyio
 
 from .. import errors
-from ..client import KinesisClient
+from ..client import KinesisClient, is_retryable
 from ._config import StartingPosition
 from ._metrics import ShardMetrics
 from ._pacing import ReadPacer
@@ -192,6 +192,8 @@ class PollingReader:
                 self._not_found.read_succeeded()
                 return self._accept(reply, exc.bad_records, started, removed=True)
             except (errors.TransportError, errors.ServiceError) as exc:
+                if not is_retryable(exc):
+                    raise  # a certificate that failed verification: the same next time
                 self._transient(exc)
                 continue
             self._failures = 0
@@ -219,7 +221,9 @@ class PollingReader:
             raise unreadable(
                 self._stream, self._shard_id, self._position, "the stream no longer exists", gone
             ) from exc
-        except (errors.TransportError, errors.ServiceError):
+        except (errors.TransportError, errors.ServiceError) as failed:
+            if not is_retryable(failed):
+                raise
             listed = True  # unknown: count it as an open shard's failure, retry, bounded
         if not listed:
             log.info("%s/%s is no longer listed: it expired", self._stream, self._shard_id)
