@@ -9,7 +9,7 @@ line, read from its output as it is written, then one connection to its gRPC por
 Stopping leaves no process behind: the JVM runs in its own process group and dies with the test
 process (``PR_SET_PDEATHSIG``); ``stop()`` sends SIGTERM to the group (Spark stops its Python
 daemons, which set up process groups of their own), then SIGKILL to the group and to every
-descendant recorded while it ran, and waits until none is left.
+descendant found when it was asked to stop, and waits until none is left.
 """
 
 from __future__ import annotations
@@ -44,33 +44,35 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
-def _alive_descendants(root: int) -> set[int]:
-    """Every living (not zombie) descendant of ``root``, from ``/proc``."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:  # gone meanwhile
-            continue
-        state, ppid = stat[stat.rindex(")") + 2 :].split()[:2]
-        if state != "Z":
-            parents[int(entry.name)] = int(ppid)
-    found: set[int] = set()
-    frontier = {root}
-    while frontier:
-        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
-        found |= frontier
-    return found
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """State, parent and start time (clock ticks after boot) of ``pid``, or None if gone.
 
-
-def _is_alive(pid: int) -> bool:
+    The start time tells a process from a later one that reused its pid."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return fields[0], int(fields[1]), int(fields[19])
+
+
+def _alive_descendants(root: int) -> dict[int, int]:
+    """Every living (not zombie) descendant of ``root`` with its start time, from ``/proc``."""
+    processes: dict[int, tuple[int, int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (stat := _stat(int(entry.name))) and stat[0] != "Z":
+            processes[int(entry.name)] = (stat[1], stat[2])
+    found: dict[int, int] = {}
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, (ppid, _) in processes.items() if ppid in frontier} - set(found)
+        found.update((pid, processes[pid][1]) for pid in frontier)
+    return found
+
+
+def _is_alive(pid: int, started: int) -> bool:
+    stat = _stat(pid)
+    return stat is not None and stat[0] != "Z" and stat[2] == started
 
 
 class ConnectServerError(RuntimeError):
@@ -93,7 +95,6 @@ class ConnectServer:
         self.log_path = workdir / "connect-server.log"
         self._process: subprocess.Popen[bytes] | None = None
         self._ready = threading.Event()
-        self._seen: set[int] = set()  # descendants seen while running, killed at stop
 
     @property
     def url(self) -> str:
@@ -191,16 +192,11 @@ class ConnectServer:
             return self.log_path.read_text(errors="replace")
         return ""
 
-    def remember_descendants(self) -> None:
-        """Record the JVM's descendants now (its Python daemons leave its process group)."""
-        if self._process is not None:
-            self._seen |= _alive_descendants(self._process.pid)
-
     def stop(self, grace: float = 20.0) -> None:
         process, self._process = self._process, None
         if process is None:
             return
-        self._seen |= _alive_descendants(process.pid)
+        descendants = _alive_descendants(process.pid)  # the Python daemons left its group
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
         try:
@@ -209,11 +205,12 @@ class ConnectServer:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-        for pid in self._seen:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        for pid, started in descendants.items():
+            if _is_alive(pid, started):  # never a later process that got the same pid
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
-        while (left := {pid for pid in self._seen if _is_alive(pid)}) and (
+        while (left := {pid for pid, at in descendants.items() if _is_alive(pid, at)}) and (
             time.monotonic() < deadline
         ):
             time.sleep(0.05)  # processes owned by init now: no event to await their end

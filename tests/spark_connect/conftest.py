@@ -32,7 +32,6 @@ def remote(connect_server: ConnectServer) -> Iterator[Any]:
     session = RemoteSparkSession.builder.remote(connect_server.url).create()
     spark_bridge.register(session)
     yield session
-    connect_server.remember_descendants()
     session.stop()
 
 

@@ -51,7 +51,6 @@ def bare(bare_server: ConnectServer) -> Iterator[Any]:
 
     session = RemoteSparkSession.builder.remote(bare_server.url).create()
     yield session
-    bare_server.remember_descendants()
     session.stop()
 
 
