@@ -1,4 +1,4 @@
-"""One Spark Connect server for the Connect tests, and a remote session on it.
+"""A Spark Connect server for the Connect test modules, and a remote session on it.
 
 The session is a pure gRPC client (``pyspark.sql.connect``): it shares nothing with the local
 session of tests/spark_bridge, which may be running in the same pytest process, and sets no
@@ -16,13 +16,14 @@ import pytest
 from tests.spark_connect._server import ConnectServer
 
 
-@pytest.fixture(scope="session")
+# Module scope: the server (a 1 GB JVM) ends with the module that uses it, not with the run.
+@pytest.fixture(scope="module")
 def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
     with ConnectServer(tmp_path_factory.mktemp("spark-connect")) as server:
         yield server
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def remote(connect_server: ConnectServer) -> Iterator[Any]:
     """A remote ``SparkSession`` (Spark Connect) with the kinesis format registered."""
     from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
