@@ -8,6 +8,7 @@ verify the server's certificate, chain and name (see ``conftest.py`` for the nam
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import anyio
@@ -187,3 +188,21 @@ async def test_the_config_file_ca_bundle_is_used_without_aws_ca_bundle(
         listed = await client.call("ListStreams")
     assert isinstance(listed["StreamNames"], list)
     assert behind_proxy.tunnels == 1
+
+
+async def test_a_tunnel_the_proxy_refuses_is_a_typed_error_with_its_status(
+    behind_proxy: ConnectProxy, local_kinesis: LocalKinesis
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    async with _client(local_kinesis, f"https://Unknown:{closed_port}", config=_ONCE) as client:
+        with pytest.raises(errors.TransportError) as unary:
+            await client.call("ListStreams")
+        with pytest.raises(errors.TransportError) as stream:
+            async with client.subscribe_to_shard("arn", "shardId-000000000000", {"Type": "LATEST"}):
+                pass  # pragma: no cover - the tunnel is refused first
+    assert behind_proxy.address in str(unary.value)
+    assert f"refused the tunnel to unknown:{closed_port}: 502 Bad Gateway" in str(stream.value)
+    assert behind_proxy.tunnels == 0
+    assert len(behind_proxy.targets) == 2
