@@ -199,6 +199,7 @@ class Producer:
                 await self._wait_settled(self._epoch)
         finally:
             self._state = "closed"
+            self._admission.close()  # a put still waiting for room fails, typed
             pipeline = self._pipeline
             if pipeline is not None:
                 pipeline.drain(

@@ -55,3 +55,35 @@ async def test_two_flushes_at_once_both_return(
                     task_group.start_soon(producer.flush)
                     task_group.start_soon(producer.flush)
             assert all(handle.done() for handle in handles)
+
+
+async def test_cancelling_the_block_fails_a_put_waiting_for_room_in_another_task(
+    proxy: FaultProxy, local_kinesis: LocalKinesis, stream_name: str
+) -> None:
+    """The async way out (a cancel scope) is typed for every waiter, not just the handles."""
+    async with proxied(proxy, local_kinesis) as kinesis:
+        await kinesis.create_stream(stream_name, 1)
+        proxy.decide = lambda r: (
+            Reply.error("ProvisionedThroughputExceededException")
+            if r.target == "PutRecords"
+            else None
+        )
+        config = ProducerConfig(queue_limit_records=2, linger=0.01)
+        outcome: list[BaseException] = []
+
+        async def blocked_put(producer: Producer) -> None:
+            try:
+                await producer.put(b"x", "waits")
+            except errors.KinesisError as exc:
+                outcome.append(exc)
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as task_group:
+                with anyio.move_on_after(0.5):
+                    async with Producer(kinesis, stream_name, config) as producer:
+                        handles = [await producer.put(b"x", f"k{i}") for i in range(2)]
+                        task_group.start_soon(blocked_put, producer)
+                        await producer.flush()  # throttled forever: until the scope ends
+    assert len(outcome) == 1 and isinstance(outcome[0], errors.ProducerClosedError)
+    assert all(isinstance(h.exception(), errors.ProducerClosedError) for h in handles)
+    assert producer.metrics.outstanding_records == 0
