@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import anyio
@@ -245,7 +246,7 @@ async def test_restarts_wait_for_the_backoff_and_one_childs_backoff_never_delays
 
     async with Supervisor(backoff=backoff) as sup:
         for name in ("a", "b"):
-            await sup.start_child(ChildSpec(name, lambda name=name: Timed(name)))
+            await sup.start_child(ChildSpec(name, functools.partial(Timed, name)))
         crashed_at = anyio.current_time()
         sup.child("a").try_send(1)
         sup.child("b").try_send(1)
