@@ -33,7 +33,7 @@ from .. import errors
 from .._validate import check_type
 from ..client import KinesisClient
 from ..errors import ConfigError
-from ..runtime import RestartIntensityExceeded, Supervisor, unwrap_sole
+from ..runtime import RestartIntensityExceeded, Supervisor, raise_as_itself, unwrap_sole
 from ._actors import Handler
 from ._batch import RecordBatch
 from ._config import ConsumerConfig, StartingPosition, stream_names
@@ -51,7 +51,7 @@ from ._registration import (
     resolve_consumer_arns,
 )
 from ._shards import ShardGraph, ShardInfo
-from ._supervision import processor_spec, reader_spec, shard_supervisor
+from ._supervision import last_failure, processor_spec, reader_spec, shard_supervisor
 
 __all__ = ["Consumer"]
 
@@ -415,9 +415,10 @@ class Consumer:
 
         Batches of a shard are handled one at a time, in order, each committed when its
         handler returns; a slow handler delays only its shard. A handler's exception restarts
-        that shard's processor from its last committed position; more restarts than
-        ``restart_intensity`` allows raise :class:`RestartIntensityExceeded` from here. Returns
-        after :meth:`stop` or when the consumer closes; cancel it to stop as well.
+        that shard's processor from its last committed position. Past ``restart_intensity``,
+        the last exception is raised from here as itself (a handler's ``KeyError`` is caught by
+        ``except KeyError``), with a note saying run() gave up. Returns after :meth:`stop` or
+        when the consumer closes; cancel it to stop as well.
         """
         if not callable(handler):
             raise ConfigError(f"handler must be an async callable, got {handler!r}")
@@ -436,6 +437,8 @@ class Consumer:
                     await self._done.wait()
                     stopping.cancel()
                     await anyio.lowlevel.checkpoint()
+        except RestartIntensityExceeded as gave_up:
+            raise_as_itself(last_failure(gave_up))
         finally:
             self._processors = None
         if self._failure is not None:

@@ -34,7 +34,7 @@ from typing import Any
 import anyio
 
 from .. import errors
-from ..client import KinesisClient
+from ..client import KinesisClient, is_retryable
 from ._config import StartingPosition
 from ._metrics import ShardMetrics
 from ._poison import screen
@@ -244,7 +244,9 @@ class EfoReader:
             raise unreadable(
                 self._stream, self._shard_id, self._position, "the stream no longer exists", gone
             ) from exc
-        except (errors.TransportError, errors.ServiceError):
+        except (errors.TransportError, errors.ServiceError) as failed:
+            if not is_retryable(failed):
+                raise  # a certificate that fails verification: permanent (lesson 34)
             listed = True  # unknown: count it as an open shard's failure, retry, bounded
         if not listed:
             log.info("%s/%s is no longer listed: it expired", self._stream, self._shard_id)
@@ -370,7 +372,9 @@ class EfoReader:
             if isinstance(exc, errors.ValidationError) and position.sequence_number is not None:
                 # InvalidArgument for a sequence number: not this shard's (lesson 31).
                 raise unreadable(self._stream, self._shard_id, position, str(exc), exc) from exc
-            if isinstance(exc, errors.KinesisError) and not isinstance(exc, errors.ConfigError):
+            if isinstance(exc, errors.KinesisError) and not isinstance(
+                exc, errors.ConfigError | errors.CertificateError
+            ):
                 self._metrics.transient_errors += 1
                 self._count("error")
                 self._failed(exc)

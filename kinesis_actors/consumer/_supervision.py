@@ -20,13 +20,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..runtime import Backoff, ChildSpec, Restart, StopOrder, Strategy, Supervisor
+from ..runtime import (
+    Backoff,
+    ChildSpec,
+    Restart,
+    RestartIntensityExceeded,
+    StopOrder,
+    Strategy,
+    Supervisor,
+)
 from ._actors import Handler, ProcessorActor, ReaderActor, ReaderFactory
 from ._batch import RecordBatch
 from ._efo import DISPOSE_TIMEOUT
 from ._pipeline import ShardPipeline
 
-__all__ = ["processor_spec", "reader_spec", "shard_supervisor"]
+__all__ = ["last_failure", "processor_spec", "reader_spec", "shard_supervisor"]
 
 RESTART_BACKOFF = Backoff(initial=0.05, maximum=2.0)
 
@@ -67,6 +75,26 @@ def reader_spec(
         shutdown_timeout=0.0,
         cleanup_timeout=close,
     )
+
+
+def last_failure(gave_up: RestartIntensityExceeded) -> BaseException:
+    """What :meth:`Consumer.run` raises when its processors give up: the last exception itself
+    (most often the handler's own), noted with the restarts the supervisor counted.
+
+    A user's exception is the user's (issue 14): ``except KeyError`` around ``run()`` catches
+    the handler's ``KeyError``. ``RestartIntensityExceeded`` is kept for failures that are
+    the library's (the readers'), where no exception of the user's is behind them.
+    """
+    if not gave_up.causes:
+        return gave_up
+    last = gave_up.causes[-1]
+    others = len(gave_up.causes) - 1
+    last.add_note(
+        f"kinesis-actors: run() gave up: more than {gave_up.max_restarts} restart(s) of the "
+        f"shard processors within {gave_up.period} s (restart_intensity); "
+        f"{others} earlier failure(s) in that window"
+    )
+    return last
 
 
 def processor_spec(

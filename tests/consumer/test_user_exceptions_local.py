@@ -7,12 +7,13 @@ On asyncio and trio (the ``anyio_backend`` fixture), polling and EFO.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import anyio
 import pytest
 
 from kinesis_actors import KinesisClient, LocalKinesis, errors
-from kinesis_actors.consumer import Consumer, ConsumerConfig, StartingPosition
+from kinesis_actors.consumer import Consumer, ConsumerConfig, RecordBatch, StartingPosition
 
 pytestmark = pytest.mark.anyio
 
@@ -106,3 +107,26 @@ async def test_an_unknown_stream_is_the_typed_error(kinesis: KinesisClient, mode
     with anyio.fail_after(60), pytest.raises(errors.ResourceNotFoundError):
         async with Consumer(kinesis, "no-such-stream-here", config(mode)):
             pytest.fail("the consumer opened")  # pragma: no cover
+
+
+async def test_a_handlers_key_error_past_the_restart_intensity_is_caught_as_itself(
+    kinesis: KinesisClient, stream_name: str, mode: str
+) -> None:
+    await _stream_with_a_record(kinesis, stream_name)
+    raised: list[KeyError] = []
+
+    async def handler(batch: RecordBatch) -> None:
+        raised.append(KeyError(f"attempt {len(raised)}"))
+        raise raised[-1]
+
+    settings = replace(config(mode), restart_intensity=(2, 30.0))
+    with anyio.fail_after(60):
+        async with Consumer(kinesis, stream_name, settings) as consumer:
+            try:
+                await consumer.run(handler)
+            except KeyError as caught:
+                assert caught is raised[-1]
+                assert any("run() gave up" in note for note in caught.__notes__)
+            else:  # pragma: no cover - the assertion's message
+                pytest.fail("run() returned")
+    assert len(raised) == 3  # the first try and two restarts
