@@ -8,7 +8,7 @@ writers) and raises :class:`~kinesis_actors.errors.ConfigError` naming the optio
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -60,7 +60,7 @@ class Connection:
     region: str = "us-east-1"
     endpoint_url: str | None = None
     verify: bool = True
-    credentials: tuple[str, str] | tuple[str, str, str] | None = None
+    credentials: tuple[str, str] | tuple[str, str, str] | None = field(default=None, repr=False)
 
     def client_kwargs(self) -> dict[str, Any]:
         return {

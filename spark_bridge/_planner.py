@@ -33,6 +33,7 @@ import anyio
 from anyio.from_thread import start_blocking_portal
 
 from kinesis_actors import KinesisClient
+from kinesis_actors.client import is_retryable
 from kinesis_actors.errors import (
     KinesisError,
     MalformedReplyError,
@@ -156,6 +157,8 @@ class Planner:
                     TransportError,
                     ResourceNotFoundError,
                 ) as exc:
+                    if isinstance(exc, TransportError) and not is_retryable(exc):
+                        raise  # a certificate that fails verification (lesson 34)
                     if stream in state.listed_at:
                         log.warning("listing %s failed (%s); using the last listing", stream, exc)
                         break

@@ -562,3 +562,19 @@ def test_to_spark_batch_of_an_empty_batch() -> None:
     converted = to_spark_batch(empty)
     assert converted.num_rows == 0
     assert converted.schema == SPARK_ARROW_SCHEMA
+
+
+# --- secrets -------------------------------------------------------------------------------
+
+
+def test_no_secret_in_the_repr_of_any_options_object() -> None:
+    """One log line with the options must not leak the key (issue 16, item 5)."""
+    secret, token = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "FwoGZXIvYXdzEXAMPLETOKEN"
+    given = {"awsAccessKeyId": "AKIDEXAMPLE", "awsSecretKey": secret, "sessionToken": token}
+    for options in (source(**given), sink(**given), parse_connection(given)):
+        text = f"{options!r} {options!s}"
+        assert secret not in text
+        assert token not in text
+        connection = options if isinstance(options, Connection) else options.connection
+        assert connection.credentials == ("AKIDEXAMPLE", secret, token)  # kept, just not shown
+        assert pickle.loads(pickle.dumps(options)) == options  # still shipped to executors
