@@ -23,7 +23,7 @@ import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from kinesis_actors import Consumer, ConsumerConfig, KinesisClient
-from kinesis_actors.consumer._positions import ShardKey
+from kinesis_actors.consumer import ShardKey
 
 from ._options import SourceOptions
 from ._stage import Plan, Stage

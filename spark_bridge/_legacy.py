@@ -37,8 +37,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from kinesis_actors import KinesisClient, StartingPosition
-from kinesis_actors.consumer._discovery import list_shards
-from kinesis_actors.consumer._positions import POSITIONS_VERSION
+from kinesis_actors.consumer import POSITIONS_VERSION, list_shards
 
 from ._driver import DriverConsumer, canonical
 from ._options import Connection, SourceOptions

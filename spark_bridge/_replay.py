@@ -18,10 +18,15 @@ import anyio
 import pyarrow as pa
 
 from kinesis_actors import KinesisClient, StartingPosition
-from kinesis_actors.consumer._metrics import ShardMetrics
-from kinesis_actors.consumer._pacing import PacingSettings, ReadPacer
-from kinesis_actors.consumer._positions import SavedShard, order, resume_from
-from kinesis_actors.consumer._reader import PollingReader
+from kinesis_actors.consumer import (
+    PacingSettings,
+    PollingReader,
+    ReadPacer,
+    SavedShard,
+    ShardMetrics,
+    resume_from,
+)
+from kinesis_actors.consumer import position_order as order
 from kinesis_actors.errors import KinesisError
 from kinesis_actors.records import Position, build_record_batch
 

@@ -27,12 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kinesis_actors.consumer._positions import (
-    SavedShard,
-    ShardKey,
-    encode_positions,
-    parse_positions,
-)
+from kinesis_actors.consumer import SavedShard, ShardKey, encode_positions, parse_positions
 from kinesis_actors.records import Position
 
 __all__ = ["Plan", "Stage", "StagedItem"]

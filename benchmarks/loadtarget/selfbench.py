@@ -117,7 +117,7 @@ def bench_get_records(seconds: float, size: int) -> dict[str, float]:
 
 async def _subscribe(target: LoadTarget, seconds: float) -> tuple[int, int]:
     from kinesis_actors import KinesisClient  # noqa: PLC0415
-    from kinesis_actors.client._h2stream import H2Stream  # noqa: PLC0415
+    from kinesis_actors.client import H2Stream  # noqa: PLC0415
 
     async with target.client() as client:
         consumer = await client.call(

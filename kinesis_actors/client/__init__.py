@@ -1,7 +1,22 @@
-"""The async Kinesis client: transport, signing, protocol, retries and typed errors."""
+"""The async Kinesis client: transport, signing, protocol, retries and typed errors.
+
+* :class:`KinesisClient` - ``call(operation, params)`` for any Kinesis operation (JSON 1.1,
+  SigV4, pooled HTTP/1.1 by default, HTTP/2 opt-in with ``ClientConfig.http2``), retried per
+  :class:`RetryPolicy`; ``send(request)`` for a request built with the codec;
+  ``async with client.subscribe_to_shard(...)`` yields a :class:`Subscription`, an async
+  iterator of SubscribeToShard events; ``stats`` is a :class:`ClientStats`.
+* :class:`ClientConfig`, :class:`RetrySettings`, :data:`DEFAULT_RETRY_SETTINGS` - settings;
+  :func:`is_retryable` - the retry classification, for callers that own their retries.
+* :class:`ProtocolCodec` / :class:`EncodedRequest` - the sans-IO encoding and decoding the
+  client uses, for callers that build a request themselves (the producer's PutRecords).
+* :class:`H2Stream` - the transport under :class:`Subscription`: one HTTP/2 request with a
+  streamed response on a TLS connection of its own, its receive window advertised in SETTINGS
+  and its socket read only on demand (the benchmark load target's self-benchmark drives it).
+"""
 
 from ._client import ClientStats, KinesisClient
 from ._config import ClientConfig
+from ._h2stream import H2Stream
 from ._protocol import EncodedRequest, ProtocolCodec
 from ._retry import DEFAULT_RETRY_SETTINGS, RetryPolicy, RetrySettings, is_retryable
 from ._subscription import Subscription
@@ -11,6 +26,7 @@ __all__ = [
     "ClientConfig",
     "ClientStats",
     "EncodedRequest",
+    "H2Stream",
     "KinesisClient",
     "ProtocolCodec",
     "RetryPolicy",
