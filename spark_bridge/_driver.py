@@ -1,13 +1,14 @@
 """The driver's consumer: the library's ``Consumer`` on its own event loop thread, staging reads.
 
-Spark keeps one long-lived Python process per streaming query for the reader's driver side
-(``latestOffset``, ``partitions``, ``commit``). This module runs an actor :class:`Consumer`
-there, on an anyio event loop in a daemon thread behind a blocking portal, started from the
-offset Spark asked for. Each batch is staged and committed to the consumer at once: the
-consumer's own positions do not matter here, Spark's offset log does. Staging is bounded in
-records and bytes; while it is full the loop stops taking batches, so the consumer's
-per-shard buffers fill and its readers stop reading (memory stays O(shards x prefetch +
-staging bound)).
+Part of the previous source, ``readPath=driver`` (``_legacy``); the default source plans on the
+driver and reads on the executors (``_source``) and does not use it. Spark keeps one long-lived
+Python process per streaming query for the reader's driver side (``latestOffset``,
+``partitions``, ``commit``). This module runs an actor :class:`Consumer` there, on an anyio
+event loop in a daemon thread behind a blocking portal, started from the offset Spark asked
+for. Each batch is staged and committed to the consumer at once: the consumer's own positions
+do not matter here, Spark's offset log does. Staging is bounded in records and bytes; while it
+is full the loop stops taking batches, so the consumer's per-shard buffers fill and its readers
+stop reading (memory stays O(shards x prefetch + staging bound)).
 """
 
 from __future__ import annotations

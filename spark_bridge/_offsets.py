@@ -20,7 +20,8 @@ before the cut when ``(its sequence, its sub-sequence) <= (sequence, sub)``, wit
 Version 2 documents also carry each stream's identity (ARN and creation time, from
 DescribeStreamSummary), so an offset of a stream that was deleted and created again under
 the same name is refused rather than read as if nothing happened (lesson 31). Version 1
-documents (today's checkpoints) have no identity and still load.
+documents (checkpoints written before the executors read, or by ``readPath=driver``) have
+no identity and still load.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
-"""Reading one shard's exact range on an executor: the replay path of the source.
+"""Reading one shard's exact range on an executor: the replay path of ``readPath=driver``.
 
-When the driver restarts, the micro-batch at the end of Spark's offset log is run again from
-its start and end offsets alone: the staged rows are gone with the old driver. Each
-partition then reads its shard from Kinesis with GetRecords, from the start entry to the end
-entry, and yields exactly the rows the first run had. The read is bounded in time; a range
-that cannot be completed (records past the stream's retention, a mismatched offset) fails the
-task with a message rather than yielding something else.
+The previous source (``_legacy``) ships staged rows in its partitions; the default source reads
+every range on the executors (``_range``) and does not use this module. When the driver
+restarts, the micro-batch at the end of Spark's offset log is run again from its start and end
+offsets alone: the staged rows are gone with the old driver. Each partition then reads its
+shard from Kinesis with GetRecords, from the start entry to the end entry, and yields exactly
+the rows the first run had. The read is bounded in time; a range that cannot be completed
+(records past the stream's retention, a mismatched offset) fails the task with a message rather
+than yielding something else.
 """
 
 from __future__ import annotations

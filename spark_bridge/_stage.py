@@ -1,11 +1,12 @@
 """The staging area between the driver's consumer and Spark's micro-batches. Sans-IO.
 
-The driver's consumer appends each shard's batches, and a marker when a shard is finished, in
-arrival order. ``take`` cuts the next micro-batch: it walks the staged items oldest first,
-takes whole batches (slicing the last one at the read limit), and returns the end offset,
-which is the start offset with every shard it touched moved to its last taken row, or
-marked finished. An offset is the consumer's positions document, so everything that decides
-a micro-batch's end lives in Spark's offset log and nowhere else (lesson 24).
+Part of the previous source, ``readPath=driver`` (``_legacy``, with ``_driver``). The driver's
+consumer appends each shard's batches, and a marker when a shard is finished, in arrival order.
+``take`` cuts the next micro-batch: it walks the staged items oldest first, takes whole batches
+(slicing the last one at the read limit), and returns the end offset, which is the start offset
+with every shard it touched moved to its last taken row, or marked finished. An offset is the
+consumer's positions document, so everything that decides a micro-batch's end lives in Spark's
+offset log and nowhere else (lesson 24).
 
 Rules that keep a replay identical and order intact:
 

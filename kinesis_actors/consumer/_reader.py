@@ -1,10 +1,10 @@
 """Shard readers: where raw Kinesis records come from, one shard at a time.
 
 :class:`ShardReader` is the interface the consumer core drives; :class:`PollingReader`
-implements it with GetShardIterator/GetRecords. An Enhanced Fan-Out reader (next issue)
-implements the same interface over SubscribeToShard: every ``read()`` returns the records of
-one response or event, the service's ``MillisBehindLatest``, and whether the shard ended
-(with its children).
+implements it with GetShardIterator/GetRecords; :class:`~kinesis_actors.consumer.EfoReader`
+(``_efo``) implements the same interface over SubscribeToShard. Every ``read()`` returns the
+records of one response or event, the service's ``MillisBehindLatest``, and whether the shard
+ended (with its children).
 
 A reader owns its iterator and its read position, so the core never sees either: it only
 decides *when* to ask for the next read (after taking a credit) and where to restart a reader

@@ -9,7 +9,8 @@ shards. Measured against the local server with 32 EFO shards, 31 s before, about
 
 The deadlines nest, from the inside out:
 
-* the client bounds closing one subscription at :data:`SUBSCRIPTION_CLOSE` (``_h2stream``);
+* the client bounds closing one subscription at 5 s (``client/_h2stream.py``), mirrored here
+  as :data:`~._efo.SUBSCRIPTION_CLOSE`;
 * the EFO reader bounds disposing of it at :data:`~._efo.DISPOSE_TIMEOUT`, a little more;
 * a reader actor bounds closing its reader at its child's ``cleanup_timeout``, more again;
 * the supervisor waits each child's ``cleanup_timeout`` plus a grace, and the whole stop is
