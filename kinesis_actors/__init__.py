@@ -1,6 +1,15 @@
 """kinesis-actors: an actor runtime for AWS Kinesis Data Streams on anyio.
 
-The public surface is re-exported here; everything in underscore modules is private.
+The names most programs need are re-exported here. The rest of the public surface is what
+each layer's package exports in its ``__all__`` (:mod:`kinesis_actors.client`,
+:mod:`~kinesis_actors.consumer`, :mod:`~kinesis_actors.producer`,
+:mod:`~kinesis_actors.records`, :mod:`~kinesis_actors.runtime`,
+:mod:`~kinesis_actors.metrics`) and the public modules :mod:`kinesis_actors.errors`,
+:mod:`kinesis_actors.sync`, :mod:`kinesis_actors.local` and
+:mod:`kinesis_actors.metrics.otel`. Everything in underscore modules is private: other
+packages (``spark_bridge``, the benchmarks) and the other layers import only the public names
+(``tests/test_import_boundaries.py`` checks it). ``_validate`` is private to this package, the
+configuration checks its layers share.
 """
 
 from . import errors
