@@ -28,6 +28,7 @@ from ._validate import check_non_negative, check_stream_name
 from .client import ClientConfig, KinesisClient
 from .errors import ConfigError, KinesisError, ProducerClosedError
 from .producer import Producer, ProducerConfig, ProducerMetrics, PutHandle, StreamInfo
+from .runtime import unwrap_sole
 
 __all__ = ["SyncProducer"]
 
@@ -151,6 +152,10 @@ class SyncProducer:
         """
         if timeout is not None:
             check_non_negative("SyncProducer.close timeout", timeout)
+        self._close(timeout, self._closed_error(f"closed after its {timeout}s timeout"))
+
+    def _close(self, timeout: float | None, error: ProducerClosedError) -> None:
+        """Close, failing with ``error`` what is not settled within ``timeout`` seconds."""
         if self._closed:
             return
         self._closed = True
@@ -162,14 +167,14 @@ class SyncProducer:
             if self._lock.acquire(timeout=-1 if wait is None else wait):
                 try:
                     batch, self._pending = self._pending, []
-                    self._portal.call(self._close_within, batch, _remaining(deadline))
+                    self._portal.call(self._close_within, batch, _remaining(deadline), error)
                 finally:
                     self._lock.release()
             else:
-                self._portal.call(self._abort, timeout)
+                self._portal.call(self._producer._abort, error)
                 with self._lock:
                     batch, self._pending = self._pending, []
-                self._fail(batch, self._closed_error(timeout))
+                self._fail(batch, error)
         finally:
             self._stack.close()
 
@@ -177,17 +182,16 @@ class SyncProducer:
         if self._closed:
             raise ProducerClosedError(f"SyncProducer for {self._producer.stream!r} is closed")
 
-    def _closed_error(self, timeout: float | None) -> ProducerClosedError:
+    def _closed_error(self, why: str) -> ProducerClosedError:
         return ProducerClosedError(
-            f"SyncProducer for {self._producer.stream!r} closed after its {timeout}s timeout "
-            "before this record was acknowledged"
+            f"SyncProducer for {self._producer.stream!r} {why} before this record was acknowledged"
         )
 
-    def _abort(self, timeout: float | None) -> None:
-        self._producer._abort(self._closed_error(timeout))
-
-    async def _close_within(self, batch: list[_Item], seconds: float | None) -> None:
-        """Admit ``batch`` and wait until everything is settled; past ``seconds``, abort.
+    async def _close_within(
+        self, batch: list[_Item], seconds: float | None, error: ProducerClosedError
+    ) -> None:
+        """Admit ``batch`` and wait until everything is settled; past ``seconds``, abort with
+        ``error``.
 
         The admitting and flushing task is not cancelled at the deadline (a cancelled admit
         would leave its records in limbo): the abort fails what is left, which ends it.
@@ -203,12 +207,13 @@ class SyncProducer:
             finally:
                 done.set()
 
-        async with anyio.create_task_group() as task_group:
-            task_group.start_soon(admit_and_flush)
-            with anyio.move_on_after(math.inf if seconds is None else seconds):
-                await done.wait()
-            if not done.is_set():
-                self._abort(seconds)
+        with unwrap_sole():  # a bug of ours as itself, not a group of one
+            async with anyio.create_task_group() as task_group:
+                task_group.start_soon(admit_and_flush)
+                with anyio.move_on_after(math.inf if seconds is None else seconds):
+                    await done.wait()
+                if not done.is_set():
+                    self._producer._abort(error)
 
     @staticmethod
     def _fail(batch: list[_Item], error: BaseException) -> None:
@@ -224,13 +229,24 @@ class SyncProducer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc_type is None:
+        """Leave the block: normally, :meth:`close`; because of an exception, a bounded close.
+
+        An :class:`Exception` gives the records put so far ``config.exit_grace`` to be
+        acknowledged, any other exception (``KeyboardInterrupt``, ``SystemExit``) none; what
+        is left fails with ProducerClosedError, as in ``close(timeout=...)``. The exception
+        then leaves as itself: it never enters the loop thread (there a ``SystemExit`` would
+        stop the loop and reach the caller as "This portal is not running"), and a failure
+        of ours while closing is on the handles, not raised over the block's own.
+        """
+        if exc is None:
             self.close()
             return
-        self._closed = True
-        with contextlib.suppress(Exception), self._lock:  # the block's own error wins
-            self._submit()
-        self._stack.__exit__(exc_type, exc, tb)
+        grace, why = 0.0, f"left its block on {type(exc).__name__}"
+        if isinstance(exc, Exception):
+            grace = self._producer.config.exit_grace
+            why += f" (exit_grace={grace}s)"
+        with contextlib.suppress(KinesisError):  # the block's own exception wins
+            self._close(grace, self._closed_error(why))
 
     def _submit(self) -> None:
         """Hand the buffer to the loop. Callers hold ``_lock``: batches enter in put order."""

@@ -70,6 +70,19 @@ class ProducerConfig:
       failure reaches only that record's handle and the ``records_failed`` metric.
     - ``shard_map_min_refresh_interval`` (1 s): the shard map is listed again when a record
       lands on a shard other than the predicted one, at most this often.
+
+    Leaving:
+
+    - ``exit_grace`` (1 s): leaving the block because of an exception (the user's, or a
+      typed error of ours such as ProducerFailedError) stops taking records at once and gives
+      what was accepted at most this long to be acknowledged (waiting records are sent at
+      once, as by ``flush``); then every record not settled fails with
+      :class:`~kinesis_actors.errors.ProducerClosedError` and the exception leaves as itself.
+      A second is a round trip or more of a healthy stream, so a block that fails for a
+      reason of its own loses nothing it put; a stream that throttles every call cannot hold
+      the exception back (unbounded, it waited past 60 s). 0 fails them at once, as
+      ``KeyboardInterrupt``, ``SystemExit`` and cancellation always do. A normal exit waits
+      for every record, however long.
     """
 
     queue_limit_records: int = 10_000
@@ -89,6 +102,7 @@ class ProducerConfig:
     backpressure_warning_after: float = 1.0
     backpressure_warning_interval: float = 10.0
     shard_map_min_refresh_interval: float = 1.0
+    exit_grace: float = 1.0
 
     def __post_init__(self) -> None:
         check_positive("ProducerConfig.queue_limit_records", self.queue_limit_records, integer=True)
@@ -132,3 +146,4 @@ class ProducerConfig:
         check_non_negative(
             "ProducerConfig.shard_map_min_refresh_interval", self.shard_map_min_refresh_interval
         )
+        check_non_negative("ProducerConfig.exit_grace", self.exit_grace)

@@ -24,6 +24,7 @@ from .. import errors
 from .._validate import check_stream_name
 from ..client import RetrySettings
 from ..records import ShardMap
+from ..runtime import unwrap_sole
 from ._admission import Admission
 from ._config import ProducerConfig
 from ._handle import PutHandle, PutResult
@@ -189,14 +190,25 @@ class Producer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
+        """Leave the block: normally, flush; because of an exception, stop within a bound.
+
+        A normal exit waits until every accepted record is acknowledged or has failed, then
+        raises :class:`~kinesis_actors.errors.ProducerFailedError` if one failed for good. An
+        :class:`Exception` leaving the block stops taking records and gives those accepted
+        ``config.exit_grace`` to settle; any other exception (cancellation,
+        ``KeyboardInterrupt``, ``SystemExit``) none. What is left fails with
+        ProducerClosedError, and the exception leaves as itself, never in a group.
+        """
         task_group = self._task_group
         if task_group is None:
             self._state = "closed"
             return None
         try:
-            if exc_type is None or issubclass(exc_type, Exception):
+            if exc is None:
                 self._state = "closing"
                 await self._wait_settled(self._epoch)
+            elif isinstance(exc, Exception):
+                await self._settle_within(self._config.exit_grace, exc)
         finally:
             self._state = "closed"
             self._admission.close()  # a put still waiting for room fails, typed
@@ -205,11 +217,35 @@ class Producer:
                 pipeline.drain(
                     errors.ProducerClosedError(f"producer for {self._stream!r} closed first")
                 )
-            task_group.cancel_scope.cancel()
-            suppressed = await task_group.__aexit__(exc_type, exc, tb)
+            task_group.cancel_scope.cancel()  # in-flight senders abandon their calls
+            with unwrap_sole():  # the block's own exception as itself, not a group of one
+                suppressed = await task_group.__aexit__(exc_type, exc, tb)
         if exc_type is None and self._failure is not None:
             raise self._failed_error()
         return suppressed
+
+    async def _settle_within(self, grace: float, cause: BaseException) -> None:
+        """Leaving on ``cause``: take no more records, and wait at most ``grace`` seconds for
+        the accepted ones (waiting records are sent at once, as by ``flush``).
+
+        Without the bound, a block that raised under a stream throttling every call never
+        left (measured: still waiting after 60 s). What is still unsettled after ``grace`` is
+        failed by the caller's drain and the senders' cancellation.
+        """
+        self._state = "closing"
+        self._admission.close()  # puts waiting for room in other tasks fail now
+        if not self._epoch_outstanding:
+            return
+        with anyio.move_on_after(grace):
+            await self._wait_settled(self._epoch)
+        if self._epoch_outstanding:
+            self._abort(
+                errors.ProducerClosedError(
+                    f"producer for {self._stream!r} left its block on "
+                    f"{type(cause).__name__} before this record was acknowledged "
+                    f"(exit_grace={grace}s)"
+                )
+            )
 
     async def put(
         self, data: bytes, partition_key: str, explicit_hash_key: str | None = None
@@ -456,7 +492,12 @@ class Producer:
                 if call is None:
                     break
                 self._in_flight += 1
-                task_group.start_soon(self._send, call)
+                # Registered before the task runs, so an abort in between cancels it too (a
+                # sender not yet started sent its call after the abort, into a drained
+                # pipeline, and the close with exit_grace=0 waited forever).
+                scope = anyio.CancelScope()
+                self._senders.add(scope)
+                task_group.start_soon(self._send, call, scope)
             wakeup = pipeline.next_wakeup(now, force=force)
             if self._in_flight >= limit:
                 wakeup = None  # a finishing call wakes us
@@ -466,12 +507,11 @@ class Producer:
             with anyio.move_on_after(timeout):
                 await self._wake.wait()
 
-    async def _send(self, call: Call) -> None:
+    async def _send(self, call: Call, scope: anyio.CancelScope) -> None:
+        """Send one call inside ``scope``, which _abort cancels (not the task group's host)."""
         pipeline = self._pipeline
         assert pipeline is not None
         settled = False
-        scope = anyio.CancelScope()  # _abort cancels the senders, not the task group's host
-        self._senders.add(scope)
         try:
             with scope:
                 client = self._client
