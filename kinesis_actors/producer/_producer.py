@@ -2,9 +2,9 @@
 
 ``put`` validates the record, takes room in the bounded queue (waiting while there is none:
 that is the backpressure, lesson 16), and hands the record to the sans-IO :class:`Pipeline`.
-One dispatcher task asks the pipeline for calls and starts a sender task per call, at most
-``max_in_flight_calls`` at once; each sender's outcome goes back into the pipeline, which
-settles every record's handle exactly once and gives its room back to the queue.
+The sender actor (``_sender.py``) asks the pipeline for calls and sends them, at most
+``max_in_flight_calls`` at once; each outcome goes back into the pipeline, which settles
+every record's handle exactly once (here, in ``_settle``) and gives its room back to the queue.
 
 All of it runs in a task group owned by ``async with Producer(...)``: a bug in the dispatcher
 or a sender fails the producer and the block, never a record silently.
@@ -22,15 +22,14 @@ from anyio.abc import TaskGroup
 
 from .. import errors
 from .._validate import check_stream_name
-from ..client import RetrySettings
 from ..records import ShardMap
 from ..runtime import unwrap_sole
 from ._admission import Admission
 from ._config import ProducerConfig
 from ._handle import PutHandle, PutResult
 from ._metrics import ProducerMetrics
-from ._pipeline import Call, Entry, Pipeline
-from ._retries import put_records_results
+from ._pipeline import Entry, Pipeline
+from ._sender import Sender
 from ._setup import new_pipeline
 from ._stream import DEFAULT_MAX_RECORD_BYTES, StreamInfo, describe_stream, list_open_shards
 from ._validation import prepare_record
@@ -43,10 +42,6 @@ __all__ = ["Producer"]
 log = logging.getLogger("kinesis_actors.producer")
 
 _CHECKPOINT_EVERY = 64  # puts that never wait still yield to the loop this often
-
-# The producer owns PutRecords retries (lesson 32): one client attempt per producer attempt,
-# so record_ttl holds, attempts are counted right, and every throttle reaches the pacing.
-_ONE_ATTEMPT = RetrySettings(max_retries=0)
 
 
 class Producer:
@@ -85,21 +80,16 @@ class Producer:
         self._admission = Admission(config.queue_limit_records, config.queue_limit_bytes)
         self._pipeline: Pipeline | None = None
         self._task_group: TaskGroup | None = None
-        self._wake: anyio.Event | None = None
         self._state = "new"
         self._stream_info = stream_info
         self._max_record_bytes = DEFAULT_MAX_RECORD_BYTES
         self._record_distribution = "USER_PARTITION_KEY"
         self._failure: BaseException | None = None
-        self._in_flight = 0
-        self._senders: set[anyio.CancelScope] = set()  # one per call in flight
-        self._flushing = 0
+        self._sender: Sender | None = None
         self._epoch = 0
         self._epoch_outstanding: dict[int, int] = {}
         self._settled: anyio.Event | None = None
         self._open_shards = 1
-        self._refreshing = False
-        self._next_refresh = 0.0
         self._last_backpressure_warning = -math.inf
         self._last_failure_log = -math.inf
         self._puts_since_checkpoint = 0
@@ -109,9 +99,6 @@ class Producer:
                 "records_put",
                 "records_sent",
                 "records_failed",
-                "calls",
-                "failed_calls",
-                "shard_map_refreshes",
             ),
             0,
         )
@@ -143,6 +130,7 @@ class Producer:
     def metrics(self) -> ProducerMetrics:
         """A snapshot of the counters (see :class:`ProducerMetrics`)."""
         pipeline = self._pipeline
+        sender = self._sender
         counters = self._counters
         admission = self._admission
         return ProducerMetrics(
@@ -157,30 +145,30 @@ class Producer:
             records_failed=counters["records_failed"],
             retries=pipeline.retries if pipeline else 0,
             throttled=pipeline.throttled if pipeline else 0,
-            calls=counters["calls"],
-            failed_calls=counters["failed_calls"],
+            calls=sender.calls if sender else 0,
+            failed_calls=sender.failed_calls if sender else 0,
             kinesis_records_sent=pipeline.kinesis_records_sent if pipeline else 0,
             bytes_sent=pipeline.bytes_sent if pipeline else 0,
             mispredicted=pipeline.mispredicted if pipeline else 0,
-            shard_map_refreshes=counters["shard_map_refreshes"],
-            in_flight_calls=self._in_flight,
+            shard_map_refreshes=sender.shard_map_refreshes if sender else 0,
+            in_flight_calls=sender.in_flight if sender else 0,
         )
 
     async def __aenter__(self) -> Self:
         if self._state != "new":
             raise RuntimeError("a Producer can be opened once")
         self._state = "opening"
-        self._wake = anyio.Event()
         self._settled = anyio.Event()
         await self._describe_stream()
         pipeline = self._new_pipeline()
         if self._record_distribution != "AUTO":
-            pipeline.set_shard_map(await self._list_shards())
+            pipeline.set_shard_map(await list_open_shards(self._client, self._stream))
         self._pipeline = pipeline
+        sender = self._sender = Sender(self._client, self._stream, self._config, pipeline)
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group
-        task_group.start_soon(self._dispatch, name=f"producer-dispatch[{self._stream}]")
+        task_group.start_soon(sender.run, task_group, name=f"producer-dispatch[{self._stream}]")
         self._state = "open"
         return self
 
@@ -290,8 +278,8 @@ class Producer:
         self._admission.close()
         if self._pipeline is not None:
             self._pipeline.drain(error)
-        for scope in self._senders:
-            scope.cancel()  # each sender abandons its call
+        if self._sender is not None:
+            self._sender.cancel_calls()  # each sender abandons its call
 
     # -- intake -----------------------------------------------------------------------------
 
@@ -348,7 +336,8 @@ class Producer:
         )
         assert self._pipeline is not None
         if self._pipeline.add(entry):
-            self._wake_dispatcher()
+            assert self._sender is not None
+            self._sender.wake()
 
     def _check_open(self) -> None:
         if self._state != "open":
@@ -457,8 +446,10 @@ class Producer:
 
     async def _wait_settled(self, target: int) -> None:
         """Wait until no record of epoch ``target`` or earlier is outstanding."""
-        self._flushing += 1
-        self._wake_dispatcher()
+        sender = self._sender
+        assert sender is not None
+        sender.flushing += 1
+        sender.wake()
         try:
             while any(epoch <= target for epoch in self._epoch_outstanding):
                 # Shared by concurrent flushes: replacing an unset event would strand the
@@ -467,80 +458,7 @@ class Producer:
                     self._settled = anyio.Event()
                 await self._settled.wait()
         finally:
-            self._flushing -= 1
-
-    # -- the sender actor -------------------------------------------------------------------
-
-    def _wake_dispatcher(self) -> None:
-        if self._wake is not None:
-            self._wake.set()
-
-    async def _dispatch(self) -> None:
-        pipeline = self._pipeline
-        task_group = self._task_group
-        assert pipeline is not None and task_group is not None
-        limit = self._config.max_in_flight_calls
-        while True:
-            self._wake = anyio.Event()
-            now = anyio.current_time()
-            if pipeline.needs_refresh and not self._refreshing and now >= self._next_refresh:
-                self._refreshing = True
-                task_group.start_soon(self._refresh_shard_map)
-            force = self._flushing > 0
-            while self._in_flight < limit:
-                call = pipeline.next_call(now, force=force)
-                if call is None:
-                    break
-                self._in_flight += 1
-                # Registered before the task runs, so an abort in between cancels it too (a
-                # sender not yet started sent its call after the abort, into a drained
-                # pipeline, and the close with exit_grace=0 waited forever).
-                scope = anyio.CancelScope()
-                self._senders.add(scope)
-                task_group.start_soon(self._send, call, scope)
-            wakeup = pipeline.next_wakeup(now, force=force)
-            if self._in_flight >= limit:
-                wakeup = None  # a finishing call wakes us
-            if pipeline.needs_refresh and not self._refreshing:
-                wakeup = self._next_refresh if wakeup is None else min(wakeup, self._next_refresh)
-            timeout = math.inf if wakeup is None else max(0.0, wakeup - now)
-            with anyio.move_on_after(timeout):
-                await self._wake.wait()
-
-    async def _send(self, call: Call, scope: anyio.CancelScope) -> None:
-        """Send one call inside ``scope``, which _abort cancels (not the task group's host)."""
-        pipeline = self._pipeline
-        assert pipeline is not None
-        settled = False
-        try:
-            with scope:
-                client = self._client
-                response = await client.send(
-                    client.codec.encode_put_records(self._stream, call.records()),
-                    retry=_ONE_ATTEMPT,
-                )
-                results = put_records_results(response)
-        except errors.KinesisError as exc:  # a MalformedReplyError: an unknown outcome
-            self._counters["failed_calls"] += 1
-            pipeline.fail(call, exc, anyio.current_time())
-            settled = True
-        else:
-            if not scope.cancelled_caught:
-                self._counters["calls"] += 1
-                pipeline.complete(call, results, anyio.current_time())
-                settled = True
-        finally:
-            self._senders.discard(scope)
-            if not settled:
-                pipeline.abandon(
-                    call,
-                    errors.ProducerClosedError(
-                        f"producer for {self._stream!r} stopped while this record was in "
-                        "flight: it may or may not have been written"
-                    ),
-                )
-            self._in_flight -= 1
-            self._wake_dispatcher()
+            sender.flushing -= 1
 
     # -- the stream -------------------------------------------------------------------------
 
@@ -555,21 +473,3 @@ class Producer:
         self._max_record_bytes = info.max_record_bytes
         self._record_distribution = info.record_distribution
         self._open_shards = info.open_shards
-
-    async def _list_shards(self) -> ShardMap:
-        return await list_open_shards(self._client, self._stream)
-
-    async def _refresh_shard_map(self) -> None:
-        pipeline = self._pipeline
-        assert pipeline is not None
-        try:
-            shard_map = await self._list_shards()
-        except errors.KinesisError as exc:
-            log.warning("producer for stream %r could not list shards: %s", self._stream, exc)
-        else:
-            pipeline.set_shard_map(shard_map)
-            self._counters["shard_map_refreshes"] += 1
-        finally:
-            self._refreshing = False
-            self._next_refresh = anyio.current_time() + self._config.shard_map_min_refresh_interval
-            self._wake_dispatcher()
