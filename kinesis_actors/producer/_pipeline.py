@@ -12,6 +12,10 @@ which then waits out a jittered backoff, so a retry is never overtaken by a late
 its key. Every record leaves through ``settle`` exactly once, acknowledged or failed with a
 typed error (lesson 18).
 
+Where records wait (domains, lanes, their states, the backoff heap) is the
+:class:`~._waiting.WaitingRoom` this class extends; here is what to send (aggregates, pacing,
+linger), what came back (acknowledgements, failures, retries) and the time-to-live.
+
 Nothing here awaits or reads a clock: the caller passes ``now`` and asks
 :meth:`Pipeline.next_wakeup` when to come back.
 """
@@ -21,24 +25,19 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from .. import errors
 from ..records import Aggregator, OutboundRecord, ShardMap
 from ._calls import Call, Entry, Part
-from ._domains import IDLE, IN_FLIGHT, READY, WAITING, Domain, Lane, key_bytes
+from ._domains import IDLE, READY, WAITING, Domain, Lane, key_bytes
 from ._handle import PutResult
 from ._ratelimit import ShardRateLimiter
 from ._retries import RecordRetries
+from ._waiting import UNPREDICTED_LANE, WHOLE_STREAM_LANE, WaitingRoom
 
 __all__ = ["UNPREDICTED_LANE", "WHOLE_STREAM_LANE", "Call", "Entry", "Part", "Pipeline", "Settle"]
-
-WHOLE_STREAM_LANE = "*"
-"""The one lane of a stream with ``AUTO`` record distribution: shards cannot be predicted."""
-
-UNPREDICTED_LANE = "?"
-"""The lane of records whose hash key no known open shard covers (a reshard is under way)."""
 
 # The smallest aggregate worth building; below it a part would be mostly overhead.
 _MIN_AGGREGATE_ROOM = 64
@@ -61,7 +60,7 @@ def _unbelievable(result: object) -> errors.MalformedReplyError:
     )
 
 
-class Pipeline:
+class Pipeline(WaitingRoom):
     """Holds every accepted, unsettled record that is not in flight, and decides what to send.
 
     ``full_records``/``full_bytes``: once this much is ready, a call goes without waiting for
@@ -97,7 +96,6 @@ class Pipeline:
         self._full_records = full_records
         self._full_bytes = full_bytes
         self._linger = linger
-        self._preserve_order = preserve_order
         self._retries = RecordRetries(
             retry_base=retry_base,
             retry_max=retry_max,
@@ -107,59 +105,20 @@ class Pipeline:
         )
         self._ttl = record_ttl
         self._batch_quantum = batch_quantum
-        self._map: ShardMap | None = None
-        self._lanes: dict[str, Lane] = {}
-        self._domains: dict[tuple[str, str | None], Domain] = {}
-        self._waiting: list[tuple[float, int, tuple[str, str | None]]] = []
-        self._waiting_seq = 0
+        super().__init__(preserve_order=preserve_order)
         self._next_sweep = 0.0
-        self.ready_records = 0
-        self.ready_bytes = 0
-        self.pending_records = 0
-        self.needs_refresh = False
         self.mispredicted = 0
         self.kinesis_records_sent = 0
         self.bytes_sent = 0
         self.retries = 0
         self.throttled = 0
 
-    # -- shard map ----------------------------------------------------------------------------
-
-    @property
-    def shard_map(self) -> ShardMap | None:
-        """The map records are predicted with; ``None`` means one lane for the whole stream."""
-        return self._map
-
-    def set_shard_map(self, shard_map: ShardMap | None) -> None:
-        """Predict with ``shard_map`` from now on: every waiting domain moves to its new lane."""
-        self._map = shard_map
-        self.needs_refresh = False
-        old = self._lanes
-        self._lanes = {}
-        for domain in self._domains.values():
-            domain.lane = self._lane(domain.hash_key)
-            domain.queued = False
-        for domain in self._domains.values():
-            if domain.state == READY:
-                domain.lane.ready.append(domain)
-                domain.queued = True
-        for shard_id, lane in old.items():
-            if shard_id in self._lanes:
-                self._lanes[shard_id].resume_at = lane.resume_at
-            else:
-                self._limiter.forget(shard_id)
-
-    def _lane(self, hash_key: int) -> Lane:
-        if self._map is None:
-            shard_id = WHOLE_STREAM_LANE
-        else:
-            shard_id = self._map.shard_for_hash_key(hash_key) or UNPREDICTED_LANE
-            if shard_id == UNPREDICTED_LANE:
-                self.needs_refresh = True
-        lane = self._lanes.get(shard_id)
-        if lane is None:
-            lane = self._lanes[shard_id] = Lane(shard_id)
-        return lane
+    def set_shard_map(self, shard_map: ShardMap | None) -> list[str]:
+        """Predict with ``shard_map`` from now on; the pacing of shards gone is forgotten."""
+        gone = super().set_shard_map(shard_map)
+        for shard_id in gone:
+            self._limiter.forget(shard_id)
+        return gone
 
     # -- intake -------------------------------------------------------------------------------
 
@@ -187,49 +146,7 @@ class Pipeline:
             or self.ready_bytes >= self._full_bytes > self.ready_bytes - entry.size
         )
 
-    def _make_ready(self, domain: Domain, *, front: bool) -> None:
-        domain.state = READY
-        self.ready_records += len(domain.entries)
-        self.ready_bytes += domain.nbytes
-        if not domain.queued:
-            domain.queued = True
-            if front:
-                domain.lane.ready.appendleft(domain)
-            else:
-                domain.lane.ready.append(domain)
-
-    def _leave_ready(self, domain: Domain, state: int) -> None:
-        if domain.state == READY:
-            self.ready_records -= len(domain.entries)
-            self.ready_bytes -= domain.nbytes
-        domain.state = state
-        if state == IDLE and not domain.entries:
-            del self._domains[domain.key]
-
     # -- building calls -----------------------------------------------------------------------
-
-    def _head(self, lane: Lane) -> Domain | None:
-        """The lane's first ready domain, dropping stale queue entries on the way."""
-        ready = lane.ready
-        while ready:
-            domain = ready[0]
-            if domain.state == READY and domain.lane is lane:
-                return domain
-            ready.popleft()
-            if domain.lane is lane:
-                domain.queued = False
-        return None
-
-    def oldest_ready(self) -> float | None:
-        """When the oldest ready record was accepted (approximately: the lanes' heads)."""
-        oldest = None
-        for lane in self._lanes.values():
-            head = self._head(lane)
-            if head is not None and head.entries:
-                stamp = head.entries[0].enqueued
-                if oldest is None or stamp < oldest:
-                    oldest = stamp
-        return oldest
 
     def _due(self, now: float) -> bool:
         if self.ready_records >= self._full_records or self.ready_bytes >= self._full_bytes:
@@ -332,18 +249,6 @@ class Pipeline:
         record = OutboundRecord(entry.data, entry.partition_key, entry.explicit_hash_key, 1)
         return self._part(lane, record, [entry], now)
 
-    def _took_from(self, lane: Lane, domain: Domain) -> None:
-        """After taking records from the lane's head domain: in flight, rotate or idle."""
-        lane.ready.popleft()
-        domain.queued = False
-        if self._preserve_order:
-            self._leave_ready(domain, IN_FLIGHT)
-        elif domain.entries:
-            lane.ready.append(domain)  # round robin between the keys of a lane
-            domain.queued = True
-        else:
-            self._leave_ready(domain, IDLE)
-
     def _part(self, lane: Lane, record: OutboundRecord, entries: list[Entry], now: float) -> Part:
         size = len(record.data) + key_bytes(record.partition_key)
         # Always charged: if a bucket runs short mid-call (the record bucket, or a record
@@ -431,24 +336,6 @@ class Pipeline:
         self._requeue(again, now)
         self._release(part.entries)
 
-    def _release(self, entries: Iterable[Entry]) -> None:
-        """The in-flight record holding ``entries`` came back: its domains may move again."""
-        if not self._preserve_order:
-            return
-        seen: set[tuple[str, str | None]] = set()
-        for entry in entries:
-            key = (entry.partition_key, entry.explicit_hash_key)
-            if key in seen:
-                continue
-            seen.add(key)
-            domain = self._domains.get(key)
-            if domain is None or domain.state != IN_FLIGHT:
-                continue
-            if domain.entries:
-                self._make_ready(domain, front=True)
-            else:
-                self._leave_ready(domain, IDLE)
-
     def _requeue(self, entries: list[Entry], now: float) -> None:
         """Put failed records back at the front of their domains, which then back off."""
         by_key: dict[tuple[str, str | None], list[Entry]] = {}
@@ -475,19 +362,6 @@ class Pipeline:
                 self._next_sweep = min(self._next_sweep, deadline)
             self._waiting_seq += 1
             heapq.heappush(self._waiting, (domain.not_before, self._waiting_seq, key))
-
-    def release_due(self, now: float) -> None:
-        """Domains whose backoff is over become ready again, ahead of newer ones."""
-        waiting = self._waiting
-        while waiting and waiting[0][0] <= now:
-            _, _, key = heapq.heappop(waiting)
-            domain = self._domains.get(key)
-            if domain is None or domain.state != WAITING or domain.not_before > now:
-                continue
-            if domain.entries:
-                self._make_ready(domain, front=True)
-            else:
-                self._leave_ready(domain, IDLE)
 
     # -- time-to-live -------------------------------------------------------------------------
 

@@ -1,0 +1,173 @@
+"""Where accepted records wait in the producer: ordering domains in lanes, one lane per shard.
+
+Records wait in *ordering domains*, one per ``(partition_key, explicit_hash_key)``; domains
+wait in *lanes*, one per predicted shard (one lane, ``"*"``, for streams whose records the
+service places itself), each lane a queue of its ready domains. A domain is idle, ready, in
+flight (with ``preserve_order``, at most one Kinesis record of it at a time) or waiting out a
+backoff; this keeps those states, the counts of ready records and bytes, and the heap of
+backoffs. What to send, pacing and retries are the :class:`~._pipeline.Pipeline`'s, which is
+a waiting room with a sending policy. Sans-IO: nothing here awaits or reads a clock.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+
+from ..records import ShardMap
+from ._calls import Entry
+from ._domains import IDLE, IN_FLIGHT, READY, WAITING, Domain, Lane
+
+__all__ = ["UNPREDICTED_LANE", "WHOLE_STREAM_LANE", "WaitingRoom"]
+
+WHOLE_STREAM_LANE = "*"
+"""The one lane of a stream with ``AUTO`` record distribution: shards cannot be predicted."""
+
+UNPREDICTED_LANE = "?"
+"""The lane of records whose hash key no known open shard covers (a reshard is under way)."""
+
+
+class WaitingRoom:
+    """Accepted records not in flight, by domain and lane; ``ready_records``/``ready_bytes``
+    count what can be sent now, ``pending_records`` everything waiting here."""
+
+    def __init__(self, *, preserve_order: bool) -> None:
+        self._preserve_order = preserve_order
+        self._map: ShardMap | None = None
+        self._lanes: dict[str, Lane] = {}
+        self._domains: dict[tuple[str, str | None], Domain] = {}
+        # Bounded by the domains: one entry per backoff started, popped when it ends.
+        self._waiting: list[tuple[float, int, tuple[str, str | None]]] = []
+        self._waiting_seq = 0
+        self.ready_records = 0
+        self.ready_bytes = 0
+        self.pending_records = 0
+        self.needs_refresh = False
+
+    # -- shard map ----------------------------------------------------------------------------
+
+    @property
+    def shard_map(self) -> ShardMap | None:
+        """The map records are predicted with; ``None`` means one lane for the whole stream."""
+        return self._map
+
+    def set_shard_map(self, shard_map: ShardMap | None) -> list[str]:
+        """Predict with ``shard_map`` from now on: every waiting domain moves to its new lane.
+
+        Returns the shards whose lanes are gone (their pacing can be forgotten).
+        """
+        self._map = shard_map
+        self.needs_refresh = False
+        old = self._lanes
+        self._lanes = {}
+        for domain in self._domains.values():
+            domain.lane = self._lane(domain.hash_key)
+            domain.queued = False
+        for domain in self._domains.values():
+            if domain.state == READY:
+                domain.lane.ready.append(domain)
+                domain.queued = True
+        gone = []
+        for shard_id, lane in old.items():
+            if shard_id in self._lanes:
+                self._lanes[shard_id].resume_at = lane.resume_at
+            else:
+                gone.append(shard_id)
+        return gone
+
+    def _lane(self, hash_key: int) -> Lane:
+        if self._map is None:
+            shard_id = WHOLE_STREAM_LANE
+        else:
+            shard_id = self._map.shard_for_hash_key(hash_key) or UNPREDICTED_LANE
+            if shard_id == UNPREDICTED_LANE:
+                self.needs_refresh = True
+        lane = self._lanes.get(shard_id)
+        if lane is None:
+            lane = self._lanes[shard_id] = Lane(shard_id)
+        return lane
+
+    def _make_ready(self, domain: Domain, *, front: bool) -> None:
+        domain.state = READY
+        self.ready_records += len(domain.entries)
+        self.ready_bytes += domain.nbytes
+        if not domain.queued:
+            domain.queued = True
+            if front:
+                domain.lane.ready.appendleft(domain)
+            else:
+                domain.lane.ready.append(domain)
+
+    def _leave_ready(self, domain: Domain, state: int) -> None:
+        if domain.state == READY:
+            self.ready_records -= len(domain.entries)
+            self.ready_bytes -= domain.nbytes
+        domain.state = state
+        if state == IDLE and not domain.entries:
+            del self._domains[domain.key]
+
+    def _head(self, lane: Lane) -> Domain | None:
+        """The lane's first ready domain, dropping stale queue entries on the way."""
+        ready = lane.ready
+        while ready:
+            domain = ready[0]
+            if domain.state == READY and domain.lane is lane:
+                return domain
+            ready.popleft()
+            if domain.lane is lane:
+                domain.queued = False
+        return None
+
+    def oldest_ready(self) -> float | None:
+        """When the oldest ready record was accepted (approximately: the lanes' heads)."""
+        oldest = None
+        for lane in self._lanes.values():
+            head = self._head(lane)
+            if head is not None and head.entries:
+                stamp = head.entries[0].enqueued
+                if oldest is None or stamp < oldest:
+                    oldest = stamp
+        return oldest
+
+    def _took_from(self, lane: Lane, domain: Domain) -> None:
+        """After taking records from the lane's head domain: in flight, rotate or idle."""
+        lane.ready.popleft()
+        domain.queued = False
+        if self._preserve_order:
+            self._leave_ready(domain, IN_FLIGHT)
+        elif domain.entries:
+            lane.ready.append(domain)  # round robin between the keys of a lane
+            domain.queued = True
+        else:
+            self._leave_ready(domain, IDLE)
+
+    def _release(self, entries: Iterable[Entry]) -> None:
+        """The in-flight record holding ``entries`` came back: its domains may move again."""
+        if not self._preserve_order:
+            return
+        seen: set[tuple[str, str | None]] = set()
+        for entry in entries:
+            key = (entry.partition_key, entry.explicit_hash_key)
+            if key in seen:
+                continue
+            seen.add(key)
+            domain = self._domains.get(key)
+            if domain is None or domain.state != IN_FLIGHT:
+                continue
+            if domain.entries:
+                self._make_ready(domain, front=True)
+            else:
+                self._leave_ready(domain, IDLE)
+
+    def release_due(self, now: float) -> None:
+        """Domains whose backoff is over become ready again, ahead of newer ones."""
+        waiting = self._waiting
+        while waiting and waiting[0][0] <= now:
+            _, _, key = heapq.heappop(waiting)
+            domain = self._domains.get(key)
+            if domain is None or domain.state != WAITING or domain.not_before > now:
+                continue
+            if domain.entries:
+                self._make_ready(domain, front=True)
+            else:
+                self._leave_ready(domain, IDLE)
