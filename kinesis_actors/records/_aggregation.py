@@ -172,13 +172,13 @@ class Aggregator:
         added = size = len(data)
         pk_index = self._pk_index.get(partition_key)
         if pk_index is None:
-            if not 0 < len(partition_key) <= PARTITION_KEY_MAX_CHARS:
-                validate_partition_key(partition_key)  # raises, naming the limit
-            try:
-                encoded = partition_key.encode("utf-8")
-            except UnicodeEncodeError:
-                validate_partition_key(partition_key)  # raises, naming the lone surrogate
-                raise
+            if not partition_key.isascii() or not 0 < len(partition_key) <= (
+                PARTITION_KEY_MAX_CHARS
+            ):
+                # Non-ASCII keys are counted in UTF-16 code units, as the service counts them;
+                # this raises, naming the limit or the lone surrogate.
+                validate_partition_key(partition_key)
+            encoded = partition_key.encode("utf-8")
             pk_index = len(self._pk_index)
             pk_entry = _length_prefixed(TAG_PK_TABLE, encoded)
             added += len(pk_entry)

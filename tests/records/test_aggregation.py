@@ -225,6 +225,8 @@ def test_max_bytes_must_leave_room_for_the_overhead() -> None:
     [
         ("", None, "1 to 256"),
         ("k" * 257, None, "got 257"),
+        ("\U0001f600" * 129, None, "got 258"),  # UTF-16 code units, as the service counts
+        ("a\ud800", None, "lone surrogate"),
         ("k", "-1", "decimal integer"),
         ("k", str(2**128), r"2\*\*128"),
     ],
@@ -239,4 +241,11 @@ def test_invalid_keys_raise_and_leave_the_aggregator_unchanged(
         with pytest.raises(ValueError, match=match):
             call(b"data", pk, ehk)
     assert aggregator.build_container() == before
+    assert len(aggregator) == 1
+
+
+def test_a_key_of_128_emoji_fits_the_service_limit_exactly() -> None:
+    """256 UTF-16 code units: the longest key the service takes (issue 19, item 15)."""
+    aggregator = Aggregator()
+    aggregator.add(b"a", "\U0001f600" * 128, None)
     assert len(aggregator) == 1
