@@ -34,11 +34,11 @@ from typing import Any
 import anyio
 
 from .. import errors
-from ..client import KinesisClient, is_retryable
+from ..client import KinesisClient
 from ._config import StartingPosition
 from ._metrics import ShardMetrics
 from ._poison import screen
-from ._proof import NotFoundPolicy, check_resumed_at, shard_listed, unreadable
+from ._proof import NotFoundPolicy, check_resumed_at, judge_not_found, unreadable
 from ._reader import ShardRead
 from ._replies import BadRecord, bad_records, child_shard_ids
 
@@ -238,23 +238,15 @@ class EfoReader:
         that keeps failing, or when the stream is gone (lesson 30, ``_proof``)."""
         await self._check_consumer()
         self._metrics.not_found += 1
-        try:
-            listed = await shard_listed(self._client, self._stream, self._shard_id)
-        except errors.ResourceNotFoundError as gone:
-            raise unreadable(
-                self._stream, self._shard_id, self._position, "the stream no longer exists", gone
-            ) from exc
-        except (errors.TransportError, errors.ServiceError) as failed:
-            if not is_retryable(failed):
-                raise  # a certificate that fails verification: permanent (lesson 34)
-            listed = True  # unknown: count it as an open shard's failure, retry, bounded
-        if not listed:
-            log.info("%s/%s is no longer listed: it expired", self._stream, self._shard_id)
+        if await judge_not_found(
+            self._client,
+            self._stream,
+            self._shard_id,
+            self._position,
+            policy=self._not_found_policy,
+            exc=exc,
+        ):
             return True
-        if not self._not_found_policy.open_shard_not_found():
-            raise unreadable(
-                self._stream, self._shard_id, self._position, f"{exc} (the shard is listed)", exc
-            ) from exc
         self._failed()
         return False
 

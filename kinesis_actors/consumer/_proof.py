@@ -22,12 +22,13 @@ The decision is sans-IO (:class:`NotFoundPolicy`); :func:`shard_listed` is its o
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import errors
-from ..client import KinesisClient
+from ..client import KinesisClient, is_retryable
 from ._config import StartingPosition
 from ._discovery import list_shards
 
@@ -35,9 +36,12 @@ __all__ = [
     "NotFoundPolicy",
     "check_resumed_at",
     "describe_position",
+    "judge_not_found",
     "shard_listed",
     "unreadable",
 ]
+
+log = logging.getLogger("kinesis_actors.consumer")
 
 #: ListShards page size for the check: one page covers every shard of almost every stream.
 _PAGE_SIZE = 1000
@@ -82,6 +86,36 @@ async def shard_listed(client: KinesisClient, stream: str, shard_id: str) -> boo
     """Whether ListShards lists the shard. ResourceNotFound (the stream is gone) propagates."""
     shards, _ = await list_shards(client, stream, _PAGE_SIZE)
     return any(shard.shard_id == shard_id for shard in shards)
+
+
+async def judge_not_found(
+    client: KinesisClient,
+    stream: str,
+    shard_id: str,
+    position: StartingPosition,
+    *,
+    policy: NotFoundPolicy,
+    exc: errors.ResourceNotFoundError,
+) -> bool:
+    """What a ResourceNotFound while reading means, for both readers (polling and EFO):
+    True if the shard is no longer listed (it expired: a legitimate end); False to retry
+    from the same position (the caller paces it); ShardUnreadableError when the stream is
+    gone or the listed shard has failed ``policy.retries`` times in a row. A permanent error
+    of the check itself (a certificate that fails verification, lesson 34) propagates."""
+    try:
+        listed = await shard_listed(client, stream, shard_id)
+    except errors.ResourceNotFoundError as gone:
+        raise unreadable(stream, shard_id, position, "the stream no longer exists", gone) from exc
+    except (errors.TransportError, errors.ServiceError) as failed:
+        if not is_retryable(failed):
+            raise
+        listed = True  # unknown: count it as an open shard's failure, retry, bounded
+    if not listed:
+        log.info("%s/%s is no longer listed: it expired", stream, shard_id)
+        return True
+    if not policy.open_shard_not_found():
+        raise unreadable(stream, shard_id, position, f"{exc} (the shard is listed)", exc) from exc
+    return False
 
 
 @dataclass(slots=True)

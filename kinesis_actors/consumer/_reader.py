@@ -27,7 +27,7 @@ from ._config import StartingPosition
 from ._metrics import ShardMetrics
 from ._pacing import ReadPacer
 from ._poison import screen
-from ._proof import NotFoundPolicy, check_resumed_at, shard_listed, unreadable
+from ._proof import NotFoundPolicy, check_resumed_at, judge_not_found, unreadable
 from ._replies import BadRecord, GetRecordsReply, bad_records, get_records_reply, shard_iterator
 
 __all__ = ["PollingReader", "ShardRead", "ShardReader"]
@@ -215,23 +215,15 @@ class PollingReader:
         retry (paced); ShardUnreadableError once an open shard has failed too often."""
         self._metrics.not_found += 1
         self._iterator = None
-        try:
-            listed = await shard_listed(self._client, self._stream, self._shard_id)
-        except errors.ResourceNotFoundError as gone:
-            raise unreadable(
-                self._stream, self._shard_id, self._position, "the stream no longer exists", gone
-            ) from exc
-        except (errors.TransportError, errors.ServiceError) as failed:
-            if not is_retryable(failed):
-                raise
-            listed = True  # unknown: count it as an open shard's failure, retry, bounded
-        if not listed:
-            log.info("%s/%s is no longer listed: it expired", self._stream, self._shard_id)
+        if await judge_not_found(
+            self._client,
+            self._stream,
+            self._shard_id,
+            self._position,
+            policy=self._not_found,
+            exc=exc,
+        ):
             return True
-        if not self._not_found.open_shard_not_found():
-            raise unreadable(
-                self._stream, self._shard_id, self._position, f"{exc} (the shard is listed)", exc
-            ) from exc
         self._pacer.throttled(self._clock())
         return False
 
