@@ -24,8 +24,8 @@ from typing import Any, Self
 import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from ._validate import check_non_negative, check_stream_name
-from .client import ClientConfig, KinesisClient
+from ._validate import check_non_negative
+from .client import ClientConfig, KinesisClient, StreamRef
 from .errors import ConfigError, KinesisError, ProducerClosedError
 from .producer import Producer, ProducerConfig, ProducerMetrics, PutHandle, StreamInfo
 from .runtime import unwrap_sole
@@ -66,7 +66,7 @@ class SyncProducer:
         backend: str = "asyncio",
         stream_info: StreamInfo | None = None,
     ) -> None:
-        check_stream_name("stream", stream)  # before the loop thread and any call
+        StreamRef.parse(stream, option="stream", region=region)  # before the loop thread
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
         if backend not in ("asyncio", "trio"):

@@ -9,6 +9,9 @@
   :func:`is_retryable` - the retry classification, for callers that own their retries.
 * :class:`ProtocolCodec` / :class:`EncodedRequest` - the sans-IO encoding and decoding the
   client uses, for callers that build a request themselves (the producer's PutRecords).
+* :class:`StreamRef` - a stream given by name or by ARN (a stream of another account): checked
+  before any call (``StreamRef.parse``), its name (the library's key for it) and the parameter
+  its calls take; :func:`stream_params` for a reference already checked.
 * :class:`H2Stream` - the transport under :class:`Subscription`: one HTTP/2 request with a
   streamed response on a TLS connection of its own, its receive window advertised in SETTINGS
   and its socket read only on demand (the benchmark load target's self-benchmark drives it).
@@ -19,6 +22,7 @@ from ._config import ClientConfig
 from ._h2stream import H2Stream
 from ._protocol import EncodedRequest, ProtocolCodec
 from ._retry import DEFAULT_RETRY_SETTINGS, RetryPolicy, RetrySettings, is_retryable
+from ._streams import StreamRef, stream_params
 from ._subscription import Subscription
 
 __all__ = [
@@ -31,6 +35,8 @@ __all__ = [
     "ProtocolCodec",
     "RetryPolicy",
     "RetrySettings",
+    "StreamRef",
     "Subscription",
     "is_retryable",
+    "stream_params",
 ]

@@ -37,6 +37,7 @@ from botocore import parsers, serialize, validate
 from .. import errors
 from ._records import decode_get_records, decode_subscribe_event, utc_timestamp
 from ._replies import REPLIES, check_put_records, find_problem, load_reply, malformed
+from ._streams import stream_params
 
 __all__ = ["JSON_ONLY_OUTPUTS", "EncodedRequest", "ProtocolCodec", "load_service_model"]
 
@@ -114,6 +115,8 @@ class ProtocolCodec:
     ) -> EncodedRequest:
         """PutRecords of ``(data, partition_key, explicit_hash_key)`` records, hand-serialized.
 
+        ``stream`` is a name or an ARN, checked by ``StreamRef.parse`` (sent as ``StreamARN``).
+
         Not validated: for records already checked the way the service checks them (the
         producer's ``prepare_record``: non-empty bytes, key lengths, sizes, hash key range).
         """
@@ -123,9 +126,8 @@ class ProtocolCodec:
             if hash_key is not None:
                 item["ExplicitHashKey"] = hash_key
             items.append(item)
-        body = json.dumps({"StreamName": stream, "Records": items}, separators=(",", ":")).encode(
-            "utf-8"
-        )
+        document = {**stream_params(stream), "Records": items}
+        body = json.dumps(document, separators=(",", ":")).encode("utf-8")
         return EncodedRequest("PutRecords", self._put_records_headers, body, len(items))
 
     @functools.cached_property

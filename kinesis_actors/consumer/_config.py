@@ -17,9 +17,9 @@ from .._validate import (
     check_non_negative,
     check_positive,
     check_sequence_number,
-    check_stream_name,
     check_type,
 )
+from ..client import StreamRef
 from ..errors import ConfigError
 
 __all__ = ["MAX_RECORDS_PER_CALL", "ConsumerConfig", "StartingPosition"]
@@ -301,15 +301,25 @@ class ConsumerConfig:
             )
 
 
-def stream_names(streams: Any) -> list[str]:
-    """The ``streams`` a Consumer was given, as a list of valid, distinct stream names."""
-    names = [streams] if isinstance(streams, str) else streams
-    if not isinstance(names, list | tuple) or not names:
+def stream_names(streams: Any, region: str | None = None) -> dict[str, str]:
+    """The ``streams`` a Consumer was given: each stream's name (the consumer's key for it, in
+    batches, positions and metrics) → its name or ARN as given (what its calls send).
+
+    Names and stream ARNs are checked by ``StreamRef.parse`` (an ARN of another region than
+    ``region``, the client's, is refused); two entries naming one stream name are refused too.
+    """
+    given = [streams] if isinstance(streams, str) else streams
+    if not isinstance(given, list | tuple) or not given:
         raise ConfigError(
-            f"streams must be a stream name or a non-empty list of them, got {streams!r}"
+            f"streams must be a stream name or ARN, or a non-empty list of them, got {streams!r}"
         )
-    for name in names:
-        check_stream_name("streams", name)
-    if len(set(names)) != len(names):
-        raise ConfigError(f"streams must not repeat a stream, got {list(names)!r}")
-    return list(names)
+    out: dict[str, str] = {}
+    for value in given:
+        name = StreamRef.parse(value, option="streams", region=region).name
+        if name in out:
+            raise ConfigError(
+                f"streams must not repeat a stream, got {list(given)!r} ({name!r} twice: a "
+                "consumer knows a stream by its name, so it reads one stream of each name)"
+            )
+        out[name] = value
+    return out

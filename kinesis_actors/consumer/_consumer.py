@@ -80,7 +80,8 @@ class Consumer:
         config = ConsumerConfig() if config is None else config
         check_type("config", config, ConsumerConfig, "a ConsumerConfig")
         self._client = client
-        self._streams = stream_names(streams)
+        # name → as given (an ARN for another account's stream): keyed by name throughout.
+        self._streams = stream_names(streams, client.region)
         self._config = config
         positions = config.positions
         self._saved: dict[ShardKey, SavedShard] = (
@@ -266,7 +267,7 @@ class Consumer:
     async def _discover(self) -> None:
         page_size = self._config.list_shards_page_size
         for stream in self._streams:
-            shards, calls = await list_shards(self._client, stream, page_size)
+            shards, calls = await list_shards(self._client, self._streams[stream], page_size)
             self._list_calls += calls
             self._graph.update(stream, shards)
         self._discoveries += 1
@@ -338,7 +339,7 @@ class Consumer:
         if self._config.mode == "efo":
             return EfoReader(
                 self._client,
-                pipeline.stream,
+                self._streams[pipeline.stream],
                 pipeline.shard_id,
                 self._consumer_arns[pipeline.stream],
                 start,
@@ -349,7 +350,7 @@ class Consumer:
             )
         return PollingReader(
             self._client,
-            pipeline.stream,
+            self._streams[pipeline.stream],
             pipeline.shard_id,
             start,
             pacer=ReadPacer(self._pacing),

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import errors
-from ..client import KinesisClient
+from ..client import KinesisClient, StreamRef, stream_params
 from ._replies import malformed
 from ._shards import ShardInfo
 
@@ -79,15 +79,19 @@ def list_shards_page(stream: str, reply: Any) -> tuple[list[ShardInfo], str | No
 async def list_shards(
     client: KinesisClient, stream: str, page_size: int
 ) -> tuple[list[ShardInfo], int]:
-    """Every shard of ``stream`` (open and closed, still retained), and the calls it took."""
+    """Every shard of ``stream`` (open and closed, still retained), and the calls it took.
+
+    ``stream`` is a name or an ARN (listed with ``StreamARN``); the shards carry its name.
+    """
+    name = StreamRef.parse(stream).name
     calls = 0
     for attempt in range(_MAX_TOKEN_RESTARTS + 1):
         shards: list[ShardInfo] = []
-        params: dict[str, Any] = {"StreamName": stream, "MaxResults": page_size}
+        params: dict[str, Any] = {**stream_params(stream), "MaxResults": page_size}
         try:
             while True:
                 calls += 1
-                page, token = list_shards_page(stream, await client.call("ListShards", params))
+                page, token = list_shards_page(name, await client.call("ListShards", params))
                 shards.extend(page)
                 if token is None:
                     return shards, calls

@@ -34,7 +34,7 @@ from typing import Any
 import anyio
 
 from .. import errors
-from ..client import KinesisClient
+from ..client import KinesisClient, StreamRef, stream_params
 from ._config import StartingPosition
 from ._metrics import ShardMetrics
 from ._poison import screen
@@ -120,7 +120,10 @@ class EfoReader:
         not_found: NotFoundPolicy | None = None,
     ) -> None:
         self._client = client
-        self._stream = stream
+        ref = StreamRef.parse(stream)
+        self._stream = ref.name  # its identity, in batches and errors
+        self._ref = stream  # what its calls name: StreamARN for a stream given by ARN
+        self._records_params = {} if ref.arn is None else {"StreamARN": ref.arn}
         self._shard_id = shard_id
         self._arn = consumer_arn
         self._start = start
@@ -240,7 +243,7 @@ class EfoReader:
         self._metrics.not_found += 1
         if await judge_not_found(
             self._client,
-            self._stream,
+            self._ref,
             self._shard_id,
             self._position,
             policy=self._not_found_policy,
@@ -314,14 +317,15 @@ class EfoReader:
             iterator = await self._client.call(
                 "GetShardIterator",
                 {
-                    "StreamName": self._stream,
+                    **stream_params(self._ref),
                     "ShardId": self._shard_id,
                     "ShardIteratorType": "AFTER_SEQUENCE_NUMBER",
                     "StartingSequenceNumber": continuation,
                 },
             )
             result = await self._client.call(
-                "GetRecords", {"ShardIterator": iterator["ShardIterator"], "Limit": 1}
+                "GetRecords",
+                {"ShardIterator": iterator["ShardIterator"], "Limit": 1, **self._records_params},
             )
         except errors.KinesisError as exc:
             log.debug("%s/%s: end-of-shard probe failed: %s", self._stream, self._shard_id, exc)

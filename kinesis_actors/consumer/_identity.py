@@ -21,11 +21,11 @@ document whose identity is not the stream's raises
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..client import KinesisClient
+from ..client import KinesisClient, stream_params
 from ..errors import ConfigError, PositionsMismatchError
 from ._replies import malformed
 
@@ -125,14 +125,19 @@ def check_identity(stream: str, saved: StreamIdentity | None, actual: StreamIden
 
 
 async def open_identities(
-    client: KinesisClient, streams: Sequence[str], saved: Mapping[str, StreamIdentity]
+    client: KinesisClient, streams: Mapping[str, str], saved: Mapping[str, StreamIdentity]
 ) -> dict[str, StreamIdentity]:
     """DescribeStreamSummary for each stream at open: its identity, checked against the
     document's. An unknown stream fails here (ResourceNotFoundError); a document of another
-    stream or incarnation raises :class:`PositionsMismatchError` before anything is read."""
+    stream or incarnation raises :class:`PositionsMismatchError` before anything is read.
+
+    ``streams`` maps each stream's name (its key here and in the document) to its name or ARN
+    as given (what the call sends). A stream given by ARN has that ARN as its identity, so a
+    document written by name resumes by ARN and back, and one of another account's stream of
+    the same name is refused."""
     identities: dict[str, StreamIdentity] = {}
-    for stream in streams:
-        reply = await client.call("DescribeStreamSummary", {"StreamName": stream})
+    for stream, ref in streams.items():
+        reply = await client.call("DescribeStreamSummary", stream_params(ref))
         identities[stream] = stream_identity(reply)
         check_identity(stream, saved.get(stream), identities[stream])
     return identities

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import errors
-from ..client import KinesisClient, is_retryable
+from ..client import KinesisClient, StreamRef, is_retryable
 from ._config import StartingPosition
 from ._discovery import list_shards
 
@@ -83,7 +83,8 @@ def unreadable(
 
 
 async def shard_listed(client: KinesisClient, stream: str, shard_id: str) -> bool:
-    """Whether ListShards lists the shard. ResourceNotFound (the stream is gone) propagates."""
+    """Whether ListShards lists the shard (``stream``: its name or ARN). ResourceNotFound (the
+    stream is gone) propagates."""
     shards, _ = await list_shards(client, stream, _PAGE_SIZE)
     return any(shard.shard_id == shard_id for shard in shards)
 
@@ -101,9 +102,11 @@ async def judge_not_found(
     True if the shard is no longer listed (it expired: a legitimate end); False to retry
     from the same position (the caller paces it); ShardUnreadableError when the stream is
     gone or the listed shard has failed ``policy.retries`` times in a row. A permanent error
-    of the check itself (a certificate that fails verification, lesson 34) propagates."""
+    of the check itself (a certificate that fails verification, lesson 34) propagates.
+    ``stream`` is the stream's name or ARN (what the reader's calls name); errors name it."""
+    ref, stream = stream, StreamRef.parse(stream).name
     try:
-        listed = await shard_listed(client, stream, shard_id)
+        listed = await shard_listed(client, ref, shard_id)
     except errors.ResourceNotFoundError as gone:
         raise unreadable(stream, shard_id, position, "the stream no longer exists", gone) from exc
     except (errors.TransportError, errors.ServiceError) as failed:

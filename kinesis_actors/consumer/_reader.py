@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import anyio
 
 from .. import errors
-from ..client import KinesisClient, is_retryable
+from ..client import KinesisClient, StreamRef, is_retryable, stream_params
 from ._config import StartingPosition
 from ._metrics import ShardMetrics
 from ._pacing import ReadPacer
@@ -95,7 +95,11 @@ class PollingReader:
         not_found: NotFoundPolicy | None = None,
     ) -> None:
         self._client = client
-        self._stream = stream
+        ref = StreamRef.parse(stream)
+        self._stream = ref.name  # its identity, in batches and errors
+        self._ref = stream  # what its calls name: StreamARN for a stream given by ARN
+        # GetRecords takes the stream's ARN too; a caller of another account sends it (KCL).
+        self._records_params = {} if ref.arn is None else {"StreamARN": ref.arn}
         self._shard_id = shard_id
         self._start = start
         self._position = start
@@ -130,7 +134,7 @@ class PollingReader:
             result = await self._client.call(
                 "GetShardIterator",
                 {
-                    "StreamName": self._stream,
+                    **stream_params(self._ref),
                     "ShardId": self._shard_id,
                     **position.iterator_params(),
                 },
@@ -164,7 +168,12 @@ class PollingReader:
                     self._iterator = await self._new_iterator()
                 started = self._clock()
                 result = await self._client.call(
-                    "GetRecords", {"ShardIterator": self._iterator, "Limit": self._limit}
+                    "GetRecords",
+                    {
+                        "ShardIterator": self._iterator,
+                        "Limit": self._limit,
+                        **self._records_params,
+                    },
                 )
                 reply = get_records_reply(result)
                 bad = bad_records(reply.records)
@@ -217,7 +226,7 @@ class PollingReader:
         self._iterator = None
         if await judge_not_found(
             self._client,
-            self._stream,
+            self._ref,
             self._shard_id,
             self._position,
             policy=self._not_found,

@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 
 from .. import errors
-from ..client import KinesisClient
+from ..client import KinesisClient, StreamRef
 from ._config import ConsumerConfig
 
 __all__ = [
@@ -63,6 +63,11 @@ def default_consumer_name(streams: Iterable[str]) -> str:
 
 
 async def stream_arn(client: KinesisClient, stream: str) -> str:
+    """The ARN of ``stream`` (a name or an ARN): consumers are registered and found by it.
+    An ARN is its own answer, so no DescribeStreamSummary is made for it."""
+    ref = StreamRef.parse(stream)
+    if ref.arn is not None:
+        return ref.arn
     summary = await client.call("DescribeStreamSummary", {"StreamName": stream})
     arn: str = summary["StreamDescriptionSummary"]["StreamARN"]
     return arn
@@ -130,13 +135,15 @@ async def register_consumers(
     """The ``eager`` strategy's explicit step: ensure a consumer per stream; stream → ARN.
 
     Run it once (a driver, a main process) and pass the result to every worker as
-    ``ConsumerConfig(registration="eager", consumer_arns=...)``.
+    ``ConsumerConfig(registration="eager", consumer_arns=...)``. Streams may be given by name
+    or ARN; the result is keyed by stream name, as the consumer keys them.
     """
-    names = [streams] if isinstance(streams, str) else list(streams)
-    name = consumer_name or default_consumer_name(names)
+    given = [streams] if isinstance(streams, str) else list(streams)
+    refs = {StreamRef.parse(stream, option="streams").name: stream for stream in given}
+    name = consumer_name or default_consumer_name(refs)
     arns: dict[str, str] = {}
-    for stream in names:
-        arns[stream] = await ensure_consumer(client, stream, name)
+    for stream, ref in refs.items():
+        arns[stream] = await ensure_consumer(client, ref, name)
     return arns
 
 
@@ -237,19 +244,25 @@ def deregisters_on_close(config: ConsumerConfig) -> bool:
 
 
 async def resolve_consumer_arns(
-    client: KinesisClient, streams: list[str], config: ConsumerConfig
+    client: KinesisClient, streams: Mapping[str, str], config: ConsumerConfig
 ) -> dict[str, str]:
-    """What a consumer does at open in EFO mode, per ``registration``; stream → ARN."""
+    """What a consumer does at open in EFO mode, per ``registration``; stream name → ARN.
+
+    ``streams`` maps each stream's name to its name or ARN as given. The default consumer
+    name hashes the names, so a stream read by name or by ARN has the same consumer; the
+    user's ``consumer_arns`` may be keyed by either."""
     if config.registration == "lazy":
         name = config.consumer_name or default_consumer_name(streams)
-        return {stream: await ensure_consumer(client, stream, name) for stream in streams}
-    given = config.consumer_arns
-    missing = [stream for stream in streams if stream not in given]
+        return {stream: await ensure_consumer(client, ref, name) for stream, ref in streams.items()}
+    arns = config.consumer_arns
+    given = {stream: arns.get(stream) or arns.get(ref) for stream, ref in streams.items()}
+    missing = [stream for stream, arn in given.items() if arn is None]
     if missing:
         raise errors.ConfigError(
             f'ConsumerConfig.consumer_arns has no ARN for {missing!r} (registration="'
             f'{config.registration}"): pass what register_consumers() returned'
         )
-    for stream in streams:
-        await validate_consumer(client, stream, given[stream])
-    return {stream: given[stream] for stream in streams}
+    found = {stream: arn for stream, arn in given.items() if arn is not None}
+    for stream, arn in found.items():
+        await validate_consumer(client, streams[stream], arn)
+    return found

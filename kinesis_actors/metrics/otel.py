@@ -37,7 +37,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
     ) from exc
 
 from .. import __version__
-from ..client import KinesisClient
+from ..client import KinesisClient, StreamRef
 from ..consumer import Consumer
 from ..producer import Producer
 from ._catalog import (
@@ -130,7 +130,7 @@ class _Source:
 
 def _source(source: Source, extra: dict[str, str]) -> _Source:
     if isinstance(source, Producer):
-        tags = {**extra, "stream": source.stream}
+        tags = {**extra, "stream": StreamRef.parse(source.stream).name}  # one name, either form
         return _Source(
             LoopSampler(lambda: source.metrics, timeout=_LOOP_TIMEOUT),
             lambda snapshot: producer_points(snapshot, tags),

@@ -21,7 +21,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from .. import errors
-from .._validate import check_stream_name
+from ..client import StreamRef
 from ..records import ShardMap
 from ..runtime import unwrap_sole
 from ._admission import Admission
@@ -50,7 +50,8 @@ class Producer:
     Use it as an async context manager; leaving the block flushes (waits until every accepted
     record is acknowledged or has failed). ``put`` returns a :class:`PutHandle` once the record
     is in the bounded queue; ``await handle`` gives its :class:`PutResult`. Opening checks the
-    stream (ResourceNotFoundError if it does not exist) and lists its shards.
+    stream (ResourceNotFoundError if it does not exist) and lists its shards. ``stream`` is a
+    name, or an ARN for a stream of another account (its calls then send ``StreamARN``).
 
     ``stream_info`` (from :func:`describe_stream`) skips the DescribeStreamSummary at open:
     many short-lived producers of one job (Spark tasks) share one description made by their
@@ -65,7 +66,8 @@ class Producer:
         *,
         stream_info: StreamInfo | None = None,
     ) -> None:
-        check_stream_name("stream", stream)  # the service's rule, before any call
+        # A name or an ARN (another account's stream), checked before any call.
+        StreamRef.parse(stream, option="stream", region=getattr(client, "region", None))
         if stream_info is not None and not isinstance(stream_info, StreamInfo):
             raise errors.ConfigError(
                 f"stream_info must be a StreamInfo (from describe_stream), got {stream_info!r}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ..client import stream_params
 from ..records import ShardMap
 
 if TYPE_CHECKING:
@@ -27,8 +28,9 @@ async def describe_stream(client: KinesisClient, stream: str) -> StreamInfo:
 
     ``MaxRecordSizeInKiB`` and ``RecordDistributionStrategy`` are absent on older endpoints
     (and on the local test server): then 1 MiB and ``USER_PARTITION_KEY``, the defaults.
+    ``stream`` is a name or an ARN (checked by ``StreamRef.parse``).
     """
-    response = await client.call("DescribeStreamSummary", {"StreamName": stream})
+    response = await client.call("DescribeStreamSummary", stream_params(stream))
     summary = response["StreamDescriptionSummary"]
     max_kib = summary.get("MaxRecordSizeInKiB")
     max_bytes = max_kib * 1024 if isinstance(max_kib, int) and max_kib > 0 else None
@@ -44,7 +46,7 @@ async def list_open_shards(
 ) -> ShardMap:
     """ListShards, every page, open shards only (``ShardFilter`` AT_LATEST; lesson 9)."""
     shards: list[dict[str, Any]] = []
-    params: dict[str, Any] = {"StreamName": stream, "ShardFilter": {"Type": "AT_LATEST"}}
+    params: dict[str, Any] = {**stream_params(stream), "ShardFilter": {"Type": "AT_LATEST"}}
     paging = {} if page_size is None else {"MaxResults": page_size}
     params.update(paging)
     while True:

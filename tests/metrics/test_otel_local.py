@@ -259,3 +259,23 @@ def _get(url: str) -> str:
     with urllib.request.urlopen(url, timeout=10) as response:
         body: bytes = response.read()
     return body.decode()
+
+
+async def test_a_producer_given_an_arn_reports_under_the_streams_name(
+    client: KinesisClient, stream_name: str
+) -> None:
+    """Issue 17: one stream, one ``stream`` attribute, whichever way it was named."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    await client.create_stream(stream_name, 1)
+    summary = await client.call("DescribeStreamSummary", {"StreamName": stream_name})
+    arn = summary["StreamDescriptionSummary"]["StreamARN"]
+    async with Producer(client, arn) as producer:
+        with instrument(producer, meter_provider=provider):
+            for i in range(5):
+                await producer.put(b"%d" % i, "k")
+            await producer.flush()
+            collected = collect(reader)
+    assert producer.stream == arn  # as given
+    assert only(collected, P + "records.sent", stream=stream_name) == 5
+    assert {tags["stream"] for tags, _ in collected[P + "records.sent"]} == {stream_name}

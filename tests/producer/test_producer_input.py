@@ -155,3 +155,27 @@ def test_item_16_stream_names_are_checked_before_any_call(name: object) -> None:
     with pytest.raises(errors.ConfigError, match="stream must be a stream name of 1 to 128"):
         SyncProducer(name, endpoint_url="http://127.0.0.1:1", credentials=("a", "b"))  # type: ignore[arg-type]
     Producer(client, "s" * 128)  # the longest name is fine
+
+
+@pytest.mark.parametrize(
+    ("stream", "says"),
+    [
+        ("arn:aws:kinesis:us-east-1:12345:stream/s", "stream: not a Kinesis stream ARN"),
+        ("arn:aws:s3:::bucket", "stream: the ARN of another service"),
+        (
+            "arn:aws:kinesis:us-east-1:123456789012:stream/s/consumer/c:1700000000",
+            "stream: the ARN of a stream's consumer",
+        ),
+        ("arn:aws:kinesis:eu-west-1:123456789012:stream/s", "in region eu-west-1, but the client"),
+    ],
+    ids=["malformed", "other-service", "consumer", "other-region"],
+)
+def test_issue_17_stream_arns_are_checked_before_any_call(stream: str, says: str) -> None:
+    """No server listens on port 1: any call would fail with a TransportError instead."""
+    client = KinesisClient("us-east-1", "http://127.0.0.1:1", credentials=("a", "b"))
+    with pytest.raises(errors.ConfigError, match=says):
+        Producer(client, stream)
+    with pytest.raises(errors.ConfigError, match=says):
+        SyncProducer(stream, endpoint_url="http://127.0.0.1:1", credentials=("a", "b"))
+    arn = "arn:aws:kinesis:us-east-1:123456789012:stream/s"
+    assert Producer(client, arn).stream == arn  # a good ARN is taken as given
