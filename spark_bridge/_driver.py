@@ -77,7 +77,7 @@ class DriverConsumer:
         try:
             async with (
                 KinesisClient(**options.connection.client_kwargs()) as client,
-                Consumer(client, list(options.streams), config) as consumer,
+                Consumer(client, list(options.refs or options.streams), config) as consumer,
             ):
                 self._consumer = consumer
                 self._opened.set()

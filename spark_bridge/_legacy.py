@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -123,7 +123,8 @@ class DriverReadStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         if options.initial_position != "trim_horizon":
             when = options.initial_timestamp or datetime.now(UTC)
             entry = {"start": StartingPosition("AT_TIMESTAMP", timestamp=when).to_dict()}
-            listing = anyio.run(_list_shards, options.connection, options.streams)
+            refs = {stream: options.ref(stream) for stream in options.streams}
+            listing = anyio.run(_list_shards, options.connection, refs)
             for stream, shard_ids in listing.items():
                 for shard_id in sorted(shard_ids):
                     streams[stream][shard_id] = dict(entry)
@@ -245,7 +246,7 @@ class DriverReadStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             return
         for batch in read_range(
             partition.connection,
-            stream=partition.stream,
+            stream=self._options.ref(partition.stream),  # an ARN's calls send StreamARN
             shard_id=partition.shard_id,
             start=partition.start,
             end=partition.end,
@@ -265,10 +266,11 @@ class DriverReadStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             self._driver = None
 
 
-async def _list_shards(connection: Connection, streams: tuple[str, ...]) -> dict[str, list[str]]:
-    """Every shard of every stream, for the initial offset of ``latest``/``at_timestamp``."""
+async def _list_shards(connection: Connection, streams: Mapping[str, str]) -> dict[str, list[str]]:
+    """Every shard of every stream (name → as given), for the initial offset of
+    ``latest``/``at_timestamp``."""
     async with KinesisClient(**connection.client_kwargs()) as client:
         return {
-            stream: [shard.shard_id for shard in (await list_shards(client, stream, 1000))[0]]
-            for stream in streams
+            stream: [shard.shard_id for shard in (await list_shards(client, ref, 1000))[0]]
+            for stream, ref in streams.items()
         }

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from kinesis_actors.client import StreamRef
 from kinesis_actors.errors import ConfigError
 
 __all__ = [
@@ -73,7 +74,12 @@ class Connection:
 
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
-    """The streaming source's options (see docs/spark.md for each one)."""
+    """The streaming source's options (see docs/spark.md for each one).
+
+    ``streams`` are the streams' names, their keys in offsets and rows whichever way they were
+    given; ``refs`` are the same streams as given (a name, or an ARN: what the calls send),
+    empty when every one was given by name.
+    """
 
     streams: tuple[str, ...]
     connection: Connection
@@ -91,11 +97,20 @@ class SourceOptions:
     window_ms: int = 10_000
     settle_ms: int = 1_000
     read_path: str = "executors"
+    refs: tuple[str, ...] = ()
+
+    def ref(self, stream: str) -> str:
+        """What the calls for ``stream`` (one of ``streams``) name: its ARN if given by one."""
+        for name, given in zip(self.streams, self.refs, strict=False):
+            if name == stream:
+                return given
+        return stream
 
 
 @dataclass(frozen=True, slots=True)
 class SinkOptions:
-    """The sink's options: the stream, the connection and the producer's knobs."""
+    """The sink's options: the stream (its name or ARN, as given), the connection and the
+    producer's knobs."""
 
     stream: str
     connection: Connection
@@ -189,16 +204,22 @@ def _choice(options: Mapping[str, str], name: str, choices: tuple[str, ...], def
     return value
 
 
-def _stream_names(options: Mapping[str, str]) -> tuple[str, ...]:
+def _stream_refs(options: Mapping[str, str], region: str) -> dict[str, str]:
+    """``streamName``: each stream's name → its name or ARN as given (checked, the ARN in the
+    connection's region)."""
     raw = options.get("streamname") or options.get("path")
     if raw is None or not raw.strip():
         raise ConfigError("option streamName is required (the Kinesis stream to use)")
-    names = tuple(name.strip() for name in raw.split(","))
-    if any(not name for name in names):
+    given = tuple(name.strip() for name in raw.split(","))
+    if any(not name for name in given):
         raise ConfigError(f"option streamName has an empty stream name: {raw!r}")
-    if len(set(names)) != len(names):
-        raise ConfigError(f"option streamName names a stream twice: {raw!r}")
-    return names
+    refs: dict[str, str] = {}
+    for value in given:
+        name = StreamRef.parse(value, option="option streamName", region=region).name
+        if name in refs:
+            raise ConfigError(f"option streamName names a stream twice: {raw!r}")
+        refs[name] = value
+    return refs
 
 
 def parse_connection(options: Mapping[str, str]) -> Connection:
@@ -257,8 +278,8 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     """Check every source option; the first bad one raises a ConfigError naming it."""
     options = _lower(options)
     _unknown(options, SOURCE_OPTIONS, "source")
-    streams = _stream_names(options)
     connection = parse_connection(options)
+    refs = _stream_refs(options, connection.region)
     mode = _choice(options, "consumerMode", ("polling", "efo"), "polling")
     registration = _choice(options, "registration", ("lazy", "eager", "none"), "lazy")
     if mode == "efo" and registration == "none":
@@ -282,7 +303,8 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     staged_bytes = _positive_int(options, "maxStagedBytes")
     replay = _positive_float(options, "replayTimeout")
     return SourceOptions(
-        streams=streams,
+        streams=tuple(refs),
+        refs=() if all(name == given for name, given in refs.items()) else tuple(refs.values()),
         connection=connection,
         mode=mode,
         consumer_name=name.strip() if name else None,
@@ -305,12 +327,13 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     """Check every sink option; the first bad one raises a ConfigError naming it."""
     options = _lower(options)
     _unknown(options, SINK_OPTIONS, "sink")
-    streams = _stream_names(options)
-    if len(streams) != 1:
+    connection = parse_connection(options)
+    refs = _stream_refs(options, connection.region)
+    if len(refs) != 1:
         raise ConfigError("option streamName: the sink writes to exactly one stream")
     return SinkOptions(
-        stream=streams[0],
-        connection=parse_connection(options),
+        stream=next(iter(refs.values())),
+        connection=connection,
         aggregation=_bool(options, "aggregation", True),
         queue_limit_records=_positive_int(options, "queueLimitRecords") or 10_000,
         flush_timeout=_positive_float(options, "flushTimeout") or 300.0,

@@ -33,7 +33,7 @@ import anyio
 from anyio.from_thread import start_blocking_portal
 
 from kinesis_actors import KinesisClient
-from kinesis_actors.client import is_retryable
+from kinesis_actors.client import is_retryable, stream_params
 from kinesis_actors.errors import (
     KinesisError,
     MalformedReplyError,
@@ -104,7 +104,12 @@ class Planner:
         self._portal.call(self._client.__aenter__)
         self.behind_ms: dict[ShardKey, int] = {}
         self.calls: Counter[str] = Counter()
-        self._reads = ShardReads(self._call, self._settings, clock)
+        self._reads = ShardReads(
+            self._call,
+            self._settings,
+            clock,
+            refs={stream: options.ref(stream) for stream in options.streams},
+        )
 
     def close(self) -> None:
         try:
@@ -169,7 +174,9 @@ class Planner:
     async def _list_stream(self, stream: str, now: float) -> None:
         state = self._state
         if stream not in state.identities:
-            reply = await self._call("DescribeStreamSummary", {"StreamName": stream})
+            reply = await self._call(
+                "DescribeStreamSummary", stream_params(self._options.ref(stream))
+            )
             summary = reply.get("StreamDescriptionSummary")
             if not isinstance(summary, dict) or not isinstance(summary.get("StreamARN"), str):
                 raise MalformedReplyError(
@@ -186,7 +193,7 @@ class Planner:
                 summary["StreamARN"], int(created.timestamp() * 1000 + 0.5)
             )
         listing: dict[ShardKey, ShardInfo] = {}
-        params: dict[str, Any] = {"StreamName": stream}
+        params: dict[str, Any] = stream_params(self._options.ref(stream))
         while True:
             reply = await self._call("ListShards", params)
             shards = reply.get("Shards")

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from anyio.from_thread import start_blocking_portal
 
 from kinesis_actors import KinesisClient
+from kinesis_actors.client import StreamRef, stream_params
 from kinesis_actors.errors import (
     ExpiredIteratorError,
     KinesisError,
@@ -69,14 +70,17 @@ class RangeReader:
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
     ) -> None:
         self._client = client
-        self._stream = stream
+        ref = StreamRef.parse(stream)
+        self._stream = ref.name  # the rows' stream column, whichever way it was given
+        self._params = stream_params(stream)
+        self._records_params = {} if ref.arn is None else {"StreamARN": ref.arn}
         self._shard_id = shard_id
         self._start = start
         self._end = end
         self._wait_timeout = wait_timeout
         self._clock = clock
         self._sleep = sleep
-        self._where = f"{stream}/{shard_id}"
+        self._where = f"{ref.name}/{shard_id}"
         self._iterator: str | None = None
         self._last_sequence: str | None = None
         self._skip: tuple[str, int] | None = None
@@ -97,7 +101,7 @@ class RangeReader:
         else:
             params = self._start.iterator_params()
         reply = await self._client.call(
-            "GetShardIterator", {"StreamName": self._stream, "ShardId": self._shard_id, **params}
+            "GetShardIterator", {**self._params, "ShardId": self._shard_id, **params}
         )
         self.calls += 1
         iterator = reply.get("ShardIterator") if isinstance(reply, dict) else None
@@ -120,7 +124,8 @@ class RangeReader:
                 self._last_call = self._clock()
                 self.calls += 1
                 reply = await self._client.call(
-                    "GetRecords", {"ShardIterator": self._iterator, "Limit": _PAGE}
+                    "GetRecords",
+                    {"ShardIterator": self._iterator, "Limit": _PAGE, **self._records_params},
                 )
                 return check_records_reply(reply, where=self._where)
             except ExpiredIteratorError:

@@ -20,6 +20,7 @@ import anyio
 import pyarrow as pa
 
 from kinesis_actors import KinesisClient, StartingPosition
+from kinesis_actors.client import StreamRef
 from kinesis_actors.consumer import (
     PacingSettings,
     PollingReader,
@@ -95,12 +96,13 @@ async def _read(
     target = _saved(end)
     stop = None if target.finished else target.committed
     position, skip = resume_from(saved)
+    ref, stream = stream, StreamRef.parse(stream).name  # calls name ``ref``, rows ``stream``
     where = f"{stream}/{shard_id}"
     with anyio.move_on_after(limit_seconds) as scope:
         async with KinesisClient(**connection.client_kwargs()) as client:
             reader = PollingReader(
                 client,
-                stream,
+                ref,
                 shard_id,
                 position,
                 pacer=ReadPacer(PacingSettings(idle_initial=0.05, idle_max=0.5)),

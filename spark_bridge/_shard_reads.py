@@ -8,11 +8,12 @@ per trigger and a busy one three calls.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from kinesis_actors.client import StreamRef, stream_params
 from kinesis_actors.errors import ExpiredIteratorError, MalformedReplyError, ValidationError
 from kinesis_actors.records import build_record_batch, deaggregate
 
@@ -84,15 +85,29 @@ def _consumed(entry: ShardEntry, cut: ShardEntry, first: dict[str, Any]) -> bool
 class ShardReads:
     """The planner's calls for single shards, with the iterators kept between triggers."""
 
-    def __init__(self, call: Call, settings: PlannerSettings, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        call: Call,
+        settings: PlannerSettings,
+        clock: Callable[[], float],
+        *,
+        refs: Mapping[str, str] | None = None,
+    ) -> None:
+        """``refs``: a stream's name → its name or ARN as given (what the calls send)."""
         self._call = call
+        self._refs = dict(refs or {})
+        # GetRecords names an ARN-given stream too, as the KCL does for another account's.
+        self._arns = {
+            name: arn for name, ref in self._refs.items() if (arn := StreamRef.parse(ref).arn)
+        }
         self._settings = settings
         self._clock = clock
         self._kept: dict[ShardKey, _Kept] = {}
 
     async def iterator(self, key: ShardKey, params: dict[str, Any]) -> str:
         reply = await self._call(
-            "GetShardIterator", {"StreamName": key[0], "ShardId": key[1], **params}
+            "GetShardIterator",
+            {**stream_params(self._refs.get(key[0], key[0])), "ShardId": key[1], **params},
         )
         iterator = reply.get("ShardIterator")
         if not isinstance(iterator, str):
@@ -102,7 +117,10 @@ class ShardReads:
         return iterator
 
     async def records(self, key: ShardKey, iterator: str, limit: int) -> Records:
-        reply = await self._call("GetRecords", {"ShardIterator": iterator, "Limit": limit})
+        params: dict[str, Any] = {"ShardIterator": iterator, "Limit": limit}
+        if key[0] in self._arns:
+            params["StreamARN"] = self._arns[key[0]]
+        reply = await self._call("GetRecords", params)
         return check_records_reply(reply, where=f"{key[0]}/{key[1]}")
 
     def keep(self, key: ShardKey, entry: ShardEntry, iterator: str | None) -> None:

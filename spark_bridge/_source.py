@@ -231,7 +231,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log.debug("reading %s from %s to %s", where, start.describe(), end.describe())
         for batch in read_range(
             partition.connection,
-            stream=partition.stream,
+            stream=self._options.ref(partition.stream),  # an ARN's calls send StreamARN
             shard_id=partition.shard_id,
             start=start,
             end=end,

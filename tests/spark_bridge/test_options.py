@@ -64,6 +64,44 @@ def test_stream_name_comma_list_is_split_and_stripped_in_order() -> None:
     assert source(streamName="orders").streams == ("orders",)
 
 
+ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/orders"
+
+
+def test_stream_name_takes_arns_known_by_their_names_and_called_by_their_arns() -> None:
+    options = source(streamName=f"clicks, {ARN}")
+    assert options.streams == ("clicks", "orders")  # offsets and rows: the names
+    assert options.ref("orders") == ARN and options.ref("clicks") == "clicks"
+    assert pickle.loads(pickle.dumps(options)) == options  # it travels to executors
+    assert source(streamName="a,b").refs == ()  # by name only: as before
+    assert sink(streamName=ARN).stream == ARN  # the sink's producer takes it as given
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        ("arn:aws:kinesis:us-east-1:12345:stream/orders", "not a Kinesis stream ARN"),
+        ("arn:aws:sqs:us-east-1:123456789012:orders", "the ARN of another service"),
+        (ARN + "/consumer/app:1700000000", "the ARN of a stream's consumer"),
+        (f"orders,{ARN}", "names a stream twice"),
+        ("bad name", "must be a stream name of 1 to 128"),
+    ],
+)
+def test_a_bad_stream_arn_fails_naming_stream_name(raw: str, says: str) -> None:
+    with pytest.raises(ConfigError, match="option streamName") as caught:
+        source(streamName=raw)
+    assert says in str(caught.value)
+    with pytest.raises(ConfigError, match="option streamName"):
+        sink(streamName=raw)
+
+
+def test_an_arn_of_another_region_than_the_option_region_fails_saying_so() -> None:
+    with fails("is in region us-east-1, but the client is for eu-west-1"):
+        source(streamName=ARN, region="eu-west-1")
+    with fails("is in region us-east-1, but the client is for eu-west-1"):
+        sink(streamName=ARN, region="eu-west-1")
+    assert source(streamName=ARN.replace("us-east-1", "eu-west-1"), region="eu-west-1").streams
+
+
 def test_path_names_the_stream_and_option_names_are_case_insensitive() -> None:
     assert parse_source_options({"path": "x,y"}).streams == ("x", "y")
     assert parse_source_options({"STREAMNAME": "x", "REGION": "eu-west-1"}).streams == ("x",)
