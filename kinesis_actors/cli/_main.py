@@ -21,7 +21,7 @@ from typing import NoReturn
 import anyio
 
 from .. import errors
-from ..client import KinesisClient, RetrySettings
+from ..client import KinesisClient, RetrySettings, StreamRef, stream_params
 from ..consumer import StartingPosition
 from ..runtime import RestartIntensityExceeded
 from ._bench import run_bench
@@ -129,7 +129,12 @@ def _parser() -> argparse.ArgumentParser:
         + _CONNECTION_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    put.add_argument("--stream", required=True, help="the stream to write to")
+    put.add_argument(
+        "--stream",
+        required=True,
+        type=_stream,
+        help="the stream to write to: its name, or its ARN (another account's stream)",
+    )
     put.add_argument(
         "--key", help="partition key for every line (default: the line number, spreading lines)"
     )
@@ -161,7 +166,10 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     tail.add_argument(
-        "--stream", required=True, type=_stream_list, help="the stream, or several: a,b,c"
+        "--stream",
+        required=True,
+        type=_stream_list,
+        help="the stream, or several: a,b,c (names or stream ARNs)",
     )
     tail.add_argument(
         "--mode",
@@ -216,7 +224,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_CONNECTION_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    listing.add_argument("--stream", required=True, help="the stream")
+    listing.add_argument("--stream", required=True, type=_stream, help="the stream (name or ARN)")
     _connection_flags(listing)
     removal = actions.add_parser(
         "deregister",
@@ -226,7 +234,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_CONNECTION_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    removal.add_argument("--stream", required=True, help="the stream")
+    removal.add_argument("--stream", required=True, type=_stream, help="the stream (name or ARN)")
     removal.add_argument("--name", required=True, help="the consumer's name")
     _connection_flags(removal)
 
@@ -259,13 +267,24 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _stream(text: str) -> str:
+    """A stream name or stream ARN, checked before any call (the region once it is known)."""
+    try:
+        StreamRef.parse(text.strip(), option="--stream")
+    except errors.ConfigError as exc:
+        raise argparse.ArgumentTypeError(
+            exc.message.removeprefix("--stream").lstrip(": ")
+        ) from None
+    return text.strip()
+
+
 def _stream_list(text: str) -> list[str]:
     names = [name.strip() for name in text.split(",")]
     if not all(names):
         raise argparse.ArgumentTypeError(
             f"expected a stream name or comma-separated names, got {text!r}"
         )
-    return list(dict.fromkeys(names))
+    return [_stream(name) for name in dict.fromkeys(names)]
 
 
 def _starting_position(text: str) -> StartingPosition:
@@ -292,6 +311,8 @@ async def _with_client(
     body: Callable[[KinesisClient], Awaitable[int]],
 ) -> int:
     """Open a client, check quickly that the endpoint answers and the streams exist, run."""
+    for stream in streams:  # an ARN of another region fails here, before any call
+        StreamRef.parse(stream, option="--stream", region=args.region)
     client = KinesisClient(
         region=args.region, endpoint_url=args.endpoint_url, verify=not args.no_verify
     )
@@ -309,7 +330,7 @@ async def _with_client(
         for stream in streams:
             try:
                 await client.call(
-                    "DescribeStreamSummary", {"StreamName": stream}, retry=_PROBE_RETRY
+                    "DescribeStreamSummary", stream_params(stream), retry=_PROBE_RETRY
                 )
             except errors.ResourceNotFoundError:
                 raise UsageError(

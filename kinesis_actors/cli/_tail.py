@@ -40,7 +40,7 @@ import anyio.lowlevel
 from anyio.abc import TaskStatus
 
 from .. import errors
-from ..client import KinesisClient
+from ..client import KinesisClient, StreamRef
 from ..consumer import (
     Consumer,
     ConsumerConfig,
@@ -120,7 +120,9 @@ async def run_tail(
     streams) is registered where it is missing and deregistered from there on exit, whatever
     the exit; where it already existed it is reused and kept.
     """
-    name = (consumer_name or default_consumer_name(streams)) if mode == "efo" else None
+    # The library's default name hashes the streams' names, whichever way they were given.
+    names = [StreamRef.parse(stream).name for stream in streams]
+    name = (consumer_name or default_consumer_name(names)) if mode == "efo" else None
     config = ConsumerConfig(
         mode="efo" if mode == "efo" else "polling",
         consumer_name=name,
