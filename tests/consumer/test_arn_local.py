@@ -13,8 +13,13 @@ from typing import Any
 import anyio
 import pytest
 
-from kinesis_actors import KinesisClient, LocalKinesis, Producer, errors
-from kinesis_actors.consumer import Consumer, ConsumerConfig, StartingPosition
+from kinesis_actors import KinesisClient, LocalKinesis, Producer, ProducerConfig, errors
+from kinesis_actors.consumer import (
+    Consumer,
+    ConsumerConfig,
+    StartingPosition,
+    register_consumers,
+)
 from tests.faults import FaultProxy, Request
 
 from .helpers import Row, assert_in_shard_order, rows
@@ -34,7 +39,9 @@ async def create_with_arn(client: KinesisClient, name: str, shards: int = 2) -> 
 
 
 async def produce(client: KinesisClient, stream: str, numbers: Iterable[int]) -> None:
-    async with Producer(client, stream) as producer:
+    """Put the numbers; the long linger keeps each shard's records in one KPL aggregate (the
+    exit flushes them at once)."""
+    async with Producer(client, stream, ProducerConfig(linger=5.0)) as producer:
         for n in numbers:
             await producer.put(b"%d" % n, f"key-{n % 7}")
 
@@ -109,20 +116,45 @@ async def test_positions_written_in_one_form_resume_in_the_other_without_repeat_
     arn = await create_with_arn(client, stream_name)
     forms = {"name": stream_name, "arn": arn}
     then = forms["arn" if first == "name" else "name"]
-    await produce(client, forms[first], range(60))
-    seen, names, positions = await read(client, forms[first], config(mode), 60)
-    assert numbers(seen) == list(range(60))
-    assert names == {stream_name}
+    await produce(client, forms[first], range(100))
+    # Commit part of the first batch and stop: a position inside a KPL aggregate (the producer
+    # aggregates by default), the other shard not started.
+    with anyio.fail_after(60):
+        async with Consumer(client, forms[first], config(mode)) as consumer:
+            batch = await consumer.__anext__()
+            part = batch.slice(0, len(batch) // 2)
+            consumer.commit(part)
+            positions = consumer.positions()
+    seen = rows(part)
+    assert batch.stream == stream_name and 0 < len(seen) < len(batch)
+    committed = positions["streams"][stream_name][batch.shard_id]
+    assert committed["sub_sequence_number"] > 0  # inside an aggregate
     assert list(positions["streams"]) == [stream_name]  # one key, whichever form
     assert positions["identity"][stream_name]["arn"] == arn
 
-    await produce(client, then, range(60, 100))
-    resumed, names, after = await read(client, then, config(mode, positions=positions), 40)
-    # A repeat would deliver old records first (each shard in order), a skip would lose new ones.
-    assert numbers(resumed) == list(range(60, 100))
+    await produce(client, then, range(100, 140))
+    rest = 140 - len(seen)
+    resumed, names, after = await read(client, then, config(mode, positions=positions), rest)
+    # A repeat shows as a number twice, a skip as one missing (or as a read that never ends).
+    assert sorted(numbers(seen) + numbers(resumed)) == list(range(140))
     assert names == {stream_name}
     assert list(after["streams"]) == [stream_name]
     assert after["identity"] == positions["identity"]
+
+
+async def test_eager_registration_by_arn_is_keyed_by_name_and_accepted_under_either_key(
+    client: KinesisClient, stream_name: str
+) -> None:
+    arn = await create_with_arn(client, stream_name, shards=1)
+    await produce(client, arn, range(10))
+    with anyio.fail_after(30):
+        registered = await register_consumers(client, arn, "arn-app")
+    assert list(registered) == [stream_name]
+    assert registered[stream_name].startswith(f"{arn}/consumer/arn-app:")
+    for keyed in (registered, {arn: registered[stream_name]}):
+        settings = config("efo", registration="eager", consumer_arns=keyed)
+        seen, _, _ = await read(client, arn, settings, 10)
+        assert numbers(seen) == list(range(10))
 
 
 async def test_a_document_of_another_accounts_stream_of_that_name_is_refused(
