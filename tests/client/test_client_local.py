@@ -35,8 +35,16 @@ async def test_stream_lifecycle(client: KinesisClient, stream_name: str) -> None
     described = await client.call("DescribeStream", {"StreamName": stream_name})
     assert described["StreamDescription"]["StreamStatus"] == "ACTIVE"
     assert isinstance(described["StreamDescription"]["StreamCreationTimestamp"], dt.datetime)
-    listed = await client.call("ListStreams", {})
-    assert stream_name in listed["StreamNames"]
+    # The server is shared by the whole run, so the list is paged (100 names a page).
+    names: list[str] = []
+    params: dict[str, object] = {}
+    while True:
+        listed = await client.call("ListStreams", params)
+        names.extend(listed["StreamNames"])
+        if not listed["HasMoreStreams"]:
+            break
+        params = {"ExclusiveStartStreamName": listed["StreamNames"][-1]}
+    assert stream_name in names
     await client.delete_stream(stream_name)
     with pytest.raises(errors.ResourceNotFoundError):
         await client.call("DescribeStreamSummary", {"StreamName": stream_name})
