@@ -116,6 +116,8 @@ _PRODUCER = _table(
      "PutRecords calls awaiting their answer."),
     ("shard_map_refreshes", "shard_map.refreshes", "counter", "{refresh}",
      "Shard listings after a misprediction."),
+    ("sender_crashes", "senders.crashes", "counter", "{crash}",
+     "PutRecords calls whose sender actor crashed; it was restarted, the records resent."),
 )  # fmt: skip
 
 _SHARD_FIELDS = _table(

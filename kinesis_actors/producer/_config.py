@@ -83,6 +83,14 @@ class ProducerConfig:
       the exception back (unbounded, it waited past 60 s). 0 fails them at once, as
       ``KeyboardInterrupt``, ``SystemExit`` and cancellation always do. A normal exit waits
       for every record, however long.
+
+    Supervision:
+
+    - ``restart_intensity`` ((5, 30.0)): the senders are supervised actors; one that crashes
+      (a bug, not a failed call) is restarted and its call's records are sent again as an
+      unknown outcome. More than this many restarts within this many seconds fails the
+      producer with :class:`~kinesis_actors.errors.ProducerFailedError`, caused by the
+      :class:`~kinesis_actors.runtime.RestartIntensityExceeded` that lists the crashes.
     """
 
     queue_limit_records: int = 10_000
@@ -103,6 +111,7 @@ class ProducerConfig:
     backpressure_warning_interval: float = 10.0
     shard_map_min_refresh_interval: float = 1.0
     exit_grace: float = 1.0
+    restart_intensity: tuple[int, float] = (5, 30.0)
 
     def __post_init__(self) -> None:
         check_positive("ProducerConfig.queue_limit_records", self.queue_limit_records, integer=True)
@@ -147,3 +156,18 @@ class ProducerConfig:
             "ProducerConfig.shard_map_min_refresh_interval", self.shard_map_min_refresh_interval
         )
         check_non_negative("ProducerConfig.exit_grace", self.exit_grace)
+        intensity = self.restart_intensity
+        if (
+            not isinstance(intensity, tuple)
+            or len(intensity) != 2
+            or isinstance(intensity[0], bool)
+            or not isinstance(intensity[0], int)
+            or intensity[0] < 0
+            or isinstance(intensity[1], bool)
+            or not isinstance(intensity[1], int | float)
+            or not intensity[1] > 0
+        ):
+            raise ConfigError(
+                "ProducerConfig.restart_intensity must be (max_restarts >= 0, period > 0), "
+                f"got {intensity!r}"
+            )

@@ -25,6 +25,10 @@ class ProducerMetrics:
     Calls: ``calls`` PutRecords calls answered, ``kinesis_records_sent`` Kinesis records
     acknowledged (aggregates count once), ``bytes_sent`` their data plus partition keys;
     ``records_per_kinesis_record`` and ``records_per_call`` are the averages.
+
+    Supervision: ``sender_crashes`` the calls whose sender actor crashed (a bug, not a failed
+    call); each sender was restarted and the call's records sent again. The whole tree is
+    ``Producer.supervision``.
     """
 
     outstanding_records: int
@@ -45,6 +49,7 @@ class ProducerMetrics:
     mispredicted: int
     shard_map_refreshes: int
     in_flight_calls: int
+    sender_crashes: int = 0
 
     @property
     def records_per_kinesis_record(self) -> float:

@@ -23,7 +23,7 @@ from anyio.abc import TaskGroup
 from .. import errors
 from ..client import StreamRef
 from ..records import ShardMap
-from ..runtime import unwrap_sole
+from ..runtime import RestartIntensityExceeded, SupervisorSnapshot, unwrap_sole
 from ._admission import Admission
 from ._config import ProducerConfig
 from ._handle import PutHandle, PutResult
@@ -87,6 +87,7 @@ class Producer:
         self._max_record_bytes = DEFAULT_MAX_RECORD_BYTES
         self._record_distribution = "USER_PARTITION_KEY"
         self._failure: BaseException | None = None
+        self._broken: RestartIntensityExceeded | None = None  # the senders' supervisor gave up
         self._sender: Sender | None = None
         self._epoch = 0
         self._epoch_outstanding: dict[int, int] = {}
@@ -129,6 +130,13 @@ class Producer:
         return None if self._pipeline is None else self._pipeline.shard_map
 
     @property
+    def supervision(self) -> SupervisorSnapshot | None:
+        """The senders' supervision tree as plain data (the dispatcher and one call sender
+        per ``max_in_flight_calls``, their restarts, last failures and mailboxes), the same
+        shape as every supervisor's; None before the producer opened."""
+        return None if self._sender is None else self._sender.snapshot()
+
+    @property
     def metrics(self) -> ProducerMetrics:
         """A snapshot of the counters (see :class:`ProducerMetrics`)."""
         pipeline = self._pipeline
@@ -154,6 +162,7 @@ class Producer:
             mispredicted=pipeline.mispredicted if pipeline else 0,
             shard_map_refreshes=sender.shard_map_refreshes if sender else 0,
             in_flight_calls=sender.in_flight if sender else 0,
+            sender_crashes=sender.crashes if sender else 0,
         )
 
     async def __aenter__(self) -> Self:
@@ -166,11 +175,19 @@ class Producer:
         if self._record_distribution != "AUTO":
             pipeline.set_shard_map(await list_open_shards(self._client, self._stream))
         self._pipeline = pipeline
-        sender = self._sender = Sender(self._client, self._stream, self._config, pipeline)
+        sender = self._sender = Sender(
+            self._client, self._stream, self._config, pipeline, self._senders_failed
+        )
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group
-        task_group.start_soon(sender.run, task_group, name=f"producer-dispatch[{self._stream}]")
+        try:
+            await task_group.start(sender.run, name=f"producer-senders[{self._stream}]")
+        except BaseException as exc:
+            task_group.cancel_scope.cancel()
+            with unwrap_sole():
+                await task_group.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
         self._state = "open"
         return self
 
@@ -210,7 +227,7 @@ class Producer:
             task_group.cancel_scope.cancel()  # in-flight senders abandon their calls
             with unwrap_sole():  # the block's own exception as itself, not a group of one
                 suppressed = await task_group.__aexit__(exc_type, exc, tb)
-        if exc_type is None and self._failure is not None:
+        if exc_type is None and (self._failure is not None or self._broken is not None):
             raise self._failed_error()
         return suppressed
 
@@ -264,7 +281,7 @@ class Producer:
         target = self._epoch
         self._epoch += 1
         await self._wait_settled(target)
-        if self._failure is not None:
+        if self._failure is not None or self._broken is not None:
             raise self._failed_error()
         if self._admission.closed:
             raise errors.ProducerClosedError(
@@ -347,7 +364,7 @@ class Producer:
                 f"producer for {self._stream!r} is {self._state}; put and flush need an open "
                 "producer ('async with Producer(...)')"
             )
-        if self._failure is not None:
+        if self._failure is not None or self._broken is not None:
             raise self._failed_error()
 
     def _check_admitted(self, size: int) -> None:
@@ -374,7 +391,9 @@ class Producer:
             raise
         finally:
             self._backpressure_seconds += anyio.current_time() - started
-        if not waiter.granted:  # woken by _abort: no room was taken
+        if not waiter.granted:  # woken by _abort or a failure: no room was taken
+            if self._broken is not None:
+                raise self._failed_error()
             raise errors.ProducerClosedError(
                 f"producer for {self._stream!r} closed while this put waited for room"
             )
@@ -438,7 +457,28 @@ class Producer:
                 self._counters["records_failed"],
             )
 
+    def _senders_failed(self, failure: RestartIntensityExceeded) -> None:
+        """The senders' supervisor gave up (past ``restart_intensity``): the producer fails.
+
+        Every record not settled fails with the ProducerFailedError ``put``, ``flush`` and
+        leaving the block raise from now on; a ``put`` waiting for room gets it too.
+        """
+        self._broken = failure
+        log.error("producer for stream %r failed: %s", self._stream, failure)
+        self._admission.close()
+        if self._pipeline is not None:
+            self._pipeline.drain(self._failed_error())
+
     def _failed_error(self) -> errors.ProducerFailedError:
+        broken = self._broken
+        if broken is not None:
+            failed = errors.ProducerFailedError(
+                f"producer for {self._stream!r} failed: its senders crashed more than "
+                f"{broken.max_restarts} time(s) within {broken.period} s (restart_intensity); "
+                f"causes: {'; '.join(repr(cause) for cause in broken.causes)}"
+            )
+            failed.__cause__ = broken
+            return failed
         error = errors.ProducerFailedError(
             f"producer for {self._stream!r} failed: a record could not be written "
             f"({self._failure}); fail_on_error=True stops the producer"

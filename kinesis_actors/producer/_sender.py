@@ -1,11 +1,23 @@
-"""The producer's sender actor: turns the pipeline's calls into PutRecords requests.
+"""The producer's senders: supervised actors that turn the pipeline's calls into PutRecords.
 
-One dispatcher task asks the sans-IO :class:`~._pipeline.Pipeline` for calls and starts a
-task per call, at most ``max_in_flight_calls`` at once; each call's outcome goes back into
-the pipeline, which settles its records. It sleeps until the pipeline's next wakeup or until
-something wakes it (a record that makes a call worth sending, a flush, a finished call), and
-lists the shards again when the pipeline finds its shard map stale, at most once per
-``shard_map_min_refresh_interval``.
+One supervisor (the runtime's, one_for_one, its children stopped concurrently) runs:
+
+* a *dispatcher* actor, which asks the sans-IO :class:`~._pipeline.Pipeline` for calls and
+  hands each to an idle sender. Its mailbox is its doorbell: a record that makes a call worth
+  sending, a flush or a finished call rings it (a ring already pending is enough); otherwise it
+  sleeps until the pipeline's next wakeup. It lists the shards again when the pipeline finds its
+  shard map stale, at most once per ``shard_map_min_refresh_interval``;
+* ``max_in_flight_calls`` *call sender* actors, each with a mailbox of one call: it sends the
+  call with the client's retries off (the pipeline owns retries, lesson 32) and gives the
+  outcome back to the pipeline, which settles the records.
+
+A sender that crashes (a bug, not a failed call: those are outcomes) loses nothing: the
+supervisor reports the call it was handling, and since the request may have reached the service,
+its records are sent again as an unknown outcome (at-least-once, bounded by
+``max_unknown_outcomes``), never settled twice because a call is settled by whoever holds it
+first. The sender is restarted after a short backoff; past ``restart_intensity`` the supervisor
+gives up and the producer fails with :class:`~kinesis_actors.errors.ProducerFailedError`
+caused by the :class:`~kinesis_actors.runtime.RestartIntensityExceeded` that lists the crashes.
 
 The producer owns the intake and the settling; this owns what is in flight.
 """
@@ -14,13 +26,29 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import anyio
-from anyio.abc import TaskGroup
+from anyio.abc import TaskGroup, TaskStatus
 
 from .. import errors
 from ..client import RetrySettings
+from ..runtime import (
+    Actor,
+    ActorContext,
+    Backoff,
+    ChildSpec,
+    DeadLetter,
+    DropReason,
+    Mailbox,
+    RestartIntensityExceeded,
+    StopOrder,
+    Strategy,
+    Supervisor,
+    SupervisorSnapshot,
+)
 from ._config import ProducerConfig
 from ._pipeline import Call, Pipeline
 from ._retries import put_records_results
@@ -29,7 +57,7 @@ from ._stream import list_open_shards
 if TYPE_CHECKING:
     from ..client import KinesisClient
 
-__all__ = ["Sender"]
+__all__ = ["Delivery", "Sender"]
 
 log = logging.getLogger("kinesis_actors.producer")
 
@@ -37,24 +65,49 @@ log = logging.getLogger("kinesis_actors.producer")
 # so record_ttl holds, attempts are counted right, and every throttle reaches the pacing.
 _ONE_ATTEMPT = RetrySettings(max_retries=0)
 
+#: Restart delays of a crashed sender: soon, but a sender crashing in a loop cannot spin.
+SENDER_BACKOFF = Backoff(initial=0.01, maximum=1.0)
+#: What stopping one actor may take: cancelling a call is immediate, nothing is flushed here.
+_CLEANUP = 0.5
+
+
+class Delivery:
+    """One call handed to a sender, with the scope an abort cancels it by.
+
+    ``settled`` is set by whoever gives the call's outcome to the pipeline first (the sender,
+    or the supervisor's report of a crash): a call is settled once.
+    """
+
+    __slots__ = ("call", "scope", "settled")
+
+    def __init__(self, call: Call) -> None:
+        self.call = call
+        self.scope = anyio.CancelScope()
+        self.settled = False
+
 
 class Sender:
-    """Sends the pipeline's calls; ``flushing`` (a count of waiting flushes) ignores linger.
+    """The producer's outbox: a supervisor of one dispatcher and the call senders.
 
-    ``calls``, ``failed_calls`` and ``shard_map_refreshes`` count what it did;
-    ``in_flight`` is the number of calls outstanding.
+    ``flushing`` (a count of waiting flushes) makes the dispatcher ignore linger. ``calls``,
+    ``failed_calls``, ``crashes`` and ``shard_map_refreshes`` count what it did; ``in_flight``
+    is the number of calls handed to a sender and not yet settled.
     """
 
     __slots__ = (
         "_client",
         "_config",
+        "_doorbell",
+        "_idle",
         "_next_refresh",
+        "_on_failure",
         "_pipeline",
         "_refreshing",
         "_scopes",
         "_stream",
-        "_wake",
+        "_supervisor",
         "calls",
+        "crashes",
         "failed_calls",
         "flushing",
         "in_flight",
@@ -62,28 +115,46 @@ class Sender:
     )
 
     def __init__(
-        self, client: KinesisClient, stream: str, config: ProducerConfig, pipeline: Pipeline
+        self,
+        client: KinesisClient,
+        stream: str,
+        config: ProducerConfig,
+        pipeline: Pipeline,
+        on_failure: Callable[[RestartIntensityExceeded], None],
     ) -> None:
         self._client = client
         self._stream = stream
         self._config = config
         self._pipeline = pipeline
-        self._wake = anyio.Event()
-        self._scopes: set[anyio.CancelScope] = set()  # one per call in flight
+        self._on_failure = on_failure
+        self._supervisor: Supervisor | None = None
+        self._doorbell: Mailbox[None] | None = None
+        # The mailboxes of the senders with nothing to do; at most one entry per sender.
+        self._idle: deque[Mailbox[Delivery]] = deque()
+        self._scopes: set[anyio.CancelScope] = set()  # one per call handed out
         self._refreshing = False
         self._next_refresh = 0.0
         self.flushing = 0
         self.in_flight = 0
         self.calls = 0
         self.failed_calls = 0
+        self.crashes = 0
         self.shard_map_refreshes = 0
+
+    # -- the producer's side ----------------------------------------------------------------
+
+    def snapshot(self) -> SupervisorSnapshot | None:
+        """The supervision tree (dispatcher and senders), or None before it started."""
+        return None if self._supervisor is None else self._supervisor.snapshot()
 
     def wake(self) -> None:
         """Look at the pipeline now (a record made a call worth sending, a flush began)."""
-        self._wake.set()
+        doorbell = self._doorbell
+        if doorbell is not None and not len(doorbell) and not doorbell.closed:
+            doorbell.send_nowait(None)
 
     def cancel_calls(self) -> None:
-        """Abandon every call in flight, and any started but not yet running (an abort).
+        """Abandon every call handed to a sender, running or not yet received (an abort).
 
         Their records fail through :meth:`Pipeline.abandon`: "may or may not have been
         written".
@@ -91,41 +162,104 @@ class Sender:
         for scope in self._scopes:
             scope.cancel()
 
-    async def run(self, task_group: TaskGroup) -> None:
-        """The dispatcher: runs until cancelled, starting senders in ``task_group``."""
-        pipeline = self._pipeline
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run the supervisor until cancelled; ready once every actor has started.
+
+        Past the restart intensity, ``on_failure`` gets the supervisor's
+        :class:`RestartIntensityExceeded` and this returns.
+        """
         limit = self._config.max_in_flight_calls
+        try:
+            async with Supervisor(
+                Strategy.ONE_FOR_ONE,
+                name=f"producer[{self._stream}]",
+                intensity=self._config.restart_intensity,
+                backoff=SENDER_BACKOFF,
+                stop_order=StopOrder.CONCURRENT,
+            ) as supervisor:
+                self._supervisor = supervisor
+                doorbell = await supervisor.start_child(
+                    ChildSpec(
+                        "dispatcher",
+                        self._dispatcher,
+                        capacity=1,
+                        shutdown_timeout=0.0,
+                        cleanup_timeout=_CLEANUP,
+                    )
+                )
+                self._doorbell = doorbell.mailbox
+                for index in range(limit):
+                    await supervisor.start_child(
+                        ChildSpec(
+                            f"sender-{index}",
+                            self._call_sender,
+                            capacity=1,
+                            on_drop=self._lost,
+                            shutdown_timeout=0.0,
+                            cleanup_timeout=_CLEANUP,
+                        )
+                    )
+                task_status.started()
+                await anyio.sleep_forever()
+        except RestartIntensityExceeded as failure:
+            self._on_failure(failure)
+
+    def _dispatcher(self) -> Actor[None]:
+        return _Dispatcher(self)
+
+    def _call_sender(self) -> Actor[Delivery]:
+        return _CallSender(self)
+
+    # -- what the actors do -----------------------------------------------------------------
+
+    async def dispatch(self, doorbell: Mailbox[None], task_group: TaskGroup) -> None:
+        """The dispatcher's loop: hand calls to idle senders, then sleep until rung."""
+        pipeline = self._pipeline
+        idle = self._idle
         while True:
-            self._wake = anyio.Event()
+            while len(doorbell):  # rings before this look are answered by it
+                doorbell.receive_nowait()
             now = anyio.current_time()
             if pipeline.needs_refresh and not self._refreshing and now >= self._next_refresh:
                 self._refreshing = True
                 task_group.start_soon(self._refresh_shard_map)
             force = self.flushing > 0
-            while self.in_flight < limit:
+            while idle:
+                mailbox = idle.popleft()
+                if mailbox.closed:
+                    continue  # its sender is stopping for good
                 call = pipeline.next_call(now, force=force)
                 if call is None:
+                    idle.appendleft(mailbox)
                     break
+                delivery = Delivery(call)
+                # Registered before the sender receives it, so an abort in between cancels it
+                # too (a call not yet started was sent after an abort, into a drained pipeline).
+                self._scopes.add(delivery.scope)
                 self.in_flight += 1
-                # Registered before the task runs, so an abort in between cancels it too (a
-                # sender not yet started sent its call after the abort, into a drained
-                # pipeline, and the close with exit_grace=0 waited forever).
-                scope = anyio.CancelScope()
-                self._scopes.add(scope)
-                task_group.start_soon(self._send, call, scope)
-            wakeup = pipeline.next_wakeup(now, force=force)
-            if self.in_flight >= limit:
-                wakeup = None  # a finishing call wakes us
+                mailbox.send_nowait(delivery)
+            wakeup = pipeline.next_wakeup(now, force=force) if idle else None
             if pipeline.needs_refresh and not self._refreshing:
                 wakeup = self._next_refresh if wakeup is None else min(wakeup, self._next_refresh)
             timeout = math.inf if wakeup is None else max(0.0, wakeup - now)
             with anyio.move_on_after(timeout):
-                await self._wake.wait()
+                try:
+                    await doorbell.receive()
+                except anyio.EndOfStream:
+                    return
 
-    async def _send(self, call: Call, scope: anyio.CancelScope) -> None:
-        """Send one call inside ``scope``, which an abort cancels (not the task group's host)."""
+    def ready(self, mailbox: Mailbox[Delivery]) -> None:
+        """A sender (re)started or finished a call: it can take the next one."""
+        if not len(mailbox) and mailbox not in self._idle:
+            self._idle.append(mailbox)
+        self.wake()
+
+    async def send(self, delivery: Delivery) -> None:
+        """Send one call inside its scope, which an abort cancels; settle it unless this
+        sender crashes first (then :meth:`_lost` does)."""
         pipeline = self._pipeline
-        settled = False
+        call = delivery.call
+        scope = delivery.scope
         try:
             with scope:
                 client = self._client
@@ -134,27 +268,56 @@ class Sender:
                     retry=_ONE_ATTEMPT,
                 )
                 results = put_records_results(response)
-        except errors.KinesisError as exc:  # a MalformedReplyError: an unknown outcome
+        except errors.KinesisError as exc:  # the call failed (or a MalformedReplyError)
             self.failed_calls += 1
+            delivery.settled = True
             pipeline.fail(call, exc, anyio.current_time())
-            settled = True
+        except anyio.get_cancelled_exc_class():
+            self._abandon(delivery)
+            raise
         else:
-            if not scope.cancelled_caught:
+            if scope.cancelled_caught:
+                self._abandon(delivery)
+            else:
                 self.calls += 1
+                delivery.settled = True
                 pipeline.complete(call, results, anyio.current_time())
-                settled = True
         finally:
             self._scopes.discard(scope)
-            if not settled:
-                pipeline.abandon(
-                    call,
-                    errors.ProducerClosedError(
-                        f"producer for {self._stream!r} stopped while this record was in "
-                        "flight: it may or may not have been written"
-                    ),
-                )
             self.in_flight -= 1
             self.wake()
+
+    def _abandon(self, delivery: Delivery) -> None:
+        if delivery.settled:
+            return
+        delivery.settled = True
+        self._pipeline.abandon(
+            delivery.call,
+            errors.ProducerClosedError(
+                f"producer for {self._stream!r} stopped while this record was in flight: it "
+                "may or may not have been written"
+            ),
+        )
+
+    def _lost(self, letter: DeadLetter[Delivery]) -> None:
+        """The supervisor's report of a call its sender did not settle.
+
+        Handled when its sender crashed: the request may have reached the service, so its
+        records go again as an unknown outcome. Still queued at the final stop: abandoned.
+        """
+        delivery = letter.item
+        if delivery.settled:
+            return
+        if letter.reason is DropReason.LOST_IN_FLIGHT and letter.error is not None:
+            self.crashes += 1
+            self.failed_calls += 1
+            delivery.settled = True
+            self._pipeline.unknown(delivery.call, letter.error, anyio.current_time())
+        else:
+            self._scopes.discard(delivery.scope)
+            self.in_flight -= 1
+            self._abandon(delivery)
+        self.wake()
 
     async def _refresh_shard_map(self) -> None:
         pipeline = self._pipeline
@@ -169,3 +332,39 @@ class Sender:
             self._refreshing = False
             self._next_refresh = anyio.current_time() + self._config.shard_map_min_refresh_interval
             self.wake()
+
+
+class _Dispatcher(Actor[None]):
+    """Runs :meth:`Sender.dispatch`; shard-map listings run in its own task group."""
+
+    def __init__(self, sender: Sender) -> None:
+        self._sender = sender
+
+    async def run(self, ctx: ActorContext[None]) -> None:
+        async with anyio.create_task_group() as task_group:
+            await self._sender.dispatch(ctx.mailbox, task_group)
+            task_group.cancel_scope.cancel()
+
+
+class _CallSender(Actor[Delivery]):
+    """Sends the calls the dispatcher hands it, one at a time."""
+
+    def __init__(self, sender: Sender) -> None:
+        self._sender = sender
+
+    async def on_start(self, ctx: ActorContext[Delivery]) -> None:
+        self._sender.ready(ctx.mailbox)
+
+    async def run(self, ctx: ActorContext[Delivery]) -> None:
+        # Not the default loop, whose variable keeps the last message while it waits for the
+        # next: an idle sender held its last call's records (8 calls, 1.6x the queue's bound).
+        sender = self._sender
+        while True:
+            try:
+                delivery = await ctx.receive()
+            except anyio.EndOfStream:
+                return
+            await sender.send(delivery)
+            del delivery
+            ctx.done()
+            sender.ready(ctx.mailbox)

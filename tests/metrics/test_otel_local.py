@@ -58,6 +58,7 @@ PRODUCER_FIELDS = {
     P + "put_records.failures": "failed_calls",
     P + "put_records.in_flight": "in_flight_calls",
     P + "shard_map.refreshes": "shard_map_refreshes",
+    P + "senders.crashes": "sender_crashes",
 }
 CLIENT_FIELDS = {
     K + "calls": "calls",

@@ -29,6 +29,10 @@ from kinesis_actors import ProducerConfig, errors
         ("fail_on_error", 1),
         ("preserve_order", None),
         ("backpressure_warning_after", 0),
+        ("restart_intensity", (1, 0)),
+        ("restart_intensity", (-1, 5.0)),
+        ("restart_intensity", (True, 5.0)),
+        ("restart_intensity", [3, 5.0]),
     ],
 )
 def test_bad_settings_name_the_option(option: str, value: Any) -> None:

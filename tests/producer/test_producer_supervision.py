@@ -1,0 +1,135 @@
+"""The producer's senders are supervised actors (issue 14; lesson 18: a record is only ever
+given up with an error on its handle, never lost).
+
+A sender crashing mid-call is a bug of ours, a fault no server can produce: it is injected by
+wrapping the client's ``send`` so that chosen PutRecords calls reach the local server, are
+answered, and then raise. The crashed call's records may have been written, so they are sent
+again (at-least-once); every handle settles once; the restarts show in the snapshot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from kinesis_actors import KinesisClient, LocalKinesis, Producer, ProducerConfig, errors
+from kinesis_actors.client import RetrySettings
+from kinesis_actors.client._protocol import EncodedRequest
+from kinesis_actors.runtime import RestartIntensityExceeded
+from tests.boto import read_back
+
+pytestmark = pytest.mark.anyio
+
+
+class CrashAfterSend:
+    """``client.send`` that crashes after the PutRecords calls numbered in ``crash_on``
+    (1-based; every one if ``None``) came back from the server."""
+
+    def __init__(self, client: KinesisClient, crash_on: set[int] | None) -> None:
+        self._send = client.send
+        self._crash_on = crash_on
+        self.calls = 0
+        self.crashed = 0
+
+    async def __call__(
+        self, request: EncodedRequest, *, retry: RetrySettings | None = None
+    ) -> dict[str, Any]:
+        response = await self._send(request, retry=retry)
+        if request.operation == "PutRecords":
+            self.calls += 1
+            if self._crash_on is None or self.calls in self._crash_on:
+                self.crashed += 1
+                raise RuntimeError(f"injected crash after PutRecords call {self.calls}")
+        return response
+
+
+def user_records(local: LocalKinesis, stream: str) -> list[bytes]:
+    from kinesis_actors.records import deaggregate
+
+    return [
+        user.data
+        for raw in read_back(local, stream).values()
+        for record in raw
+        for user in deaggregate(record["Data"], record["PartitionKey"])
+    ]
+
+
+async def test_lesson_18_a_sender_crashing_mid_call_is_restarted_and_loses_nothing(
+    client: KinesisClient,
+    local_kinesis: LocalKinesis,
+    stream_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    await client.create_stream(stream_name, 2)
+    crash = CrashAfterSend(client, crash_on={1, 3})
+    monkeypatch.setattr(client, "send", crash)
+    config = ProducerConfig(linger=0.01, max_in_flight_calls=2, restart_intensity=(5, 60.0))
+    total = 300
+    with anyio.fail_after(60):
+        async with Producer(client, stream_name, config) as producer:
+            handles = []
+            for i in range(total):
+                handles.append(await producer.put(f"r{i}".encode(), f"k{i % 7}"))
+                if i % 50 == 49:
+                    await producer.flush()  # several calls, so the crashes hit several
+            await producer.flush()
+            tree = producer.supervision
+            metrics = producer.metrics
+    assert crash.crashed == 2
+    # Every handle settled once, with a result: the crashed calls' records went again.
+    results = [handle.result() for handle in handles]
+    assert len(results) == total
+    assert metrics.records_put == metrics.records_sent == total
+    assert metrics.records_failed == 0
+    assert metrics.sender_crashes == 2 and metrics.retries > 0
+    # Restarts counted in the supervision snapshot, the causes named.
+    assert tree is not None
+    senders = [child for child in tree.children if child.name.startswith("sender-")]
+    assert [child.name for child in tree.children] == ["dispatcher", "sender-0", "sender-1"]
+    assert sum(child.restarts for child in senders) == 2
+    assert all(
+        "injected crash" in (child.last_failure or "") for child in senders if child.restarts
+    )
+    assert tree.child("dispatcher").restarts == 0
+    assert tree.to_dict()["children"][1]["mailbox"]["capacity"] == 1
+    # Nothing lost: every record is in the stream, at least once.
+    written = set(user_records(local_kinesis, stream_name))
+    assert written == {f"r{i}".encode() for i in range(total)}
+
+
+async def test_senders_crashing_past_the_restart_intensity_fail_the_producer_once_with_the_causes(
+    client: KinesisClient, stream_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await client.create_stream(stream_name, 1)
+    crash = CrashAfterSend(client, crash_on=None)
+    monkeypatch.setattr(client, "send", crash)
+    config = ProducerConfig(
+        linger=0.0,
+        max_in_flight_calls=1,
+        restart_intensity=(2, 60.0),
+        max_unknown_outcomes=100,  # the supervisor, not the record's bound, gives up first
+        exit_grace=0.0,
+    )
+    handles = []
+    with anyio.fail_after(30), pytest.raises(errors.ProducerFailedError) as caught:
+        async with Producer(client, stream_name, config) as producer:
+            handles.extend([await producer.put(f"r{i}".encode(), "k") for i in range(20)])
+            await producer.flush()
+    failure = caught.value
+    assert isinstance(failure.__cause__, RestartIntensityExceeded)
+    causes = failure.__cause__.causes
+    assert len(causes) == 3 and all(isinstance(cause, RuntimeError) for cause in causes)
+    assert "injected crash" in str(failure) and "restart_intensity" in str(failure)
+    # Never left hanging: every record failed, with an error of ours.
+    assert all(handle.done() for handle in handles)
+    assert all(
+        isinstance(handle.exception(), errors.ProducerFailedError | errors.ProducerClosedError)
+        for handle in handles
+    )
+    assert producer.metrics.records_failed == len(handles)
+    tree = producer.supervision
+    assert tree is not None and tree.state == "failed"
+    with pytest.raises(errors.ProducerClosedError):
+        await producer.put(b"late", "k")
