@@ -118,6 +118,8 @@ _PRODUCER = _table(
      "Shard listings after a misprediction."),
     ("sender_crashes", "senders.crashes", "counter", "{crash}",
      "PutRecords calls whose sender actor crashed; it was restarted, the records resent."),
+    ("unreachable_seconds", "endpoint.unreachable_time", "gauge", "s",
+     "How long no PutRecords call has got an answer from the endpoint; 0 while it answers."),
 )  # fmt: skip
 
 _SHARD_FIELDS = _table(

@@ -26,6 +26,10 @@ class ProducerMetrics:
     acknowledged (aggregates count once), ``bytes_sent`` their data plus partition keys;
     ``records_per_kinesis_record`` and ``records_per_call`` are the averages.
 
+    Endpoint: ``unreachable_seconds`` how long no PutRecords call has got an answer (a
+    refused, reset or timed-out connection is none; any reply, even an error, is one), 0.0
+    while the endpoint answers.
+
     Supervision: ``sender_crashes`` the calls whose sender actor crashed (a bug, not a failed
     call); each sender was restarted and the call's records sent again. The whole tree is
     ``Producer.supervision``.
@@ -50,6 +54,7 @@ class ProducerMetrics:
     shard_map_refreshes: int
     in_flight_calls: int
     sender_crashes: int = 0
+    unreachable_seconds: float = 0.0
 
     @property
     def records_per_kinesis_record(self) -> float:

@@ -163,6 +163,7 @@ class Producer:
             shard_map_refreshes=sender.shard_map_refreshes if sender else 0,
             in_flight_calls=sender.in_flight if sender else 0,
             sender_crashes=sender.crashes if sender else 0,
+            unreachable_seconds=sender.unreachable_seconds() if sender else 0.0,
         )
 
     async def __aenter__(self) -> Self:
@@ -404,10 +405,18 @@ class Producer:
             return
         self._last_backpressure_warning = now
         admission = self._admission
+        sender = self._sender
+        if sender is not None and sender.unreachable_since is not None:
+            cause = (
+                f"The endpoint {sender.endpoint} has not answered for "
+                f"{now - sender.unreachable_since:.1f}s ({sender.unreachable_error})."
+            )
+        else:
+            throttled = self._pipeline.throttled if self._pipeline else 0
+            cause = f"The stream is not keeping up (throttled {throttled} times so far)."
         log.warning(
             "producer for stream %r: put waited %.1fs for room; %d records / %d bytes "
-            "outstanding (limits %d / %d), %d puts waiting. The stream is not keeping up "
-            "(throttled %d times so far).",
+            "outstanding (limits %d / %d), %d puts waiting. %s",
             self._stream,
             waited,
             admission.records,
@@ -415,7 +424,7 @@ class Producer:
             admission.max_records,
             admission.max_bytes,
             admission.waiting,
-            self._pipeline.throttled if self._pipeline else 0,
+            cause,
         )
 
     # -- settling ---------------------------------------------------------------------------

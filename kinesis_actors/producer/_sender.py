@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -99,6 +100,7 @@ class Sender:
         "_config",
         "_doorbell",
         "_idle",
+        "_last_warning",
         "_next_refresh",
         "_on_failure",
         "_pipeline",
@@ -106,12 +108,15 @@ class Sender:
         "_scopes",
         "_stream",
         "_supervisor",
+        "_unreachable_monotonic",
         "calls",
         "crashes",
         "failed_calls",
         "flushing",
         "in_flight",
         "shard_map_refreshes",
+        "unreachable_error",
+        "unreachable_since",
     )
 
     def __init__(
@@ -140,12 +145,29 @@ class Sender:
         self.failed_calls = 0
         self.crashes = 0
         self.shard_map_refreshes = 0
+        # Since when no call got an answer (loop clock), the last transport error, and the
+        # same moment on time.monotonic() for metrics read from other threads.
+        self.unreachable_since: float | None = None
+        self.unreachable_error: errors.TransportError | None = None
+        self._unreachable_monotonic = 0.0
+        self._last_warning = -math.inf
 
     # -- the producer's side ----------------------------------------------------------------
 
     def snapshot(self) -> SupervisorSnapshot | None:
         """The supervision tree (dispatcher and senders), or None before it started."""
         return None if self._supervisor is None else self._supervisor.snapshot()
+
+    @property
+    def endpoint(self) -> str:
+        """Where the calls go (the client's endpoint URL)."""
+        return str(self._client.endpoint_url)
+
+    def unreachable_seconds(self) -> float:
+        """How long no call has got an answer (0.0 while the endpoint answers); any thread."""
+        if self.unreachable_since is None:
+            return 0.0
+        return max(0.0, time.monotonic() - self._unreachable_monotonic)
 
     def wake(self) -> None:
         """Look at the pipeline now (a record made a call worth sending, a flush began)."""
@@ -239,6 +261,9 @@ class Sender:
                 self.in_flight += 1
                 mailbox.send_nowait(delivery)
             wakeup = pipeline.next_wakeup(now, force=force) if idle else None
+            warn_at = self._warn_unreachable(now)
+            if warn_at is not None:
+                wakeup = warn_at if wakeup is None else min(wakeup, warn_at)
             if pipeline.needs_refresh and not self._refreshing:
                 wakeup = self._next_refresh if wakeup is None else min(wakeup, self._next_refresh)
             timeout = math.inf if wakeup is None else max(0.0, wakeup - now)
@@ -271,7 +296,9 @@ class Sender:
         except errors.KinesisError as exc:  # the call failed (or a MalformedReplyError)
             self.failed_calls += 1
             delivery.settled = True
-            pipeline.fail(call, exc, anyio.current_time())
+            now = anyio.current_time()
+            self._answered(exc, now)
+            pipeline.fail(call, exc, now)
         except anyio.get_cancelled_exc_class():
             self._abandon(delivery)
             raise
@@ -281,11 +308,65 @@ class Sender:
             else:
                 self.calls += 1
                 delivery.settled = True
-                pipeline.complete(call, results, anyio.current_time())
+                now = anyio.current_time()
+                self._answered(None, now)
+                pipeline.complete(call, results, now)
         finally:
             self._scopes.discard(scope)
             self.in_flight -= 1
             self.wake()
+
+    def _answered(self, error: errors.KinesisError | None, now: float) -> None:
+        """Track whether the endpoint answers: a transport error (connection refused, reset,
+        timed out) is no answer; any reply, even an error, is one."""
+        if isinstance(error, errors.TransportError) and not isinstance(
+            error, errors.CertificateError
+        ):
+            if self.unreachable_since is None:
+                self.unreachable_since = now
+                self._unreachable_monotonic = time.monotonic()
+            self.unreachable_error = error
+        elif self.unreachable_since is not None:
+            log.warning(
+                "producer for stream %r: the endpoint %s answers again after %.1fs",
+                self._stream,
+                self.endpoint,
+                now - self.unreachable_since,
+            )
+            self.unreachable_since = None
+            self.unreachable_error = None
+            self._last_warning = -math.inf
+
+    def _warn_unreachable(self, now: float) -> float | None:
+        """Say that the endpoint does not answer, once it has not for
+        ``backpressure_warning_after`` and then every ``backpressure_warning_interval``;
+        returns when to look again (None while it answers)."""
+        since = self.unreachable_since
+        if since is None:
+            return None
+        config = self._config
+        due = max(
+            since + config.backpressure_warning_after,
+            self._last_warning + (config.backpressure_warning_interval),
+        )
+        if now < due:
+            return due
+        self._last_warning = now
+        ttl = config.record_ttl
+        log.warning(
+            "producer for stream %r: the endpoint %s has not answered for %.1fs (%s); "
+            "%d records wait to be sent again, at most %.1fs apart. %s",
+            self._stream,
+            self.endpoint,
+            now - since,
+            self.unreachable_error,
+            self._pipeline.pending_records,
+            config.retry_max,
+            "With record_ttl=None they wait until it answers (set record_ttl to fail them)."
+            if ttl is None
+            else f"Each fails with RecordExpiredError {ttl}s after its put.",
+        )
+        return now + config.backpressure_warning_interval
 
     def _abandon(self, delivery: Delivery) -> None:
         if delivery.settled:

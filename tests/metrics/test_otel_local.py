@@ -59,6 +59,7 @@ PRODUCER_FIELDS = {
     P + "put_records.in_flight": "in_flight_calls",
     P + "shard_map.refreshes": "shard_map_refreshes",
     P + "senders.crashes": "sender_crashes",
+    P + "endpoint.unreachable_time": "unreachable_seconds",
 }
 CLIENT_FIELDS = {
     K + "calls": "calls",

@@ -1,0 +1,105 @@
+"""A dead endpoint is said, not waited on in silence (issue 14).
+
+A local server of the test's own is stopped mid-produce. With the defaults, records wait (never
+dropped) and, within a few seconds, a warning names the endpoint and the connection failure;
+the metrics say for how long. With ``record_ttl``, each record fails with RecordExpiredError
+within the ttl plus one retry.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+
+from kinesis_actors import KinesisClient, LocalKinesis, Producer, ProducerConfig, errors
+
+pytestmark = pytest.mark.anyio
+
+
+class Said(logging.Handler):
+    """Sets ``event`` on the first record of the producer's logger containing ``words``."""
+
+    def __init__(self, words: str) -> None:
+        super().__init__(logging.WARNING)
+        self.words = words
+        self.event = anyio.Event()
+        self.message = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if self.words in message and not self.event.is_set():
+            self.message = message
+            self.event.set()
+
+
+@pytest.fixture
+async def doomed() -> AsyncIterator[LocalKinesis]:
+    """A local server this test may stop."""
+    with LocalKinesis() as server:
+        yield server
+
+
+class Leave(Exception):
+    """Leaves the producer's block without waiting for a flush that cannot finish."""
+
+
+async def test_with_defaults_a_stopped_server_is_named_in_a_warning_and_the_metrics(
+    doomed: LocalKinesis,
+) -> None:
+    said = Said("has not answered")
+    logger = logging.getLogger("kinesis_actors.producer")
+    logger.addHandler(said)
+    config = ProducerConfig(linger=0.01, exit_grace=0.0)
+    try:
+        async with doomed.client(tls=False) as client:
+            await client.create_stream("doomed", 1)
+            with pytest.raises(Leave):
+                async with Producer(client, "doomed", config) as producer:
+                    await (await producer.put(b"before", "k"))
+                    await anyio.to_thread.run_sync(doomed.stop)
+                    handles = [await producer.put(b"after", f"k{i}") for i in range(5)]
+                    with anyio.fail_after(15):  # "within a few seconds": warned after 1 s
+                        await said.event.wait()
+                    metrics = producer.metrics
+                    waiting = [handle.done() for handle in handles]
+                    raise Leave
+    finally:
+        logger.removeHandler(said)
+    assert str(client.endpoint_url) in said.message
+    assert "ConnectError" in said.message or "refused" in said.message.lower()
+    assert "record_ttl=None" in said.message
+    assert metrics.unreachable_seconds >= config.backpressure_warning_after
+    assert metrics.records_failed == 0 and not any(waiting)  # waiting, never dropped
+    assert all(isinstance(h.exception(), errors.ProducerClosedError) for h in handles)
+
+
+async def test_with_record_ttl_a_stopped_server_fails_each_record_within_ttl_and_one_retry(
+    doomed: LocalKinesis,
+) -> None:
+    ttl = 2.0
+    config = ProducerConfig(linger=0.01, record_ttl=ttl, retry_max=1.0, fail_on_error=False)
+    async with doomed.client(tls=False) as client:
+        await client.create_stream("doomed", 1)
+        async with Producer(client, "doomed", config) as producer:
+            await (await producer.put(b"before", "k"))
+            await anyio.to_thread.run_sync(doomed.stop)
+            handles = [await producer.put(b"after", f"k{i}") for i in range(5)]
+            with anyio.fail_after(ttl + config.retry_max + 1.0):
+                for handle in handles:
+                    with pytest.raises(errors.RecordExpiredError) as caught:
+                        await handle
+                    assert isinstance(caught.value.__cause__, errors.TransportError)
+            assert producer.metrics.unreachable_seconds > 0
+
+
+async def test_a_healthy_endpoint_reads_zero_seconds_unreachable(
+    client: KinesisClient, stream_name: str
+) -> None:
+    """A healthy endpoint reads 0.0: nothing unreachable to report."""
+    await client.create_stream(stream_name, 1)
+    async with Producer(client, stream_name, ProducerConfig(linger=0.0)) as producer:
+        await (await producer.put(b"x", "k"))
+        assert producer.metrics.unreachable_seconds == 0.0
