@@ -32,7 +32,7 @@ from .runtime import unwrap_sole
 
 __all__ = ["SyncProducer"]
 
-_Item = tuple[bytes, str, str | None, int, int, PutHandle]
+_Item = tuple[bytes, str, str | None, PutHandle]
 
 
 def _remaining(deadline: float | None) -> float | None:
@@ -107,11 +107,11 @@ class SyncProducer:
         ``close`` gave up waiting while this call was blocked.
         """
         self._check_open()
-        data, size, hashed = self._producer.prepare(data, partition_key, explicit_hash_key)
+        data = self._producer.prepare(data, partition_key, explicit_hash_key)[0]
         handle = PutHandle()
         with self._lock:
             self._check_open()  # under the lock: close takes the buffer under it
-            self._pending.append((data, partition_key, explicit_hash_key, size, hashed, handle))
+            self._pending.append((data, partition_key, explicit_hash_key, handle))
             if len(self._pending) >= self._batch_size:
                 self._submit()
         return handle
@@ -171,7 +171,7 @@ class SyncProducer:
                 finally:
                     self._lock.release()
             else:
-                self._portal.call(self._producer._abort, error)
+                self._portal.call(self._producer.abort, error)
                 with self._lock:
                     batch, self._pending = self._pending, []
                 self._fail(batch, error)
@@ -213,12 +213,13 @@ class SyncProducer:
                 with anyio.move_on_after(math.inf if seconds is None else seconds):
                     await done.wait()
                 if not done.is_set():
-                    self._producer._abort(error)
+                    self._producer.abort(error)
 
     @staticmethod
     def _fail(batch: list[_Item], error: BaseException) -> None:
         for *_, handle in batch:
-            handle._set_error(error)
+            if not handle.done():
+                handle._set_error(error)
 
     def __enter__(self) -> Self:
         return self
@@ -256,12 +257,9 @@ class SyncProducer:
         self._portal.call(self._admit_all, batch)
 
     async def _admit_all(self, batch: list[_Item]) -> None:
-        admit = self._producer._admit
-        for index, (data, key, hash_key, size, hashed, handle) in enumerate(batch):
-            try:
-                await admit(data, key, hash_key, size, hashed, handle)
-            except BaseException as exc:
-                # The caller sees this error; the records that never got in must say so too.
-                for *_, unsent in batch[index:]:
-                    unsent._set_error(exc)
-                raise
+        """The batch through the producer's public ``put_many``, settling our handles; a
+        record that never got in has the error on its handle too."""
+        await self._producer.put_many(
+            [(data, key, hash_key) for data, key, hash_key, _ in batch],
+            handles=[handle for *_, handle in batch],
+        )

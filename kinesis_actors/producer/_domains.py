@@ -24,7 +24,7 @@ class Domain:
         self.key = key
         self.hash_key = hash_key
         self.lane = lane
-        # Bounded by the producer's Admission: every entry here holds room in the queue.
+        # Bounded by the producer's queue: every entry here holds room in it until settled.
         self.entries: deque[Entry] = deque()
         self.nbytes = 0
         self.state = IDLE

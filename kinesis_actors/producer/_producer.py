@@ -1,21 +1,24 @@
-"""The Producer: a bounded queue in front of a sender actor that speaks PutRecords.
+"""The Producer: a bounded queue in front of supervised actors that speak PutRecords.
 
-``put`` validates the record, takes room in the bounded queue (waiting while there is none:
-that is the backpressure, lesson 16), and hands the record to the sans-IO :class:`Pipeline`.
-The sender actor (``_sender.py``) asks the pipeline for calls and sends them, at most
-``max_in_flight_calls`` at once; each outcome goes back into the pipeline, which settles
-every record's handle exactly once (here, in ``_settle``) and gives its room back to the queue.
+``put`` validates the record and sends it into the bounded queue, which is the dispatcher
+actor's mailbox (``_sender.py``), waiting while it is full: that is the backpressure (lesson
+16). The dispatcher takes the records into the sans-IO :class:`Pipeline`, and call senders
+send its calls, at most ``max_in_flight_calls`` at once; each outcome goes back into the
+pipeline, which settles every record's handle exactly once (here, in ``_settle``) and gives
+its room in the queue back, waking the next waiting ``put``.
 
-All of it runs in a task group owned by ``async with Producer(...)``: a bug in the dispatcher
-or a sender fails the producer and the block, never a record silently.
+The actors run under a supervisor in a task group owned by ``async with Producer(...)``: a
+sender that crashes is restarted and its records sent again; past ``restart_intensity`` the
+producer fails with a typed error, never a record silently.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 from anyio.abc import TaskGroup
@@ -23,8 +26,13 @@ from anyio.abc import TaskGroup
 from .. import errors
 from ..client import StreamRef
 from ..records import ShardMap
-from ..runtime import RestartIntensityExceeded, SupervisorSnapshot, unwrap_sole
-from ._admission import Admission
+from ..runtime import (
+    Mailbox,
+    MailboxClosed,
+    RestartIntensityExceeded,
+    SupervisorSnapshot,
+    unwrap_sole,
+)
 from ._config import ProducerConfig
 from ._handle import PutHandle, PutResult
 from ._metrics import ProducerMetrics
@@ -79,7 +87,7 @@ class Producer:
         self._client = client
         self._stream = stream
         self._config = config
-        self._admission = Admission(config.queue_limit_records, config.queue_limit_bytes)
+        self._queue: Mailbox[Entry] | None = None  # the dispatcher's mailbox, once open
         self._pipeline: Pipeline | None = None
         self._task_group: TaskGroup | None = None
         self._state = "new"
@@ -93,19 +101,9 @@ class Producer:
         self._epoch_outstanding: dict[int, int] = {}
         self._settled: anyio.Event | None = None
         self._open_shards = 1
-        self._last_backpressure_warning = -math.inf
         self._last_failure_log = -math.inf
         self._puts_since_checkpoint = 0
-        self._counters = dict.fromkeys(
-            (
-                "backpressure_cycles",
-                "records_put",
-                "records_sent",
-                "records_failed",
-            ),
-            0,
-        )
-        self._backpressure_seconds = 0.0
+        self._counters = dict.fromkeys(("records_put", "records_sent", "records_failed"), 0)
 
     # -- public surface ---------------------------------------------------------------------
 
@@ -142,14 +140,14 @@ class Producer:
         pipeline = self._pipeline
         sender = self._sender
         counters = self._counters
-        admission = self._admission
+        queue = None if self._queue is None else self._queue.stats()
         return ProducerMetrics(
-            outstanding_records=admission.records,
-            outstanding_bytes=admission.nbytes,
-            peak_outstanding_records=admission.peak_records,
-            peak_outstanding_bytes=admission.peak_bytes,
-            backpressure_cycles=counters["backpressure_cycles"],
-            backpressure_seconds=self._backpressure_seconds,
+            outstanding_records=queue.depth + queue.held if queue else 0,
+            outstanding_bytes=queue.weight if queue else 0,
+            peak_outstanding_records=queue.peak_occupied if queue else 0,
+            peak_outstanding_bytes=queue.peak_weight if queue else 0,
+            backpressure_cycles=queue.blocked_sends if queue else 0,
+            backpressure_seconds=queue.blocked_seconds if queue else 0.0,
             records_put=counters["records_put"],
             records_sent=counters["records_sent"],
             records_failed=counters["records_failed"],
@@ -177,13 +175,19 @@ class Producer:
             pipeline.set_shard_map(await list_open_shards(self._client, self._stream))
         self._pipeline = pipeline
         sender = self._sender = Sender(
-            self._client, self._stream, self._config, pipeline, self._senders_failed
+            self._client,
+            self._stream,
+            self._config,
+            pipeline,
+            on_failure=self._senders_failed,
+            on_undelivered=self._undelivered,
         )
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group
         try:
             await task_group.start(sender.run, name=f"producer-senders[{self._stream}]")
+            self._queue = sender.queue
         except BaseException as exc:
             task_group.cancel_scope.cancel()
             with unwrap_sole():
@@ -219,12 +223,7 @@ class Producer:
                 await self._settle_within(self._config.exit_grace, exc)
         finally:
             self._state = "closed"
-            self._admission.close()  # a put still waiting for room fails, typed
-            pipeline = self._pipeline
-            if pipeline is not None:
-                pipeline.drain(
-                    errors.ProducerClosedError(f"producer for {self._stream!r} closed first")
-                )
+            self._drain(errors.ProducerClosedError(f"producer for {self._stream!r} closed first"))
             task_group.cancel_scope.cancel()  # in-flight senders abandon their calls
             with unwrap_sole():  # the block's own exception as itself, not a group of one
                 suppressed = await task_group.__aexit__(exc_type, exc, tb)
@@ -241,13 +240,14 @@ class Producer:
         failed by the caller's drain and the senders' cancellation.
         """
         self._state = "closing"
-        self._admission.close()  # puts waiting for room in other tasks fail now
+        if self._queue is not None:
+            self._queue.close()  # puts waiting for room in other tasks fail now
         if not self._epoch_outstanding:
             return
         with anyio.move_on_after(grace):
             await self._wait_settled(self._epoch)
         if self._epoch_outstanding:
-            self._abort(
+            self.abort(
                 errors.ProducerClosedError(
                     f"producer for {self._stream!r} left its block on "
                     f"{type(cause).__name__} before this record was acknowledged "
@@ -266,9 +266,79 @@ class Producer:
         record above the stream's limit; and :class:`~kinesis_actors.errors.ProducerFailedError`
         or :class:`~kinesis_actors.errors.ProducerClosedError` when it takes no more records.
         """
+        self._check_open()
+        data, size, hashed = prepare_record(
+            data, partition_key, explicit_hash_key, self._max_record_bytes, self._stream
+        )
         handle = PutHandle()
-        await self._put(data, partition_key, explicit_hash_key, handle)
+        entry = Entry(data, partition_key, explicit_hash_key, hashed, size, 0.0, handle)
+        if not self._offer(entry):
+            await self._send(entry)
+        elif self._puts_since_checkpoint >= _CHECKPOINT_EVERY:
+            self._puts_since_checkpoint = 0
+            await anyio.lowlevel.cancel_shielded_checkpoint()  # accepted: never "cancelled"
         return handle
+
+    def put_nowait(
+        self, data: bytes, partition_key: str, explicit_hash_key: str | None = None
+    ) -> PutHandle:
+        """Queue one record if there is room now; raises :class:`anyio.WouldBlock` if not.
+
+        Validates and raises as :meth:`put` does; never waits, never yields to the loop (a
+        caller putting many records this way should ``await`` something now and then).
+        """
+        self._check_open()
+        data, size, hashed = prepare_record(
+            data, partition_key, explicit_hash_key, self._max_record_bytes, self._stream
+        )
+        handle = PutHandle()
+        if not self._offer(
+            Entry(data, partition_key, explicit_hash_key, hashed, size, 0.0, handle)
+        ):
+            raise anyio.WouldBlock
+        return handle
+
+    async def put_many(
+        self,
+        records: Iterable[Sequence[Any]],
+        *,
+        handles: Sequence[PutHandle] | None = None,
+    ) -> list[PutHandle]:
+        """Queue many ``(data, partition_key[, explicit_hash_key])`` records, in order; returns
+        a handle per record, once the last is inside the bounded queue.
+
+        Every record is validated before any is queued: a bad one raises its typed error
+        (naming its index) and queues nothing. Then each waits for room as :meth:`put` does,
+        so the queue's bounds hold whatever the batch's size. If queueing stops part way (the
+        producer closed or failed, or the call was cancelled), the records before are queued
+        and will settle; the others are not, and the error is raised (their ``handles``, if
+        given, get it too). ``handles`` (one per record) are settled instead of new ones, for
+        callers that hand out handles before the records reach the loop (``SyncProducer``).
+        """
+        self._check_open()
+        try:
+            entries = self._entries(records, handles)
+        except BaseException as exc:
+            for handle in handles or ():  # none was queued: every given handle says why
+                if not handle.done():
+                    handle._set_error(exc)
+            raise
+        made = handles is None
+        offer = self._offer
+        for index, entry in enumerate(entries):
+            try:
+                if not offer(entry):
+                    await self._send(entry)
+                elif self._puts_since_checkpoint >= _CHECKPOINT_EVERY:
+                    self._puts_since_checkpoint = 0
+                    await anyio.lowlevel.cancel_shielded_checkpoint()
+            except BaseException as exc:
+                if not made:
+                    for unsent in entries[index:]:
+                        if not unsent.handle.done():
+                            unsent.handle._set_error(exc)
+                raise
+        return [entry.handle for entry in entries]
 
     async def flush(self) -> None:
         """Return once every record accepted before this call is acknowledged or has failed.
@@ -284,22 +354,39 @@ class Producer:
         await self._wait_settled(target)
         if self._failure is not None or self._broken is not None:
             raise self._failed_error()
-        if self._admission.closed:
+        if self._state == "closed":
             raise errors.ProducerClosedError(
                 f"producer for {self._stream!r} was stopped while flushing; the records it "
                 "did not acknowledge failed with ProducerClosedError"
             )
 
-    def _abort(self, error: errors.ProducerClosedError) -> None:
-        """Stop at once (a close past its timeout): fail every unsettled record with ``error``
-        (those in flight with the sender's "may or may not have been written"), wake every
-        ``put`` waiting for room with ProducerClosedError, and take no more records."""
+    def abort(self, error: errors.ProducerClosedError | None = None) -> None:
+        """Stop at once, without waiting: fail every unsettled record with ``error`` (a
+        :class:`~kinesis_actors.errors.ProducerClosedError`; those in flight "may or may not
+        have been written"), wake every ``put`` waiting for room with it, take no more
+        records. Leaving the block then returns at once. For a close past its deadline
+        (``SyncProducer.close(timeout=...)``)."""
+        if error is None:
+            error = errors.ProducerClosedError(f"producer for {self._stream!r} was aborted")
         self._state = "closed"
-        self._admission.close()
-        if self._pipeline is not None:
-            self._pipeline.drain(error)
+        self._drain(error)
         if self._sender is not None:
             self._sender.cancel_calls()  # each sender abandons its call
+
+    def _drain(self, error: BaseException) -> None:
+        """Take no more records; fail those queued or waiting in the pipeline with ``error``
+        (not those in flight: their senders settle them)."""
+        queue = self._queue
+        if queue is not None:
+            queue.close()  # a put waiting for room fails, typed
+            while True:
+                try:
+                    entry = queue.receive_nowait()
+                except (anyio.WouldBlock, anyio.EndOfStream):
+                    break
+                self._settle(entry, None, error)
+        if self._pipeline is not None:
+            self._pipeline.drain(error)
 
     # -- intake -----------------------------------------------------------------------------
 
@@ -314,50 +401,95 @@ class Producer:
             data, partition_key, explicit_hash_key, self._max_record_bytes, self._stream
         )
 
-    async def _put(
-        self, data: bytes, partition_key: str, explicit_hash_key: str | None, handle: PutHandle
-    ) -> None:
-        self._check_open()
-        data, size, hashed = self.prepare(data, partition_key, explicit_hash_key)
-        await self._admit(data, partition_key, explicit_hash_key, size, hashed, handle)
+    def _entries(
+        self, records: Iterable[Sequence[Any]], handles: Sequence[PutHandle] | None
+    ) -> list[Entry]:
+        """Validate a batch for :meth:`put_many`: an entry per record, or the typed error of
+        the first bad one, naming its index."""
+        limit, stream = self._max_record_bytes, self._stream
+        entries: list[Entry] = []
+        for index, record in enumerate(records):
+            if not 2 <= len(record) <= 3:
+                raise errors.ValidationError(
+                    f"record {index} of the batch: expected (data, partition_key[, "
+                    f"explicit_hash_key]), got {len(record)} fields"
+                )
+            key = record[1]
+            hash_key = record[2] if len(record) == 3 else None
+            try:
+                data, size, hashed = prepare_record(record[0], key, hash_key, limit, stream)
+            except errors.KinesisError as exc:
+                raise type(exc)(f"record {index} of the batch: {exc}") from exc
+            handle = PutHandle() if handles is None else handles[index]
+            entries.append(Entry(data, key, hash_key, hashed, size, 0.0, handle))
+        if handles is not None and len(handles) != len(entries):
+            raise errors.ValidationError(
+                f"put_many got {len(handles)} handles for {len(entries)} records"
+            )
+        return entries
 
-    async def _admit(  # noqa: PLR0917 - private, called per record
-        self,
-        data: bytes,
-        partition_key: str,
-        explicit_hash_key: str | None,
-        size: int,
-        hashed: int,
-        handle: PutHandle,
-    ) -> None:
-        """Queue a record :meth:`prepare` accepted; waits for room (the backpressure)."""
-        self._check_open()
-        if self._admission.try_take(size):
-            self._puts_since_checkpoint += 1
-            if self._puts_since_checkpoint >= _CHECKPOINT_EVERY:
-                self._puts_since_checkpoint = 0
-                await anyio.lowlevel.checkpoint()
-                self._check_admitted(size)
-        else:
-            await self._wait_for_room(size)
-            self._check_admitted(size)
-        epoch = self._epoch
-        self._epoch_outstanding[epoch] = self._epoch_outstanding.get(epoch, 0) + 1
+    def _offer(self, entry: Entry) -> bool:
+        """Queue ``entry`` if there is room now (the put path's fast way); False if full."""
+        queue = self._queue
+        if queue is None or self._state != "open" or self._failure or self._broken:
+            self._check_open()
+        assert queue is not None
+        epoch = entry.epoch = self._epoch
+        outstanding = self._epoch_outstanding
+        outstanding[epoch] = outstanding.get(epoch, 0) + 1
+        try:
+            queued = queue.try_send(entry, entry.size)
+        except MailboxClosed:
+            self._forget(epoch)
+            raise self._stopped_error() from None
+        if not queued:
+            self._forget(epoch)
+            return False
+        if len(queue) == 1:
+            self._wake_sender()  # the first record of an empty queue: the dispatcher takes it
         self._counters["records_put"] += 1
-        entry = Entry(
-            data,
-            partition_key,
-            explicit_hash_key,
-            hashed,
-            size,
-            anyio.current_time(),
-            handle,
-            epoch,
-        )
-        assert self._pipeline is not None
-        if self._pipeline.add(entry):
-            assert self._sender is not None
+        self._puts_since_checkpoint += 1
+        return True
+
+    async def _send(self, entry: Entry) -> None:
+        """Queue ``entry``, waiting for room: the backpressure (woken by acknowledgements)."""
+        queue = self._queue
+        assert queue is not None
+        epoch = entry.epoch = self._epoch
+        outstanding = self._epoch_outstanding
+        outstanding[epoch] = outstanding.get(epoch, 0) + 1
+        self._wake_sender()  # it watches waiting puts, to say why they wait
+        try:
+            await queue.send(entry, entry.size)
+        except MailboxClosed:
+            self._forget(epoch)
+            raise self._stopped_error() from None
+        except BaseException:
+            self._forget(epoch)
+            raise
+        self._wake_sender()
+        self._counters["records_put"] += 1
+
+    def _wake_sender(self) -> None:
+        if self._sender is not None:
             self._sender.wake()
+
+    def _forget(self, epoch: int) -> None:
+        """A record counted in ``epoch`` was not queued after all."""
+        remaining = self._epoch_outstanding[epoch] - 1
+        if remaining:
+            self._epoch_outstanding[epoch] = remaining
+        else:
+            del self._epoch_outstanding[epoch]
+            if self._settled is not None:
+                self._settled.set()
+
+    def _stopped_error(self) -> errors.KinesisError:
+        if self._broken is not None or self._failure is not None:
+            return self._failed_error()
+        return errors.ProducerClosedError(
+            f"producer for {self._stream!r} closed while this put waited for room"
+        )
 
     def _check_open(self) -> None:
         if self._state != "open":
@@ -367,65 +499,6 @@ class Producer:
             )
         if self._failure is not None or self._broken is not None:
             raise self._failed_error()
-
-    def _check_admitted(self, size: int) -> None:
-        """Room was taken; if the producer stopped meanwhile, give it back and raise."""
-        try:
-            self._check_open()
-        except errors.KinesisError:
-            self._admission.release(1, size)
-            raise
-
-    async def _wait_for_room(self, size: int) -> None:
-        self._counters["backpressure_cycles"] += 1
-        waiter = self._admission.enqueue(size)
-        started = anyio.current_time()
-        try:
-            if not waiter.granted:
-                with anyio.move_on_after(self._config.backpressure_warning_after):
-                    await waiter.event.wait()
-                if not waiter.event.is_set():
-                    self._warn_backpressure(anyio.current_time() - started)
-                    await waiter.event.wait()
-        except BaseException:
-            self._admission.withdraw(waiter)
-            raise
-        finally:
-            self._backpressure_seconds += anyio.current_time() - started
-        if not waiter.granted:  # woken by _abort or a failure: no room was taken
-            if self._broken is not None:
-                raise self._failed_error()
-            raise errors.ProducerClosedError(
-                f"producer for {self._stream!r} closed while this put waited for room"
-            )
-
-    def _warn_backpressure(self, waited: float) -> None:
-        now = anyio.current_time()
-        if now - self._last_backpressure_warning < self._config.backpressure_warning_interval:
-            return
-        self._last_backpressure_warning = now
-        admission = self._admission
-        sender = self._sender
-        if sender is not None and sender.unreachable_since is not None:
-            cause = (
-                f"The endpoint {sender.endpoint} has not answered for "
-                f"{now - sender.unreachable_since:.1f}s ({sender.unreachable_error})."
-            )
-        else:
-            throttled = self._pipeline.throttled if self._pipeline else 0
-            cause = f"The stream is not keeping up (throttled {throttled} times so far)."
-        log.warning(
-            "producer for stream %r: put waited %.1fs for room; %d records / %d bytes "
-            "outstanding (limits %d / %d), %d puts waiting. %s",
-            self._stream,
-            waited,
-            admission.records,
-            admission.nbytes,
-            admission.max_records,
-            admission.max_bytes,
-            admission.waiting,
-            cause,
-        )
 
     # -- settling ---------------------------------------------------------------------------
 
@@ -441,7 +514,9 @@ class Producer:
             handle._set_error(error)
             counters["records_failed"] += 1
             self._record_failure(error)
-        self._admission.release(1, entry.size)
+        queue = self._queue
+        if queue is not None:
+            queue.release(1, entry.size)
         remaining = self._epoch_outstanding[entry.epoch] - 1
         if remaining:
             self._epoch_outstanding[entry.epoch] = remaining
@@ -474,9 +549,13 @@ class Producer:
         """
         self._broken = failure
         log.error("producer for stream %r failed: %s", self._stream, failure)
-        self._admission.close()
-        if self._pipeline is not None:
-            self._pipeline.drain(self._failed_error())
+        self._drain(self._failed_error())
+
+    def _undelivered(self, entry: Entry) -> None:
+        """A record still queued when the dispatcher stopped for good: failed, never lost."""
+        self._settle(
+            entry, None, errors.ProducerClosedError(f"producer for {self._stream!r} closed first")
+        )
 
     def _failed_error(self) -> errors.ProducerFailedError:
         broken = self._broken

@@ -1,12 +1,17 @@
-"""The producer's senders: supervised actors that turn the pipeline's calls into PutRecords.
+"""The producer's actors: the queue's owner and the senders that turn calls into PutRecords.
 
 One supervisor (the runtime's, one_for_one, its children stopped concurrently) runs:
 
-* a *dispatcher* actor, which asks the sans-IO :class:`~._pipeline.Pipeline` for calls and
-  hands each to an idle sender. Its mailbox is its doorbell: a record that makes a call worth
-  sending, a flush or a finished call rings it (a ring already pending is enough); otherwise it
-  sleeps until the pipeline's next wakeup. It lists the shards again when the pipeline finds its
-  shard map stale, at most once per ``shard_map_min_refresh_interval``;
+* a *dispatcher* actor whose mailbox is the producer's bounded queue: ``put`` sends a record
+  into it, waiting while it is full in records (``queue_limit_records``) or bytes
+  (``queue_limit_bytes``). The mailbox holds each record's room until the record settles
+  (``hold``), so a waiting ``put`` is woken by acknowledgements, first come first served.
+  The dispatcher takes every queued record into the sans-IO :class:`~._pipeline.Pipeline`,
+  asks it for calls and hands each to an idle sender; then it sleeps until the pipeline's next
+  wakeup or until woken (a first record in an empty queue, a flush, a finished call). It lists
+  the shards again when the pipeline finds its shard map stale, at most once per
+  ``shard_map_min_refresh_interval``, and says when puts wait long or the endpoint does not
+  answer;
 * ``max_in_flight_calls`` *call sender* actors, each with a mailbox of one call: it sends the
   call with the client's retries off (the pipeline owns retries, lesson 32) and gives the
   outcome back to the pipeline, which settles the records.
@@ -50,6 +55,7 @@ from ..runtime import (
     Supervisor,
     SupervisorSnapshot,
 )
+from ._calls import Entry
 from ._config import ProducerConfig
 from ._pipeline import Call, Pipeline
 from ._retries import put_records_results
@@ -98,22 +104,25 @@ class Sender:
     __slots__ = (
         "_client",
         "_config",
-        "_doorbell",
         "_idle",
+        "_last_backpressure_warning",
         "_last_warning",
         "_next_refresh",
         "_on_failure",
+        "_on_undelivered",
         "_pipeline",
         "_refreshing",
         "_scopes",
         "_stream",
         "_supervisor",
         "_unreachable_monotonic",
+        "_wake",
         "calls",
         "crashes",
         "failed_calls",
         "flushing",
         "in_flight",
+        "queue",
         "shard_map_refreshes",
         "unreachable_error",
         "unreachable_since",
@@ -125,15 +134,20 @@ class Sender:
         stream: str,
         config: ProducerConfig,
         pipeline: Pipeline,
+        *,
         on_failure: Callable[[RestartIntensityExceeded], None],
+        on_undelivered: Callable[[Entry], None],
     ) -> None:
         self._client = client
         self._stream = stream
         self._config = config
         self._pipeline = pipeline
         self._on_failure = on_failure
+        self._on_undelivered = on_undelivered
         self._supervisor: Supervisor | None = None
-        self._doorbell: Mailbox[None] | None = None
+        self.queue: Mailbox[Entry] | None = None  # the dispatcher's mailbox, once started
+        self._wake = anyio.Event()
+        self._last_backpressure_warning = -math.inf
         # The mailboxes of the senders with nothing to do; at most one entry per sender.
         self._idle: deque[Mailbox[Delivery]] = deque()
         self._scopes: set[anyio.CancelScope] = set()  # one per call handed out
@@ -170,10 +184,8 @@ class Sender:
         return max(0.0, time.monotonic() - self._unreachable_monotonic)
 
     def wake(self) -> None:
-        """Look at the pipeline now (a record made a call worth sending, a flush began)."""
-        doorbell = self._doorbell
-        if doorbell is not None and not len(doorbell) and not doorbell.closed:
-            doorbell.send_nowait(None)
+        """Look now (a record in an empty queue, a put waiting for room, a flush began)."""
+        self._wake.set()
 
     def cancel_calls(self) -> None:
         """Abandon every call handed to a sender, running or not yet received (an abort).
@@ -200,16 +212,20 @@ class Sender:
                 stop_order=StopOrder.CONCURRENT,
             ) as supervisor:
                 self._supervisor = supervisor
-                doorbell = await supervisor.start_child(
+                config = self._config
+                dispatcher = await supervisor.start_child(
                     ChildSpec(
                         "dispatcher",
                         self._dispatcher,
-                        capacity=1,
+                        capacity=config.queue_limit_records,
+                        max_weight=config.queue_limit_bytes,
+                        hold=True,
+                        on_drop=self._undelivered,
                         shutdown_timeout=0.0,
                         cleanup_timeout=_CLEANUP,
                     )
                 )
-                self._doorbell = doorbell.mailbox
+                self.queue = dispatcher.mailbox
                 for index in range(limit):
                     await supervisor.start_child(
                         ChildSpec(
@@ -226,7 +242,7 @@ class Sender:
         except RestartIntensityExceeded as failure:
             self._on_failure(failure)
 
-    def _dispatcher(self) -> Actor[None]:
+    def _dispatcher(self) -> Actor[Entry]:
         return _Dispatcher(self)
 
     def _call_sender(self) -> Actor[Delivery]:
@@ -234,14 +250,16 @@ class Sender:
 
     # -- what the actors do -----------------------------------------------------------------
 
-    async def dispatch(self, doorbell: Mailbox[None], task_group: TaskGroup) -> None:
-        """The dispatcher's loop: hand calls to idle senders, then sleep until rung."""
+    async def dispatch(self, queue: Mailbox[Entry], task_group: TaskGroup) -> None:
+        """The dispatcher's loop: take the queued records into the pipeline, hand calls to
+        idle senders, then sleep until woken or the pipeline's next wakeup."""
         pipeline = self._pipeline
         idle = self._idle
         while True:
-            while len(doorbell):  # rings before this look are answered by it
-                doorbell.receive_nowait()
+            self._wake = anyio.Event()  # a wake from now on is answered by the next look
             now = anyio.current_time()
+            if len(queue):
+                self._take(queue, now)
             if pipeline.needs_refresh and not self._refreshing and now >= self._next_refresh:
                 self._refreshing = True
                 task_group.start_soon(self._refresh_shard_map)
@@ -261,17 +279,63 @@ class Sender:
                 self.in_flight += 1
                 mailbox.send_nowait(delivery)
             wakeup = pipeline.next_wakeup(now, force=force) if idle else None
-            warn_at = self._warn_unreachable(now)
-            if warn_at is not None:
-                wakeup = warn_at if wakeup is None else min(wakeup, warn_at)
+            for warn_at in (self._warn_unreachable(now), self._warn_backpressure(queue, now)):
+                if warn_at is not None:
+                    wakeup = warn_at if wakeup is None else min(wakeup, warn_at)
             if pipeline.needs_refresh and not self._refreshing:
                 wakeup = self._next_refresh if wakeup is None else min(wakeup, self._next_refresh)
             timeout = math.inf if wakeup is None else max(0.0, wakeup - now)
             with anyio.move_on_after(timeout):
-                try:
-                    await doorbell.receive()
-                except anyio.EndOfStream:
-                    return
+                await self._wake.wait()
+
+    def _take(self, queue: Mailbox[Entry], now: float) -> None:
+        """Every queued record into the pipeline; ``record_ttl`` counts from here, at most a
+        loop iteration after ``put`` (one clock read per batch, not per record)."""
+        add = self._pipeline.add
+        receive = queue.receive_nowait
+        while True:
+            try:
+                entry = receive()
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                return
+            entry.enqueued = now
+            add(entry)
+
+    def _warn_backpressure(self, queue: Mailbox[Entry], now: float) -> float | None:
+        """Say why once a put has waited ``backpressure_warning_after`` for room, at most once
+        per ``backpressure_warning_interval`` (lesson 16); returns when to look again."""
+        if not queue.senders_waiting:
+            return None
+        config = self._config
+        waited = queue.longest_wait()
+        due = max(
+            now + config.backpressure_warning_after - waited,
+            self._last_backpressure_warning + config.backpressure_warning_interval,
+        )
+        if now < due:
+            return due
+        self._last_backpressure_warning = now
+        if self.unreachable_since is not None:
+            cause = (
+                f"The endpoint {self.endpoint} has not answered for "
+                f"{now - self.unreachable_since:.1f}s ({self.unreachable_error})."
+            )
+        else:
+            throttled = self._pipeline.throttled
+            cause = f"The stream is not keeping up (throttled {throttled} times so far)."
+        log.warning(
+            "producer for stream %r: put waited %.1fs for room; %d records / %d bytes "
+            "outstanding (limits %d / %d), %d puts waiting. %s",
+            self._stream,
+            waited,
+            queue.occupied,
+            queue.weight,
+            config.queue_limit_records,
+            config.queue_limit_bytes,
+            queue.senders_waiting,
+            cause,
+        )
+        return now + config.backpressure_warning_interval
 
     def ready(self, mailbox: Mailbox[Delivery]) -> None:
         """A sender (re)started or finished a call: it can take the next one."""
@@ -368,6 +432,10 @@ class Sender:
         )
         return now + config.backpressure_warning_interval
 
+    def _undelivered(self, letter: DeadLetter[Entry]) -> None:
+        """A record still queued when the dispatcher stopped for good: failed, never lost."""
+        self._on_undelivered(letter.item)
+
     def _abandon(self, delivery: Delivery) -> None:
         if delivery.settled:
             return
@@ -415,13 +483,13 @@ class Sender:
             self.wake()
 
 
-class _Dispatcher(Actor[None]):
+class _Dispatcher(Actor[Entry]):
     """Runs :meth:`Sender.dispatch`; shard-map listings run in its own task group."""
 
     def __init__(self, sender: Sender) -> None:
         self._sender = sender
 
-    async def run(self, ctx: ActorContext[None]) -> None:
+    async def run(self, ctx: ActorContext[Entry]) -> None:
         async with anyio.create_task_group() as task_group:
             await self._sender.dispatch(ctx.mailbox, task_group)
             task_group.cancel_scope.cancel()

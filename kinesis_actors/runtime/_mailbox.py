@@ -11,6 +11,16 @@ Two invariants carry the design:
 * ``send`` either queues its item and returns, or raises without queuing it. A blocked sender
   that is cancelled withdraws its item, even if it had already been granted a slot: the slot is
   handed to the next waiting sender instead.
+
+Two options make it the producer's queue (lessons 16, 17):
+
+* ``max_weight`` bounds the items' total weight as well as their number (a weight is given per
+  send, bytes say). An item heavier than the bound alone is still accepted into an empty
+  mailbox, so it cannot block forever.
+* ``hold``: a received item keeps its room (its slot and its weight) until the receiver calls
+  :meth:`Mailbox.release`, for a receiver whose work on an item ends later than the receive (a
+  record occupies the producer's queue until it is acknowledged). Blocked senders are then
+  woken by the releases, in first-in, first-out order.
 """
 
 from __future__ import annotations
@@ -100,14 +110,26 @@ class MailboxStats:
     dead_letters: int
     """Items reported to the dead-letter hook, for any reason."""
     closed: bool
+    held: int = 0
+    """Received items still holding their room (``hold`` mailboxes), not yet released."""
+    weight: int = 0
+    """Total weight of the queued, held and granted items."""
+    max_weight: int | None = None
+    peak_occupied: int = 0
+    """The most items queued and held at once."""
+    peak_weight: int = 0
+    blocked_sends: int = 0
+    """Sends that had to wait for room."""
 
 
 class _SendWaiter:
-    __slots__ = ("event", "granted")
+    __slots__ = ("event", "granted", "since", "weight")
 
-    def __init__(self) -> None:
+    def __init__(self, weight: int, since: float) -> None:
         self.event = anyio.Event()
         self.granted = False
+        self.weight = weight
+        self.since = since
 
 
 class Mailbox(Generic[T]):
@@ -127,11 +149,27 @@ class Mailbox(Generic[T]):
         on_drop: Callable[[DeadLetter[T]], None] | None = None,
         control_capacity: int = 16,
         clock: Clock = MONOTONIC,
+        max_weight: int | None = None,
+        hold: bool = False,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, got {capacity}")
         if control_capacity < 1:
             raise ValueError(f"control_capacity must be at least 1, got {control_capacity}")
+        if max_weight is not None and max_weight < 1:
+            raise ValueError(f"max_weight must be at least 1, got {max_weight}")
+        if (max_weight is not None or hold) and policy not in (FullPolicy.BLOCK, FullPolicy.FAIL):
+            raise ValueError("max_weight and hold need the BLOCK or FAIL policy")
+        self._max_weight = max_weight
+        self._hold = hold
+        self._held = 0
+        self._weight = 0  # queued, held and granted
+        # The weight of each queued item, in queue order, when weights are bounded and the
+        # mailbox gives their room back itself (not ``hold``); bounded like ``_data``.
+        self._weights: deque[int] | None = deque() if max_weight is not None and not hold else None
+        self._peak_occupied = 0
+        self._peak_weight = 0
+        self._blocked_sends = 0
         self._capacity = capacity
         self._control_capacity = control_capacity
         self._policy = policy
@@ -189,21 +227,23 @@ class Mailbox(Generic[T]):
 
     # -- sending ----------------------------------------------------------------------------
 
-    async def send(self, item: T) -> None:
-        """Queue ``item``, applying the full policy; with ``BLOCK``, wait for room.
+    async def send(self, item: T, weight: int = 0) -> None:
+        """Queue ``item`` (of ``weight``, counted against ``max_weight``), applying the full
+        policy; with ``BLOCK``, wait for room.
 
         :raises MailboxFull: when full under the ``FAIL`` policy.
         :raises MailboxClosed: when the mailbox is (or gets) closed; the item is not queued.
         """
         await checkpoint_if_cancelled()
-        if self._closed or self._has_room() or self._policy is not FullPolicy.BLOCK:
-            self.send_nowait(item)
+        if self._closed or self._has_room(weight) or self._policy is not FullPolicy.BLOCK:
+            self.send_nowait(item, weight)
             await self._fair_share()
             return
-        waiter = _SendWaiter()
+        started = self._clock.now()
+        waiter = _SendWaiter(weight, started)
         self._senders.append(waiter)
         self._blocked += 1
-        started = self._clock.now()
+        self._blocked_sends += 1
         self._blocked_since_sum += started
         try:
             await waiter.event.wait()
@@ -216,20 +256,24 @@ class Mailbox(Generic[T]):
             self._blocked_seconds += self._clock.now() - started
         if waiter.granted:
             self._reserved -= 1
+            self._weight -= weight  # taken again by _append
         if self._closed:
             raise MailboxClosed(self._name)
-        self._append(item)
+        self._append(item, weight)
 
-    def send_nowait(self, item: T) -> None:
+    def send_nowait(self, item: T, weight: int = 0) -> None:
         """Queue ``item`` without waiting, applying the full policy.
 
         Under ``BLOCK`` a full mailbox raises :class:`MailboxFull` instead of waiting. A reader
         holding a credit uses this: the credit guarantees room, so a failure here is a bug.
         """
-        if not self.try_send(item) and self._policy in (FullPolicy.BLOCK, FullPolicy.FAIL):
+        if not self.try_send(item, weight) and self._policy in (
+            FullPolicy.BLOCK,
+            FullPolicy.FAIL,
+        ):
             raise MailboxFull(f"mailbox {self._name!r} is full ({self._capacity})")
 
-    def try_send(self, item: T) -> bool:
+    def try_send(self, item: T, weight: int = 0) -> bool:
         """Queue ``item`` without waiting; return whether it is now queued.
 
         Full under ``BLOCK`` or ``FAIL``: nothing happens (counted as rejected), False.
@@ -240,8 +284,8 @@ class Mailbox(Generic[T]):
         """
         if self._closed:
             raise MailboxClosed(self._name)
-        if self._has_room():
-            self._append(item)
+        if self._has_room(weight):
+            self._append(item, weight)
             return True
         if self._policy is FullPolicy.DROP_OLDEST and self._data:
             oldest = self._data.popleft()
@@ -304,7 +348,12 @@ class Mailbox(Generic[T]):
         if self._data:
             item = self._data.popleft()
             self._received += 1
-            self._wake_senders()
+            if self._hold:
+                self._held += 1  # its room comes back with release()
+            else:
+                if self._weights is not None:
+                    self._weight -= self._weights.popleft()
+                self._wake_senders()
             return item
         if self._closed:
             raise anyio.EndOfStream
@@ -333,15 +382,44 @@ class Mailbox(Generic[T]):
             self._senders.popleft().event.set()
         self._notify_receivers()
 
+    def release(self, count: int = 1, weight: int = 0) -> None:
+        """``hold`` mailboxes: ``count`` received items of ``weight`` in total are done; their
+        room goes to the senders waiting for it, first come first served.
+
+        :raises RuntimeError: when more is released than was held.
+        """
+        if not self._hold:
+            raise RuntimeError(f"mailbox {self._name!r} does not hold received items")
+        self._held -= count
+        self._weight -= weight
+        if self._held < 0 or self._weight < 0:
+            raise RuntimeError(f"mailbox {self._name!r}: released more than was held")
+        self._wake_senders()
+
+    def longest_wait(self) -> float:
+        """Seconds the first blocked sender has been waiting (0.0 when none is)."""
+        for waiter in self._senders:
+            return self._clock.now() - waiter.since
+        return 0.0
+
     def purge(self) -> int:
         """Remove every queued item, reporting each as undelivered; return how many.
 
-        Used at final stop so nothing is lost silently.
+        Used at final stop so nothing is lost silently. In a ``hold`` mailbox a purged item
+        still holds its room until released, like a received one: the dead-letter hook's
+        owner settles it.
         """
         count = 0
         while self._control or self._data:
-            lane = self._control if self._control else self._data
-            self.dead_letter(lane.popleft(), DropReason.UNDELIVERED)
+            if self._control:
+                item = self._control.popleft()
+            else:
+                item = self._data.popleft()
+                if self._hold:
+                    self._held += 1
+                elif self._weights is not None:
+                    self._weight -= self._weights.popleft()
+            self.dead_letter(item, DropReason.UNDELIVERED)
             count += 1
         self._wake_senders()
         return count
@@ -376,6 +454,12 @@ class Mailbox(Generic[T]):
             rejected=self._rejected,
             dead_letters=self._dead_letters,
             closed=self._closed,
+            held=self._held,
+            weight=self._weight,
+            max_weight=self._max_weight,
+            peak_occupied=self._peak_occupied,
+            peak_weight=self._peak_weight,
+            blocked_sends=self._blocked_sends,
         )
 
     # -- internals --------------------------------------------------------------------------
@@ -393,13 +477,43 @@ class Mailbox(Generic[T]):
             self._unyielded = 0
             await cancel_shielded_checkpoint()
 
-    def _has_room(self) -> bool:
-        return not self._senders and len(self._data) + self._reserved < self._capacity
+    @property
+    def occupied(self) -> int:
+        """Items taking room: queued, held (``hold``) and granted to a blocked sender."""
+        return len(self._data) + self._held + self._reserved
 
-    def _append(self, item: T) -> None:
+    @property
+    def weight(self) -> int:
+        """Their total weight."""
+        return self._weight
+
+    @property
+    def senders_waiting(self) -> int:
+        """Senders blocked for room."""
+        return self._blocked
+
+    def _fits(self, weight: int) -> bool:
+        occupied = len(self._data) + self._held + self._reserved
+        if occupied >= self._capacity:
+            return False
+        limit = self._max_weight
+        # One item heavier than the bound goes alone, into an empty mailbox.
+        return limit is None or self._weight + weight <= limit or occupied == 0
+
+    def _has_room(self, weight: int = 0) -> bool:
+        return not self._senders and self._fits(weight)
+
+    def _append(self, item: T, weight: int = 0) -> None:
         self._data.append(item)
         self._sent += 1
-        self._peak = max(self._peak, len(self._data))
+        if self._weights is not None:
+            self._weights.append(weight)
+        self._weight += weight
+        depth = len(self._data)
+        self._peak = max(self._peak, depth)
+        occupied = depth + self._held
+        self._peak_occupied = max(self._peak_occupied, occupied)
+        self._peak_weight = max(self._peak_weight, self._weight)
         self._notify_receivers()
 
     def _notify_receivers(self) -> None:
@@ -408,10 +522,12 @@ class Mailbox(Generic[T]):
             self._not_empty = None
 
     def _wake_senders(self) -> None:
-        while self._senders and len(self._data) + self._reserved < self._capacity:
-            waiter = self._senders.popleft()
+        senders = self._senders
+        while senders and self._fits(senders[0].weight):
+            waiter = senders.popleft()
             waiter.granted = True
             self._reserved += 1
+            self._weight += waiter.weight
             waiter.event.set()
 
     def _withdraw(self, waiter: _SendWaiter) -> None:
@@ -419,7 +535,9 @@ class Mailbox(Generic[T]):
             # Granted a slot but cancelled before using it: pass the slot on.
             waiter.granted = False
             self._reserved -= 1
+            self._weight -= waiter.weight
             self._wake_senders()
         else:
             with contextlib.suppress(ValueError):  # already released by close()
                 self._senders.remove(waiter)
+            self._wake_senders()  # it may have been the head that held the others back

@@ -55,7 +55,8 @@ class ChildSpec(Generic[T]):
 
     ``factory`` builds a fresh behaviour for each incarnation. The mailbox (``capacity``,
     ``policy``, ``on_drop``) is created once, when the child is first started, and survives
-    restarts. A graceful stop closes the mailbox and gives the actor ``shutdown_timeout``
+    restarts; ``max_weight`` and ``hold`` are the mailbox's (see :class:`Mailbox`). A graceful
+    stop closes the mailbox and gives the actor ``shutdown_timeout``
     seconds to drain before it is cancelled; ``on_stop`` is always bounded by
     ``cleanup_timeout``.
     """
@@ -68,6 +69,8 @@ class ChildSpec(Generic[T]):
     on_drop: Callable[[DeadLetter[T]], None] | None = None
     shutdown_timeout: float = 5.0
     cleanup_timeout: float = 1.0
+    max_weight: int | None = None
+    hold: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:

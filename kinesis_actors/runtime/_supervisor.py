@@ -79,7 +79,12 @@ class _Slot(Generic[T]):
         self.spec = spec
         self.path = path
         self.mailbox: Mailbox[T] = Mailbox(
-            spec.capacity, spec.policy, name=path, on_drop=spec.on_drop
+            spec.capacity,
+            spec.policy,
+            name=path,
+            on_drop=spec.on_drop,
+            max_weight=spec.max_weight,
+            hold=spec.hold,
         )
         self.ref = ActorRef(path, self.mailbox)
         self.backoff = backoff

@@ -1,0 +1,86 @@
+"""The batch and non-blocking ways in: ``put_many``, ``put_nowait``, and ``abort``.
+
+Against the local server; the bounded queue (the dispatcher's mailbox) bounds them as it bounds
+``put`` (lessons 16, 17).
+"""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from kinesis_actors import KinesisClient, LocalKinesis, Producer, ProducerConfig, errors
+from kinesis_actors.producer import PutHandle
+from tests.producer.test_producer_supervision import user_records
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_put_many_queues_in_order_through_a_small_queue_and_settles_every_record(
+    client: KinesisClient, local_kinesis: LocalKinesis, stream_name: str
+) -> None:
+    await client.create_stream(stream_name, 2)
+    config = ProducerConfig(queue_limit_records=50, queue_limit_bytes=4_000, linger=0.01)
+    records = [(f"{i % 5}|{i}".encode(), f"k{i % 5}") for i in range(1_000)]
+    with anyio.fail_after(60):
+        async with Producer(client, stream_name, config) as producer:
+            handles = await producer.put_many(records)
+            results = [await handle for handle in handles]
+            metrics = producer.metrics
+            queue = producer.supervision.child("dispatcher").mailbox  # type: ignore[union-attr]
+    assert len(results) == 1_000
+    assert metrics.records_put == metrics.records_sent == 1_000
+    assert metrics.peak_outstanding_records <= 50 and metrics.peak_outstanding_bytes <= 4_000
+    assert metrics.backpressure_cycles > 0
+    assert (queue.capacity, queue.max_weight) == (50, 4_000)
+    by_key: dict[bytes, list[int]] = {}
+    for data in user_records(local_kinesis, stream_name):
+        key, index = data.split(b"|")
+        by_key.setdefault(key, []).append(int(index))
+    assert all(indices == sorted(indices) for indices in by_key.values())
+    assert sum(len(indices) for indices in by_key.values()) == 1_000
+
+
+async def test_put_many_refuses_a_bad_record_by_its_index_and_queues_nothing(
+    client: KinesisClient, stream_name: str
+) -> None:
+    await client.create_stream(stream_name, 1)
+    given = [PutHandle() for _ in range(4)]
+    async with Producer(client, stream_name) as producer:
+        with pytest.raises(errors.ValidationError, match="record 2 of the batch"):
+            await producer.put_many([(b"a", "k"), (b"b", "k"), (b"", "k"), (b"d", "k")])
+        with pytest.raises(errors.ValidationError, match="record 1 of the batch"):
+            await producer.put_many([(b"a", "k"), (b"b",), (b"c", "k"), (b"d", "k")], handles=given)
+        assert producer.metrics.records_put == 0
+    assert all(isinstance(handle.exception(), errors.ValidationError) for handle in given)
+
+
+async def test_put_nowait_queues_while_there_is_room_and_says_would_block_when_full(
+    client: KinesisClient, stream_name: str
+) -> None:
+    await client.create_stream(stream_name, 1)
+    config = ProducerConfig(queue_limit_records=2, linger=30.0)  # nothing goes before flush
+    async with Producer(client, stream_name, config) as producer:
+        first = producer.put_nowait(b"a", "k")
+        producer.put_nowait(b"b", "k")
+        with pytest.raises(anyio.WouldBlock):
+            producer.put_nowait(b"c", "k")
+        assert producer.metrics.outstanding_records == 2
+        await producer.flush()
+        assert (await first).shard_id
+        producer.put_nowait(b"c", "k")  # room again, given back by the acknowledgements
+    assert producer.metrics.records_sent == 3
+
+
+async def test_abort_fails_every_unsettled_record_at_once(
+    client: KinesisClient, stream_name: str
+) -> None:
+    await client.create_stream(stream_name, 1)
+    config = ProducerConfig(linger=30.0)
+    async with Producer(client, stream_name, config) as producer:
+        handles = [await producer.put(b"x", f"k{i}") for i in range(10)]
+        producer.abort()
+        with pytest.raises(errors.ProducerClosedError):
+            await producer.put(b"late", "k")
+    assert all(isinstance(h.exception(), errors.ProducerClosedError) for h in handles)
+    assert producer.metrics.records_failed == 10

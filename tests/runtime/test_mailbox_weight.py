@@ -1,0 +1,111 @@
+"""Mailbox weights and held items: the producer's queue, bounded in records and bytes, whose
+room comes back when a record is acknowledged rather than when it is received (lessons 16,
+17)."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from kinesis_actors.runtime import DeadLetter, DropReason, FullPolicy, Mailbox
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_the_weight_bound_refuses_what_the_count_would_allow() -> None:
+    mailbox: Mailbox[str] = Mailbox(10, max_weight=100)
+    assert mailbox.try_send("a", 60)
+    assert not mailbox.try_send("b", 50)  # 110 > 100, though 2 <= 10
+    assert mailbox.try_send("c", 40)
+    assert mailbox.receive_nowait() == "a"  # not held: its weight comes back on receive
+    assert mailbox.try_send("b", 50)
+    stats = mailbox.stats()
+    assert (stats.weight, stats.max_weight, stats.peak_weight, stats.rejected) == (90, 100, 100, 1)
+
+
+async def test_an_item_heavier_than_the_bound_goes_alone_into_an_empty_mailbox() -> None:
+    mailbox: Mailbox[str] = Mailbox(10, max_weight=100)
+    assert mailbox.try_send("huge", 500)
+    assert not mailbox.try_send("small", 1)
+    mailbox.receive_nowait()
+    assert mailbox.try_send("small", 1)
+
+
+async def test_held_items_keep_their_room_until_released_and_wake_senders_in_order() -> None:
+    mailbox: Mailbox[str] = Mailbox(2, max_weight=100, hold=True)
+    await mailbox.send("a", 10)
+    await mailbox.send("b", 10)
+    assert [mailbox.receive_nowait(), mailbox.receive_nowait()] == ["a", "b"]
+    assert mailbox.occupied == 2 and len(mailbox) == 0  # received, still holding room
+    order: list[str] = []
+
+    async def put(item: str, weight: int) -> None:
+        await mailbox.send(item, weight)
+        order.append(item)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(put, "c", 90)
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(put, "d", 1)  # fits by itself, but does not overtake "c"
+        await anyio.wait_all_tasks_blocked()
+        assert order == [] and mailbox.senders_waiting == 2
+        assert mailbox.longest_wait() >= 0.0
+        mailbox.release(1, 10)  # one slot, 10 bytes: "c" needs 90 of 100 with 10 held
+        await anyio.wait_all_tasks_blocked()
+        assert order == ["c"]
+        mailbox.release(1, 10)
+    assert order == ["c", "d"]
+    stats = mailbox.stats()
+    assert (stats.held, stats.weight, stats.blocked_sends, stats.peak_occupied) == (0, 91, 2, 2)
+    with pytest.raises(RuntimeError, match="released more"):
+        mailbox.release(1, 0)
+
+
+async def test_a_cancelled_head_of_the_line_lets_the_others_in() -> None:
+    mailbox: Mailbox[str] = Mailbox(5, max_weight=100, hold=True)
+    await mailbox.send("a", 50)
+    mailbox.receive_nowait()
+    got = anyio.Event()
+    heavy = anyio.CancelScope()
+
+    async def big() -> None:
+        with heavy:
+            await mailbox.send("big", 80)
+
+    async def small() -> None:
+        await mailbox.send("small", 10)
+        got.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(big)
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(small)
+        await anyio.wait_all_tasks_blocked()
+        assert not got.is_set()  # 10 fits, but it does not overtake the head
+        heavy.cancel()
+        await got.wait()
+    assert mailbox.receive_nowait() == "small"
+
+
+async def test_purging_a_hold_mailbox_reports_each_item_and_keeps_its_room_for_the_owner() -> None:
+    letters: list[DeadLetter[str]] = []
+    mailbox: Mailbox[str] = Mailbox(4, max_weight=100, hold=True, on_drop=letters.append)
+    await mailbox.send("a", 30)
+    await mailbox.send("b", 20)
+    assert mailbox.purge() == 2
+    assert [(letter.item, letter.reason) for letter in letters] == [
+        ("a", DropReason.UNDELIVERED),
+        ("b", DropReason.UNDELIVERED),
+    ]
+    assert mailbox.occupied == 2 and mailbox.weight == 50
+    mailbox.release(2, 50)
+    assert mailbox.occupied == 0 and mailbox.weight == 0
+
+
+def test_weights_need_a_policy_that_waits_or_refuses() -> None:
+    with pytest.raises(ValueError, match="BLOCK or FAIL"):
+        Mailbox(4, FullPolicy.DROP_OLDEST, max_weight=10)
+    with pytest.raises(ValueError, match="max_weight"):
+        Mailbox(4, max_weight=0)
+    with pytest.raises(RuntimeError, match="does not hold"):
+        Mailbox[int](4).release()
