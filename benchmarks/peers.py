@@ -34,6 +34,7 @@ __all__ = [
     "CONSUMERS",
     "PRODUCERS",
     "PROJECT",
+    "PROJECT_BATCH",
     "ConsumeSpec",
     "PushSpec",
     "Unsupported",
@@ -95,6 +96,9 @@ def _feed(spec: PushSpec) -> Callable[[int], bool]:
 
 # -- producers ---------------------------------------------------------------------------------
 
+PROJECT_BATCH = f"{PROJECT} put_many"
+PUT_MANY = 500  # records per put_many call (a PutRecords call's worth)
+
 
 def push_project(target: LoadTarget, spec: PushSpec, clock: Clock) -> dict[str, Any]:
     """This project's Producer: ``put`` as fast as it returns, then ``flush``."""
@@ -113,6 +117,43 @@ def push_project(target: LoadTarget, spec: PushSpec, clock: Clock) -> dict[str, 
             while more(index):
                 await put(data[index % len(data)], KEYS[index % len(KEYS)])
                 index += 1
+            await producer.flush()
+            clock.stop()
+            metrics = producer.metrics
+        return {
+            "records": metrics.records_sent,
+            "failed": metrics.records_failed,
+            "calls": metrics.calls,
+            "throttled": metrics.throttled,
+        }
+
+    return anyio.run(run)
+
+
+def push_project_batch(target: LoadTarget, spec: PushSpec, clock: Clock) -> dict[str, Any]:
+    """This project's Producer, ``put_many`` of 500 records at a time, then ``flush``: the
+    same bounded queue, pacing, retries and a handle per record as ``put``."""
+
+    async def run() -> dict[str, Any]:
+        config = ProducerConfig(
+            aggregation=spec.aggregation, rate_limit=1.0 if spec.paced else UNPACED
+        )
+        data, more = payloads(spec.record_bytes), _feed(spec)
+        count = len(data)
+        async with (
+            target.client() as client,
+            Producer(client, target.stream_name, config) as producer,
+        ):
+            clock.start()
+            put_many, index = producer.put_many, 0
+            while more(index):
+                chunk = [
+                    (data[i % count], KEYS[i % len(KEYS)])
+                    for i in range(index, index + PUT_MANY)
+                    if more(i)
+                ]
+                await put_many(chunk)
+                index += len(chunk)
             await producer.flush()
             clock.stop()
             metrics = producer.metrics
@@ -338,6 +379,7 @@ class ProducerPeer:
 
 PRODUCERS = [
     ProducerPeer(PROJECT, push_project, "Producer; rate_limit lifted when unpaced"),
+    ProducerPeer(PROJECT_BATCH, push_project_batch, "Producer.put_many of 500, same safeties"),
     ProducerPeer("aiokpl", push_aiokpl, "aiokpl.Producer, rate limits lifted when unpaced"),
     ProducerPeer(
         "async-kinesis",

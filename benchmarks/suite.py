@@ -39,6 +39,7 @@ SCENARIOS = (
 THROUGHPUT = ("producer_throughput", "consumer_throughput")
 _DISTRIBUTIONS = {
     PROJECT: "kinesis-actors",
+    f"{PROJECT} put_many": "kinesis-actors",
     "aiokpl": "aiokpl",
     "async-kinesis": "async-kinesis",
     "boto3": "boto3",

@@ -65,7 +65,7 @@ class PutHandle:
         return self.wait().__await__()
 
     def _set_result(self, result: PutResult) -> None:
-        if self.done():
+        if self._result is not None or self._error is not None:
             raise RuntimeError("a put handle settles once")
         self._result = result
         if self._event is not None:

@@ -37,7 +37,16 @@ from ._ratelimit import ShardRateLimiter
 from ._retries import RecordRetries
 from ._waiting import UNPREDICTED_LANE, WHOLE_STREAM_LANE, WaitingRoom
 
-__all__ = ["UNPREDICTED_LANE", "WHOLE_STREAM_LANE", "Call", "Entry", "Part", "Pipeline", "Settle"]
+__all__ = [
+    "UNPREDICTED_LANE",
+    "WHOLE_STREAM_LANE",
+    "Acknowledge",
+    "Call",
+    "Entry",
+    "Part",
+    "Pipeline",
+    "Settle",
+]
 
 # The smallest aggregate worth building; below it a part would be mostly overhead.
 _MIN_AGGREGATE_ROOM = 64
@@ -50,6 +59,9 @@ _SWEEP_FLOOR = 0.005
 _SWEEP_SHARE = 0.01
 
 Settle = Callable[["Entry", PutResult | None, BaseException | None], None]
+#: ``acknowledge(entries, shard_id, sequence_number)``: one Kinesis record's user records were
+#: written, in sub-sequence order (one call per Kinesis record, not per user record).
+Acknowledge = Callable[[list["Entry"], str, str], None]
 
 
 def _unbelievable(result: object) -> errors.MalformedReplyError:
@@ -72,6 +84,7 @@ class Pipeline(WaitingRoom):
         *,
         limiter: ShardRateLimiter,
         settle: Settle,
+        acknowledge: Acknowledge | None = None,
         aggregation: bool,
         aggregation_max_bytes: int,
         max_call_records: int,
@@ -89,6 +102,7 @@ class Pipeline(WaitingRoom):
     ) -> None:
         self._limiter = limiter
         self._settle = settle
+        self._acknowledge = acknowledge
         self._aggregation = aggregation
         self._aggregation_max_bytes = aggregation_max_bytes
         self._max_call_records = max_call_records
@@ -307,10 +321,14 @@ class Pipeline(WaitingRoom):
         self._limiter.on_success(part.lane, 1, now)
         self.kinesis_records_sent += 1
         self.bytes_sent += part.size
-        aggregated = len(part.entries) > 1
-        settle = self._settle
-        for index, entry in enumerate(part.entries):
-            settle(entry, PutResult(shard_id, sequence_number, index if aggregated else 0), None)
+        if self._acknowledge is not None:
+            self._acknowledge(part.entries, shard_id, sequence_number)
+        else:
+            aggregated = len(part.entries) > 1
+            settle = self._settle
+            for index, entry in enumerate(part.entries):
+                result = PutResult(shard_id, sequence_number, index if aggregated else 0)
+                settle(entry, result, None)
         self._release(part.entries)
 
     def _failed(

@@ -103,7 +103,7 @@ class Producer:
         self._open_shards = 1
         self._last_failure_log = -math.inf
         self._puts_since_checkpoint = 0
-        self._counters = dict.fromkeys(("records_put", "records_sent", "records_failed"), 0)
+        self._counters = dict.fromkeys(("records_sent", "records_failed"), 0)
 
     # -- public surface ---------------------------------------------------------------------
 
@@ -148,7 +148,7 @@ class Producer:
             peak_outstanding_bytes=queue.peak_weight if queue else 0,
             backpressure_cycles=queue.blocked_sends if queue else 0,
             backpressure_seconds=queue.blocked_seconds if queue else 0.0,
-            records_put=counters["records_put"],
+            records_put=queue.sent if queue else 0,
             records_sent=counters["records_sent"],
             records_failed=counters["records_failed"],
             retries=pipeline.retries if pipeline else 0,
@@ -447,7 +447,6 @@ class Producer:
             return False
         if len(queue) == 1:
             self._wake_sender()  # the first record of an empty queue: the dispatcher takes it
-        self._counters["records_put"] += 1
         self._puts_since_checkpoint += 1
         return True
 
@@ -468,7 +467,6 @@ class Producer:
             self._forget(epoch)
             raise
         self._wake_sender()
-        self._counters["records_put"] += 1
 
     def _wake_sender(self) -> None:
         if self._sender is not None:
@@ -501,6 +499,35 @@ class Producer:
             raise self._failed_error()
 
     # -- settling ---------------------------------------------------------------------------
+
+    def _acknowledge(self, entries: list[Entry], shard_id: str, sequence_number: str) -> None:
+        """One Kinesis record's user records were written: settle them together (the
+        acknowledged path: one release of their room and one count, not one per record)."""
+        aggregated = len(entries) > 1
+        nbytes = 0
+        epoch, count = entries[0].epoch, 0
+        for index, entry in enumerate(entries):
+            entry.handle._set_result(
+                PutResult(shard_id, sequence_number, index if aggregated else 0)
+            )
+            nbytes += entry.size
+            if entry.epoch != epoch:
+                self._settled_in(epoch, count)
+                epoch, count = entry.epoch, 0
+            count += 1
+        self._settled_in(epoch, count)
+        self._counters["records_sent"] += len(entries)
+        assert self._queue is not None
+        self._queue.release(len(entries), nbytes)
+
+    def _settled_in(self, epoch: int, count: int) -> None:
+        remaining = self._epoch_outstanding[epoch] - count
+        if remaining:
+            self._epoch_outstanding[epoch] = remaining
+        else:
+            del self._epoch_outstanding[epoch]
+            assert self._settled is not None
+            self._settled.set()
 
     def _settle(self, entry: Entry, result: PutResult | None, error: BaseException | None) -> None:
         """Every record ends here exactly once (called by the pipeline)."""
@@ -594,7 +621,7 @@ class Producer:
 
     def _new_pipeline(self) -> Pipeline:
         info = StreamInfo(self._max_record_bytes, self._record_distribution, self._open_shards)
-        return new_pipeline(self._config, info, self._settle)
+        return new_pipeline(self._config, info, self._settle, self._acknowledge)
 
     async def _describe_stream(self) -> None:
         info = self._stream_info

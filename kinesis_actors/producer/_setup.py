@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from ._calls import PUT_RECORDS_MAX_RECORDS
 from ._config import ProducerConfig
-from ._pipeline import Pipeline, Settle
+from ._pipeline import Acknowledge, Pipeline, Settle
 from ._ratelimit import ShardRateLimiter
 from ._stream import StreamInfo
 
 __all__ = ["new_pipeline"]
 
 
-def new_pipeline(config: ProducerConfig, info: StreamInfo, settle: Settle) -> Pipeline:
+def new_pipeline(
+    config: ProducerConfig,
+    info: StreamInfo,
+    settle: Settle,
+    acknowledge: Acknowledge | None = None,
+) -> Pipeline:
     """A pipeline paced for ``info``'s shards that settles records through ``settle``.
 
     A stream with ``AUTO`` record distribution has one lane for the whole stream, paced at
@@ -34,6 +39,7 @@ def new_pipeline(config: ProducerConfig, info: StreamInfo, settle: Settle) -> Pi
     return Pipeline(
         limiter=limiter,
         settle=settle,
+        acknowledge=acknowledge,
         aggregation=config.aggregation,
         aggregation_max_bytes=config.aggregation_max_bytes,
         max_call_records=PUT_RECORDS_MAX_RECORDS,

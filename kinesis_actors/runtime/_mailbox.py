@@ -284,7 +284,7 @@ class Mailbox(Generic[T]):
         """
         if self._closed:
             raise MailboxClosed(self._name)
-        if self._has_room(weight):
+        if not self._senders and self._fits(weight):
             self._append(item, weight)
             return True
         if self._policy is FullPolicy.DROP_OLDEST and self._data:
@@ -504,17 +504,23 @@ class Mailbox(Generic[T]):
         return not self._senders and self._fits(weight)
 
     def _append(self, item: T, weight: int = 0) -> None:
-        self._data.append(item)
+        data = self._data
+        data.append(item)
         self._sent += 1
         if self._weights is not None:
             self._weights.append(weight)
-        self._weight += weight
-        depth = len(self._data)
-        self._peak = max(self._peak, depth)
+        total = self._weight = self._weight + weight
+        depth = len(data)
+        # Plain comparisons, not max(): this runs once per item sent.
+        if depth > self._peak:  # noqa: PLR1730
+            self._peak = depth
         occupied = depth + self._held
-        self._peak_occupied = max(self._peak_occupied, occupied)
-        self._peak_weight = max(self._peak_weight, self._weight)
-        self._notify_receivers()
+        if occupied > self._peak_occupied:  # noqa: PLR1730
+            self._peak_occupied = occupied
+        if total > self._peak_weight:  # noqa: PLR1730
+            self._peak_weight = total
+        if self._not_empty is not None:
+            self._notify_receivers()
 
     def _notify_receivers(self) -> None:
         if self._not_empty is not None:

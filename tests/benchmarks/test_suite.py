@@ -24,7 +24,7 @@ SCENARIOS = {
     "latency",
     "consumer_memory",
 }
-PRODUCERS = {"kinesis-actors", "aiokpl", "async-kinesis", "boto3"}
+PRODUCERS = {"kinesis-actors", "kinesis-actors put_many", "aiokpl", "async-kinesis", "boto3"}
 CONSUMERS = {"kinesis-actors", "async-kinesis", "boto3"}
 PNG = b"\x89PNG\r\n\x1a\n"
 
