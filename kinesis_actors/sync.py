@@ -17,7 +17,7 @@ import contextlib
 import math
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -26,7 +26,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from ._validate import check_non_negative
 from .client import ClientConfig, KinesisClient, StreamRef
-from .errors import ConfigError, KinesisError, ProducerClosedError
+from .errors import ConfigError, KinesisError, ProducerClosedError, ValidationError
 from .producer import Producer, ProducerConfig, ProducerMetrics, PutHandle, StreamInfo
 from .runtime import unwrap_sole
 
@@ -116,9 +116,37 @@ class SyncProducer:
                 self._submit()
         return handle
 
-    def put_many(self, records: Iterable[tuple[Any, ...]]) -> list[PutHandle]:
-        """``put`` for each ``(data, partition_key[, explicit_hash_key])``."""
-        return [self.put(*record) for record in records]
+    def put_many(self, records: Iterable[Sequence[Any]]) -> list[PutHandle]:
+        """Validate and buffer many ``(data, partition_key[, explicit_hash_key])`` records;
+        a handle per record. May block while the producer's queue is full.
+
+        Every record is validated first: a bad one raises its typed error naming its index
+        ("record 3 of the batch: ...") and none of the batch is buffered. Then the batch
+        enters the buffer under one lock (one thread's records stay in order) and crosses to
+        the loop through the producer's ``put_many``.
+        """
+        self._check_open()
+        prepare = self._producer.prepare
+        items: list[_Item] = []
+        for index, record in enumerate(records):
+            if not 2 <= len(record) <= 3:
+                raise ValidationError(
+                    f"record {index} of the batch: expected (data, partition_key[, "
+                    f"explicit_hash_key]), got {len(record)} fields"
+                )
+            key = record[1]
+            hash_key = record[2] if len(record) == 3 else None
+            try:
+                data = prepare(record[0], key, hash_key)[0]
+            except KinesisError as exc:
+                raise type(exc)(f"record {index} of the batch: {exc}") from exc
+            items.append((data, key, hash_key, PutHandle()))
+        with self._lock:
+            self._check_open()
+            self._pending.extend(items)
+            if len(self._pending) >= self._batch_size:
+                self._submit()
+        return [item[3] for item in items]
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything buffered and wait until every record so far is settled.

@@ -186,24 +186,29 @@ def write_records(
     try:
         try:
             for chunk in chunks:
-                for data, key, hash_key in chunk:
-                    if producer is None:
-                        producer = SyncProducer(
-                            options.stream,
-                            **options.connection.client_kwargs(),
-                            config=producer_config(options),
-                            batch_size=_HOP_BATCH,
-                            stream_info=stream_info,
-                        )
-                    payload = data.encode("utf-8") if isinstance(data, str) else data
-                    try:
-                        producer.put(payload, key, hash_key)
-                    except ValidationError as exc:
-                        raise type(exc)(
-                            f"{_describe(options)}: row {records} of this task is invalid: {exc}"
-                        ) from exc
-                    records += 1
-                    nbytes += len(payload)
+                batch = [
+                    (data.encode("utf-8") if isinstance(data, str) else data, key, hash_key)
+                    for data, key, hash_key in chunk
+                ]
+                if not batch:
+                    continue
+                if producer is None:
+                    producer = SyncProducer(
+                        options.stream,
+                        **options.connection.client_kwargs(),
+                        config=producer_config(options),
+                        batch_size=_HOP_BATCH,
+                        stream_info=stream_info,
+                    )
+                try:
+                    producer.put_many(batch)  # validated whole, then one hop per _HOP_BATCH
+                except ValidationError as exc:
+                    row = records + _first_invalid(producer, batch)
+                    raise type(exc)(
+                        f"{_describe(options)}: row {row} of this task is invalid: {exc}"
+                    ) from exc
+                records += len(batch)
+                nbytes += sum(len(payload) for payload, _, _ in batch)
             if producer is None:
                 return KinesisCommitMessage(seconds=time.monotonic() - started)
             try:
@@ -244,6 +249,16 @@ def write_records(
         kinesis_records=metrics.kinesis_records_sent,
         seconds=time.monotonic() - started,
     )
+
+
+def _first_invalid(producer: SyncProducer, batch: list[tuple[bytes, str, str | None]]) -> int:
+    """The index of the first record of ``batch`` the producer refuses (the error path only)."""
+    for index, (data, key, hash_key) in enumerate(batch):
+        try:
+            producer.producer.prepare(data, key, hash_key)
+        except ValidationError:
+            return index
+    return 0
 
 
 def _arrow_chunks(batches: Iterator[pa.RecordBatch]) -> Iterator[Iterable[Record]]:

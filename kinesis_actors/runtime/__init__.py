@@ -3,7 +3,8 @@
 Everything a subscription, processor or producer queue runs on, usable on its own:
 
 * :class:`Mailbox` - bounded, with an explicit :class:`FullPolicy`, statistics and a control
-  lane that overtakes data.
+  lane that overtakes data; optionally bounded in weight (bytes) too, and holding each
+  received item's room until it is released (the producer's queue).
 * :class:`Credits` / :class:`CreditGate` / :func:`wait_any` - "request n after consuming", so
   a network reader never awaits a full mailbox.
 * :class:`Actor`, :func:`actor`, :class:`ActorRef` - behaviours and their stable addresses.
