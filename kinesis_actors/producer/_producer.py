@@ -15,7 +15,6 @@ producer fails with a typed error, never a record silently.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -27,14 +26,14 @@ from .. import errors
 from ..client import StreamRef
 from ..records import ShardMap
 from ..runtime import (
-    Mailbox,
     MailboxClosed,
     RestartIntensityExceeded,
     SupervisorSnapshot,
     unwrap_sole,
 )
 from ._config import ProducerConfig
-from ._handle import PutHandle, PutResult
+from ._handle import PutHandle
+from ._ledger import Ledger
 from ._metrics import ProducerMetrics
 from ._pipeline import Entry, Pipeline
 from ._sender import Sender
@@ -52,7 +51,7 @@ log = logging.getLogger("kinesis_actors.producer")
 _CHECKPOINT_EVERY = 64  # puts that never wait still yield to the loop this often
 
 
-class Producer:
+class Producer(Ledger):
     """Writes records to one stream with backpressure, aggregation, pacing and retries.
 
     Use it as an async context manager; leaving the block flushes (waits until every accepted
@@ -84,26 +83,17 @@ class Producer:
             config = ProducerConfig()
         elif not isinstance(config, ProducerConfig):
             raise errors.ConfigError(f"config must be a ProducerConfig, got {config!r}")
+        super().__init__(stream, config)
         self._client = client
-        self._stream = stream
-        self._config = config
-        self._queue: Mailbox[Entry] | None = None  # the dispatcher's mailbox, once open
         self._pipeline: Pipeline | None = None
         self._task_group: TaskGroup | None = None
         self._state = "new"
         self._stream_info = stream_info
         self._max_record_bytes = DEFAULT_MAX_RECORD_BYTES
         self._record_distribution = "USER_PARTITION_KEY"
-        self._failure: BaseException | None = None
-        self._broken: RestartIntensityExceeded | None = None  # the senders' supervisor gave up
         self._sender: Sender | None = None
-        self._epoch = 0
-        self._epoch_outstanding: dict[int, int] = {}
-        self._settled: anyio.Event | None = None
         self._open_shards = 1
-        self._last_failure_log = -math.inf
         self._puts_since_checkpoint = 0
-        self._counters = dict.fromkeys(("records_sent", "records_failed"), 0)
 
     # -- public surface ---------------------------------------------------------------------
 
@@ -161,7 +151,7 @@ class Producer:
             shard_map_refreshes=sender.shard_map_refreshes if sender else 0,
             in_flight_calls=sender.in_flight if sender else 0,
             sender_crashes=sender.crashes if sender else 0,
-            unreachable_seconds=sender.unreachable_seconds() if sender else 0.0,
+            unreachable_seconds=sender.health.seconds() if sender else 0.0,
         )
 
     async def __aenter__(self) -> Self:
@@ -472,23 +462,6 @@ class Producer:
         if self._sender is not None:
             self._sender.wake()
 
-    def _forget(self, epoch: int) -> None:
-        """A record counted in ``epoch`` was not queued after all."""
-        remaining = self._epoch_outstanding[epoch] - 1
-        if remaining:
-            self._epoch_outstanding[epoch] = remaining
-        else:
-            del self._epoch_outstanding[epoch]
-            if self._settled is not None:
-                self._settled.set()
-
-    def _stopped_error(self) -> errors.KinesisError:
-        if self._broken is not None or self._failure is not None:
-            return self._failed_error()
-        return errors.ProducerClosedError(
-            f"producer for {self._stream!r} closed while this put waited for room"
-        )
-
     def _check_open(self) -> None:
         if self._state != "open":
             raise errors.ProducerClosedError(
@@ -499,74 +472,6 @@ class Producer:
             raise self._failed_error()
 
     # -- settling ---------------------------------------------------------------------------
-
-    def _acknowledge(self, entries: list[Entry], shard_id: str, sequence_number: str) -> None:
-        """One Kinesis record's user records were written: settle them together (the
-        acknowledged path: one release of their room and one count, not one per record)."""
-        aggregated = len(entries) > 1
-        nbytes = 0
-        epoch, count = entries[0].epoch, 0
-        for index, entry in enumerate(entries):
-            entry.handle._set_result(
-                PutResult(shard_id, sequence_number, index if aggregated else 0)
-            )
-            nbytes += entry.size
-            if entry.epoch != epoch:
-                self._settled_in(epoch, count)
-                epoch, count = entry.epoch, 0
-            count += 1
-        self._settled_in(epoch, count)
-        self._counters["records_sent"] += len(entries)
-        assert self._queue is not None
-        self._queue.release(len(entries), nbytes)
-
-    def _settled_in(self, epoch: int, count: int) -> None:
-        remaining = self._epoch_outstanding[epoch] - count
-        if remaining:
-            self._epoch_outstanding[epoch] = remaining
-        else:
-            del self._epoch_outstanding[epoch]
-            assert self._settled is not None
-            self._settled.set()
-
-    def _settle(self, entry: Entry, result: PutResult | None, error: BaseException | None) -> None:
-        """Every record ends here exactly once (called by the pipeline)."""
-        handle: PutHandle = entry.handle
-        counters = self._counters
-        if error is None:
-            assert result is not None
-            handle._set_result(result)
-            counters["records_sent"] += 1
-        else:
-            handle._set_error(error)
-            counters["records_failed"] += 1
-            self._record_failure(error)
-        queue = self._queue
-        if queue is not None:
-            queue.release(1, entry.size)
-        remaining = self._epoch_outstanding[entry.epoch] - 1
-        if remaining:
-            self._epoch_outstanding[entry.epoch] = remaining
-        else:
-            del self._epoch_outstanding[entry.epoch]
-            assert self._settled is not None
-            self._settled.set()
-
-    def _record_failure(self, error: BaseException) -> None:
-        closing = isinstance(
-            error, errors.ProducerClosedError
-        )  # the closer's doing, not the stream's
-        if self._config.fail_on_error and self._failure is None and not closing:
-            self._failure = error
-        now = anyio.current_time()
-        if now - self._last_failure_log >= self._config.backpressure_warning_interval:
-            self._last_failure_log = now
-            log.error(
-                "producer for stream %r gave up on a record: %s (%d failed so far)",
-                self._stream,
-                error,
-                self._counters["records_failed"],
-            )
 
     def _senders_failed(self, failure: RestartIntensityExceeded) -> None:
         """The senders' supervisor gave up (past ``restart_intensity``): the producer fails.
@@ -583,23 +488,6 @@ class Producer:
         self._settle(
             entry, None, errors.ProducerClosedError(f"producer for {self._stream!r} closed first")
         )
-
-    def _failed_error(self) -> errors.ProducerFailedError:
-        broken = self._broken
-        if broken is not None:
-            failed = errors.ProducerFailedError(
-                f"producer for {self._stream!r} failed: its senders crashed more than "
-                f"{broken.max_restarts} time(s) within {broken.period} s (restart_intensity); "
-                f"causes: {'; '.join(repr(cause) for cause in broken.causes)}"
-            )
-            failed.__cause__ = broken
-            return failed
-        error = errors.ProducerFailedError(
-            f"producer for {self._stream!r} failed: a record could not be written "
-            f"({self._failure}); fail_on_error=True stops the producer"
-        )
-        error.__cause__ = self._failure
-        return error
 
     async def _wait_settled(self, target: int) -> None:
         """Wait until no record of epoch ``target`` or earlier is outstanding."""

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -57,6 +56,7 @@ from ..runtime import (
 )
 from ._calls import Entry
 from ._config import ProducerConfig
+from ._health import EndpointHealth
 from ._pipeline import Call, Pipeline
 from ._retries import put_records_results
 from ._stream import list_open_shards
@@ -106,7 +106,6 @@ class Sender:
         "_config",
         "_idle",
         "_last_backpressure_warning",
-        "_last_warning",
         "_next_refresh",
         "_on_failure",
         "_on_undelivered",
@@ -115,17 +114,15 @@ class Sender:
         "_scopes",
         "_stream",
         "_supervisor",
-        "_unreachable_monotonic",
         "_wake",
         "calls",
         "crashes",
         "failed_calls",
         "flushing",
+        "health",
         "in_flight",
         "queue",
         "shard_map_refreshes",
-        "unreachable_error",
-        "unreachable_since",
     )
 
     def __init__(
@@ -159,29 +156,13 @@ class Sender:
         self.failed_calls = 0
         self.crashes = 0
         self.shard_map_refreshes = 0
-        # Since when no call got an answer (loop clock), the last transport error, and the
-        # same moment on time.monotonic() for metrics read from other threads.
-        self.unreachable_since: float | None = None
-        self.unreachable_error: errors.TransportError | None = None
-        self._unreachable_monotonic = 0.0
-        self._last_warning = -math.inf
+        self.health = EndpointHealth(stream, str(client.endpoint_url), config)
 
     # -- the producer's side ----------------------------------------------------------------
 
     def snapshot(self) -> SupervisorSnapshot | None:
         """The supervision tree (dispatcher and senders), or None before it started."""
         return None if self._supervisor is None else self._supervisor.snapshot()
-
-    @property
-    def endpoint(self) -> str:
-        """Where the calls go (the client's endpoint URL)."""
-        return str(self._client.endpoint_url)
-
-    def unreachable_seconds(self) -> float:
-        """How long no call has got an answer (0.0 while the endpoint answers); any thread."""
-        if self.unreachable_since is None:
-            return 0.0
-        return max(0.0, time.monotonic() - self._unreachable_monotonic)
 
     def wake(self) -> None:
         """Look now (a record in an empty queue, a put waiting for room, a flush began)."""
@@ -279,7 +260,8 @@ class Sender:
                 self.in_flight += 1
                 mailbox.send_nowait(delivery)
             wakeup = pipeline.next_wakeup(now, force=force) if idle else None
-            for warn_at in (self._warn_unreachable(now), self._warn_backpressure(queue, now)):
+            unreachable = self.health.warn(now, pipeline.pending_records)
+            for warn_at in (unreachable, self._warn_backpressure(queue, now)):
                 if warn_at is not None:
                     wakeup = warn_at if wakeup is None else min(wakeup, warn_at)
             if pipeline.needs_refresh and not self._refreshing:
@@ -315,12 +297,8 @@ class Sender:
         if now < due:
             return due
         self._last_backpressure_warning = now
-        if self.unreachable_since is not None:
-            cause = (
-                f"The endpoint {self.endpoint} has not answered for "
-                f"{now - self.unreachable_since:.1f}s ({self.unreachable_error})."
-            )
-        else:
+        cause = self.health.cause(now)
+        if cause is None:
             throttled = self._pipeline.throttled
             cause = f"The stream is not keeping up (throttled {throttled} times so far)."
         log.warning(
@@ -361,7 +339,7 @@ class Sender:
             self.failed_calls += 1
             delivery.settled = True
             now = anyio.current_time()
-            self._answered(exc, now)
+            self.health.answered(exc, now)
             pipeline.fail(call, exc, now)
         except anyio.get_cancelled_exc_class():
             self._abandon(delivery)
@@ -373,64 +351,12 @@ class Sender:
                 self.calls += 1
                 delivery.settled = True
                 now = anyio.current_time()
-                self._answered(None, now)
+                self.health.answered(None, now)
                 pipeline.complete(call, results, now)
         finally:
             self._scopes.discard(scope)
             self.in_flight -= 1
             self.wake()
-
-    def _answered(self, error: errors.KinesisError | None, now: float) -> None:
-        """Track whether the endpoint answers: a transport error (connection refused, reset,
-        timed out) is no answer; any reply, even an error, is one."""
-        if isinstance(error, errors.TransportError) and not isinstance(
-            error, errors.CertificateError
-        ):
-            if self.unreachable_since is None:
-                self.unreachable_since = now
-                self._unreachable_monotonic = time.monotonic()
-            self.unreachable_error = error
-        elif self.unreachable_since is not None:
-            log.warning(
-                "producer for stream %r: the endpoint %s answers again after %.1fs",
-                self._stream,
-                self.endpoint,
-                now - self.unreachable_since,
-            )
-            self.unreachable_since = None
-            self.unreachable_error = None
-            self._last_warning = -math.inf
-
-    def _warn_unreachable(self, now: float) -> float | None:
-        """Say that the endpoint does not answer, once it has not for
-        ``backpressure_warning_after`` and then every ``backpressure_warning_interval``;
-        returns when to look again (None while it answers)."""
-        since = self.unreachable_since
-        if since is None:
-            return None
-        config = self._config
-        due = max(
-            since + config.backpressure_warning_after,
-            self._last_warning + (config.backpressure_warning_interval),
-        )
-        if now < due:
-            return due
-        self._last_warning = now
-        ttl = config.record_ttl
-        log.warning(
-            "producer for stream %r: the endpoint %s has not answered for %.1fs (%s); "
-            "%d records wait to be sent again, at most %.1fs apart. %s",
-            self._stream,
-            self.endpoint,
-            now - since,
-            self.unreachable_error,
-            self._pipeline.pending_records,
-            config.retry_max,
-            "With record_ttl=None they wait until it answers (set record_ttl to fail them)."
-            if ttl is None
-            else f"Each fails with RecordExpiredError {ttl}s after its put.",
-        )
-        return now + config.backpressure_warning_interval
 
     def _undelivered(self, letter: DeadLetter[Entry]) -> None:
         """A record still queued when the dispatcher stopped for good: failed, never lost."""

@@ -1,0 +1,107 @@
+"""Whether the producer's endpoint answers, and what to say when it does not (sans-IO).
+
+A dead endpoint must be said, not waited on in silence: killed mid-produce, the producer used
+to wait forever (with ``record_ttl=None``) while its only warning said "the stream is not
+keeping up (throttled 0 times so far)". Here a refused, reset or timed-out connection is no
+answer and any reply, even an error, is one; the first call without an answer starts the
+clock. :meth:`EndpointHealth.warn` says so once it has lasted ``backpressure_warning_after``,
+then every ``backpressure_warning_interval``, naming the endpoint, the error and how long.
+
+``now`` comes in (the loop's clock); the same moment is also kept on ``time.monotonic`` so
+that :meth:`EndpointHealth.seconds` can be read from any thread (``SyncProducer.metrics``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+from .. import errors
+from ._config import ProducerConfig
+
+__all__ = ["EndpointHealth"]
+
+log = logging.getLogger("kinesis_actors.producer")
+
+
+class EndpointHealth:
+    """Since when the endpoint has not answered (``since``, None while it does) and why
+    (``error``, the last transport error)."""
+
+    __slots__ = ("_config", "_last_warning", "_monotonic", "_stream", "endpoint", "error", "since")
+
+    def __init__(self, stream: str, endpoint: str, config: ProducerConfig) -> None:
+        self._stream = stream
+        self._config = config
+        self.endpoint = endpoint
+        self.since: float | None = None
+        self.error: errors.TransportError | None = None
+        self._monotonic = 0.0
+        self._last_warning = -math.inf
+
+    def answered(self, error: errors.KinesisError | None, now: float) -> None:
+        """A call ended: with ``error`` (None: a reply). A transport error other than a
+        certificate's is no answer; anything else is one, and ends an outage (said once)."""
+        if isinstance(error, errors.TransportError) and not isinstance(
+            error, errors.CertificateError
+        ):
+            if self.since is None:
+                self.since = now
+                self._monotonic = time.monotonic()
+            self.error = error
+        elif self.since is not None:
+            log.warning(
+                "producer for stream %r: the endpoint %s answers again after %.1fs",
+                self._stream,
+                self.endpoint,
+                now - self.since,
+            )
+            self.since = None
+            self.error = None
+            self._last_warning = -math.inf
+
+    def seconds(self) -> float:
+        """How long no call has got an answer, 0.0 while the endpoint answers; any thread."""
+        if self.since is None:
+            return 0.0
+        return max(0.0, time.monotonic() - self._monotonic)
+
+    def cause(self, now: float) -> str | None:
+        """The sentence that names the outage, for other warnings (None while it answers)."""
+        if self.since is None:
+            return None
+        return (
+            f"The endpoint {self.endpoint} has not answered for {now - self.since:.1f}s "
+            f"({self.error})."
+        )
+
+    def warn(self, now: float, waiting: int) -> float | None:
+        """Log the outage if it is due (``waiting`` records wait to be sent again); returns
+        when to look again, None while the endpoint answers."""
+        since = self.since
+        if since is None:
+            return None
+        config = self._config
+        due = max(
+            since + config.backpressure_warning_after,
+            self._last_warning + config.backpressure_warning_interval,
+        )
+        if now < due:
+            return due
+        self._last_warning = now
+        ttl = config.record_ttl
+        log.warning(
+            "producer for stream %r: the endpoint %s has not answered for %.1fs (%s); "
+            "%d records wait to be sent again, at most %.1fs apart. %s",
+            self._stream,
+            self.endpoint,
+            now - since,
+            self.error,
+            waiting,
+            config.retry_max,
+            "With record_ttl=None they wait until it answers (set record_ttl to fail them)."
+            if ttl is None
+            else f"Each fails with RecordExpiredError {ttl}s after its put.",
+        )
+        return now + config.backpressure_warning_interval
