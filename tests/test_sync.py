@@ -208,3 +208,18 @@ def test_close_with_a_timeout_fails_a_flush_waiting_in_another_thread(
     assert len(flushed) == 1 and isinstance(flushed[0], errors.ProducerClosedError)
     for handle in [*sent, buffered]:
         assert isinstance(handle.exception(), errors.ProducerClosedError)
+
+
+def test_put_many_validates_the_whole_batch_first_then_delivers_it_in_order(
+    local_kinesis: LocalKinesis, stream: str
+) -> None:
+    with _producer(local_kinesis, stream, queue_limit_records=64) as producer:
+        with pytest.raises(errors.ValidationError, match="record 2 of the batch"):
+            producer.put_many([(b"a", "k"), (b"b", "k"), (b"", "k")])
+        producer.flush()  # hands over anything buffered: nothing of the bad batch was
+        assert producer.metrics.records_put == 0
+        handles = producer.put_many([(f"{i}".encode(), "k", None) for i in range(500)])
+        producer.flush()
+    results = [handle.result() for handle in handles]
+    positions = [(r.sequence_number, r.sub_sequence_number) for r in results]
+    assert positions == sorted(positions, key=lambda p: (int(p[0]), p[1]))  # one key: in order
