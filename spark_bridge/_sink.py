@@ -30,7 +30,6 @@ import logging
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any
 
 import pyarrow as pa
@@ -50,7 +49,7 @@ from kinesis_actors.errors import (
     RecordExpiredError,
     ValidationError,
 )
-from kinesis_actors.producer import StreamInfo, describe_stream
+from kinesis_actors.producer import StreamInfo, arrow_records, describe_stream
 from kinesis_actors.sync import SyncProducer
 
 from ._options import SinkOptions
@@ -274,17 +273,11 @@ def _arrow_chunks(batches: Iterator[pa.RecordBatch]) -> Iterator[Iterable[Record
                     f"kinesis sink: column {name!r} is null in row {row} of this task; "
                     "every row needs data and a partition key"
                 )
-        if pa.types.is_large_string(data.type):
-            data = data.cast(pa.large_binary())
-        elif pa.types.is_string(data.type):
-            data = data.cast(pa.binary())
-        hash_keys: Iterable[str | None] = (
-            batch.column("explicitHashKey").to_pylist()
-            if "explicitHashKey" in batch.schema.names
-            else repeat(None)
+        hash_keys = (
+            batch.column("explicitHashKey") if "explicitHashKey" in batch.schema.names else None
         )
         seen += batch.num_rows
-        yield zip(data.to_pylist(), keys.to_pylist(), hash_keys, strict=False)
+        yield arrow_records(data, keys, hash_keys)  # strings cast to bytes inside Arrow
 
 
 def _log_commit(kind: str, messages: Sequence[Any], batch_id: int | None = None) -> None:

@@ -1,11 +1,13 @@
 """The producer: a bounded queue with backpressure, KPL aggregation, per-shard pacing, retries.
 
 :class:`Producer` is the public face; :class:`ProducerConfig` its settings; ``put`` returns a
-:class:`PutHandle` that settles to a :class:`PutResult`. The policies underneath are sans-IO:
+:class:`PutHandle` that settles to a :class:`PutResult`, ``put_many`` a handle per record
+(:func:`arrow_records` turns Arrow columns into its records). The policies underneath are sans-IO:
 :class:`ShardRateLimiter` paces each shard, and the private pipeline turns accepted records
 into PutRecords calls (ordering domains per key, lanes per shard, aggregates per lane).
 """
 
+from ._arrow import arrow_records
 from ._calls import (
     DEFAULT_LINGER,
     DEFAULT_MAX_CALL_BYTES,
@@ -33,5 +35,6 @@ __all__ = [
     "ShardStats",
     "StreamInfo",
     "TokenBucket",
+    "arrow_records",
     "describe_stream",
 ]
