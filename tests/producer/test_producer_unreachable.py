@@ -103,3 +103,34 @@ async def test_a_healthy_endpoint_reads_zero_seconds_unreachable(
     async with Producer(client, stream_name, ProducerConfig(linger=0.0)) as producer:
         await (await producer.put(b"x", "k"))
         assert producer.metrics.unreachable_seconds == 0.0
+
+
+async def test_a_put_waiting_for_room_names_the_silent_endpoint_not_throttling(
+    doomed: LocalKinesis,
+) -> None:
+    """The queue fills while the endpoint is down: the put's own warning says why."""
+    said = Said("put waited")
+    logger = logging.getLogger("kinesis_actors.producer")
+    logger.addHandler(said)
+    config = ProducerConfig(
+        linger=0.0, queue_limit_records=2, exit_grace=0.0, backpressure_warning_after=0.2
+    )
+    try:
+        async with doomed.client(tls=False) as client:
+            await client.create_stream("doomed", 1)
+            with pytest.raises(Leave):
+                async with Producer(client, "doomed", config) as producer:
+                    await (await producer.put(b"before", "k"))
+                    await anyio.to_thread.run_sync(doomed.stop)
+                    await producer.put(b"a", "k1")
+                    await producer.put(b"b", "k2")
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(producer.put, b"c", "k3")  # no room: waits
+                        with anyio.fail_after(15):
+                            await said.event.wait()
+                        tg.cancel_scope.cancel()
+                    raise Leave
+    finally:
+        logger.removeHandler(said)
+    assert "has not answered" in said.message and str(client.endpoint_url) in said.message
+    assert "not keeping up" not in said.message
