@@ -15,8 +15,7 @@ import anyio
 import pytest
 
 from kinesis_actors import KinesisClient, LocalKinesis, Producer, ProducerConfig, errors
-from kinesis_actors.client import RetrySettings
-from kinesis_actors.client._protocol import EncodedRequest
+from kinesis_actors.client import EncodedRequest, RetrySettings
 from kinesis_actors.runtime import RestartIntensityExceeded
 from tests.boto import read_back
 
