@@ -305,8 +305,8 @@ class Producer(Ledger):
         given, get it too). ``handles`` (one per record) are settled instead of new ones, for
         callers that hand out handles before the records reach the loop (``SyncProducer``).
         """
-        self._check_open()
         try:
+            self._check_open()
             entries = self._entries(records, handles)
         except BaseException as exc:
             for handle in handles or ():  # none was queued: every given handle says why

@@ -39,7 +39,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from .. import errors
-from ..client import RetrySettings
+from ..client import RetrySettings, StreamRef
 from ..runtime import (
     Actor,
     ActorContext,
@@ -187,7 +187,7 @@ class Sender:
         try:
             async with Supervisor(
                 Strategy.ONE_FOR_ONE,
-                name=f"producer[{self._stream}]",
+                name=f"producer[{StreamRef.parse(self._stream).name}]",  # an ARN has a '/'
                 intensity=self._config.restart_intensity,
                 backoff=SENDER_BACKOFF,
                 stop_order=StopOrder.CONCURRENT,

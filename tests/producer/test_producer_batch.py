@@ -82,5 +82,8 @@ async def test_abort_fails_every_unsettled_record_at_once(
         producer.abort()
         with pytest.raises(errors.ProducerClosedError):
             await producer.put(b"late", "k")
-    assert all(isinstance(h.exception(), errors.ProducerClosedError) for h in handles)
+        given = [PutHandle(), PutHandle()]
+        with pytest.raises(errors.ProducerClosedError):  # SyncProducer's late batch
+            await producer.put_many([(b"a", "k"), (b"b", "k")], handles=given)
+    assert all(isinstance(h.exception(), errors.ProducerClosedError) for h in handles + given)
     assert producer.metrics.records_failed == 10
