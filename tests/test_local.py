@@ -15,7 +15,7 @@ from kinesis_actors import LocalKinesis, errors
 from kinesis_actors.local import INSTALL_COMMAND, LocalKinesisError, find_server_dir
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().split()[2]
     except (FileNotFoundError, ProcessLookupError):
@@ -55,19 +55,20 @@ def test_starts_on_free_ports_and_stops() -> None:
         assert server.endpoint_url.startswith("http://127.0.0.1:")
         assert server.tls_endpoint_url.startswith("https://127.0.0.1:")
         pid = server._process.pid  # type: ignore[union-attr]
-        assert _alive(pid)
+        assert alive(pid)
     assert not server.running
-    assert not _alive(pid)
+    assert not alive(pid)
     server.stop()  # idempotent
 
 
-def test_the_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
-    """No orphan server even when the process that started it is SIGKILLed (no cleanup runs)."""
+def server_dies_with_a_killed_parent(tmp_path: Path, server_class: str) -> None:
+    """Start ``kinesis_actors.<server_class>`` in a child Python, SIGKILL that child (no
+    cleanup runs) and wait for the kernel to take the server with it."""
     pid_file = tmp_path / "pid"
     script = (
         "import sys, time\n"
-        "from kinesis_actors import LocalKinesis\n"
-        "server = LocalKinesis().__enter__()\n"
+        f"from kinesis_actors import {server_class}\n"
+        f"server = {server_class}().__enter__()\n"
         f"open({str(pid_file)!r}, 'w').write(str(server._process.pid))\n"
         "time.sleep(600)\n"
     )
@@ -79,17 +80,22 @@ def test_the_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "the server did not start"
             time.sleep(0.05)
         server_pid = int(pid_file.read_text())
-        assert _alive(server_pid)
+        assert alive(server_pid)
         parent.send_signal(signal.SIGKILL)
         parent.wait()
         deadline = time.monotonic() + 10
-        while _alive(server_pid):
+        while alive(server_pid):
             assert time.monotonic() < deadline, "the server outlived its parent"
             time.sleep(0.05)
     finally:
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+
+
+def test_the_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
+    """No orphan server even when the process that started it is SIGKILLed (no cleanup runs)."""
+    server_dies_with_a_killed_parent(tmp_path, "LocalKinesis")
 
 
 @pytest.mark.anyio
