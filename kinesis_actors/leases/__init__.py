@@ -16,7 +16,7 @@ lease. See ``docs/leases.md``.
 """
 
 from ._config import LeaseConfig
-from ._coordinator import Caller, LeaseCoordinator
+from ._coordinator import LeaseCoordinator
 from ._errors import LeaseLostError, LeaseTableError, WorkerIdConflictError
 from ._events import LeaseAcquired, LeaseEvent, LeaseLost, LeaseStats
 from ._items import (
@@ -30,6 +30,7 @@ from ._items import (
     lease_key,
     stream_identifier,
 )
+from ._table import Caller, LeaseTable
 
 __all__ = [
     "AT_TIMESTAMP",
@@ -45,6 +46,7 @@ __all__ = [
     "LeaseLost",
     "LeaseLostError",
     "LeaseStats",
+    "LeaseTable",
     "LeaseTableError",
     "WorkerIdConflictError",
     "decode_lease",

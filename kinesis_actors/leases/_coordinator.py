@@ -1,43 +1,88 @@
 """The lease coordinator: one actor per worker that holds, renews, takes and hands over leases.
 
-(Skeleton: the API is final, the implementation follows.)
+The decisions are :mod:`._policy`'s and :mod:`._sync`'s; this module owns the state (the
+leases held, the last listing of the table) and does the I/O in three loops of one task
+group: renewals, take rounds (a consistent Scan, then takes, steals and opening children
+whose parents finished) and shard sync. Calls from the consumer's tasks (``checkpoint``,
+``finish``, ``release_all``) take the lease's lock, so a lease's writes never race each
+other and the counter held is always the last one written.
+
+A failed write condition on a held lease ends that lease at once (:class:`LeaseLost`); a
+lease that could not be renewed for ``failover_time`` (the table unreachable) is dropped too,
+before any other worker may take it. Transient errors of a round are logged and the round is
+retried at its next interval; a fatal one (:class:`WorkerIdConflictError`,
+:class:`LeaseTableError`) stops the coordinator and is raised by :meth:`next_event`,
+:meth:`checkpoint` and the ``async with`` block.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+import logging
+import random
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
+import anyio
+
+from ..errors import ConfigError, KinesisError
 from ._config import LeaseConfig
-from ._events import LeaseEvent, LeaseStats
-from ._items import TRIM_HORIZON
+from ._errors import LeaseLostError, LeaseTableError, WorkerIdConflictError
+from ._events import LeaseAcquired, LeaseEvent, LeaseLost, LeaseStats
+from ._items import SHARD_END, TRIM_HORIZON, Lease, lease_key, stream_identifier
+from ._policy import ExpiryTracker, parents_finished, plan_takes
+from ._sync import INITIAL_POSITIONS, Shard, parse_shards, plan_new_leases
+from ._table import Caller, LeaseTable
 
-__all__ = ["Caller", "LeaseCoordinator"]
+__all__ = ["LeaseCoordinator"]
+
+logger = logging.getLogger("kinesis_actors.leases")
+
+#: Renewals in flight at once (the KCL renews on a thread pool too).
+_RENEW_CONCURRENCY = 16
+#: How much earlier than ``failover_time`` a lease not renewed is dropped (the KCL's epsilon).
+_EPSILON = 0.025
 
 
-class Caller(Protocol):
-    """A client with ``await call(operation, params) -> dict`` (boto3's low-level shapes):
-    :class:`~kinesis_actors.client.DynamoDBClient` for the table,
-    :class:`~kinesis_actors.KinesisClient` for the streams."""
+@dataclass(frozen=True, slots=True)
+class _Stream:
+    name: str
+    arn: str
+    created: int  # creation epoch seconds
+    identifier: str  # account:name:epoch
 
-    def call(self, operation: str, params: Mapping[str, Any]) -> Awaitable[dict[str, Any]]: ...
+
+@dataclass(slots=True)
+class _Held:
+    """A held lease: owned by the coordinator, written under ``lock``."""
+
+    lease: Lease
+    stream: str
+    renewed_at: float
+    previous_owner: str | None = None
+    ready: bool = False
+    ready_at: float = 0.0
+    pending: tuple[str, int] | None = None
+    adopted_at: float | None = None
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
 
 
 class LeaseCoordinator:
     """Shares the shards of ``streams`` with the other workers of one lease table.
 
     An async context manager: entering checks (or creates) the table, reads the streams'
-    identities and runs a first shard sync; then one task group renews held leases every
-    ``renew_interval``, takes leases every ``take_interval`` and syncs shards every
-    ``shard_sync_interval``. Leaving stops those tasks; leases not released with
-    :meth:`release_all` first are left to expire (the others take them after
-    ``failover_time``).
+    identities, checks the table's leases are this application's and runs a first shard sync
+    and take round; then one task group renews held leases every ``renew_interval``, takes
+    leases every ``take_interval`` and syncs shards every ``shard_sync_interval``. Leaving
+    stops those tasks; leases not handed over with :meth:`release_all` first are left to
+    expire (the others take them after ``failover_time``).
 
     What happens to leases is told through :meth:`next_event` (or ``async for event in
     coordinator``): :class:`LeaseAcquired` when a shard may be read, :class:`LeaseLost` when it
-    must not be read any more. Pending events are bounded by the number of leases (at most one
-    per shard: a loss cancels an acquisition not yet received).
+    must not be read any more. Pending events are bounded by twice the number of leases (a
+    loss cancels an acquisition not yet received).
 
     One stream uses the KCL's single-stream lease keys (the shard id), so a KCL application's
     table is resumed as it is; several streams (or ``multi_stream=True``) use the multi-stream
@@ -45,7 +90,7 @@ class LeaseCoordinator:
 
     ``initial_position`` is the checkpoint of leases created for shards that have no lease
     yet and no leased parent: ``"TRIM_HORIZON"``, ``"LATEST"`` or ``"AT_TIMESTAMP"``.
-    ``clock`` (monotonic seconds) is injectable for tests.
+    ``clock`` (monotonic seconds; default the event loop's) and ``rng`` are injectable.
     """
 
     def __init__(
@@ -60,16 +105,67 @@ class LeaseCoordinator:
         config: LeaseConfig | None = None,
         multi_stream: bool | None = None,
         clock: Callable[[], float] | None = None,
+        rng: random.Random | None = None,
     ) -> None:
-        raise NotImplementedError
+        names = [streams] if isinstance(streams, str) else list(streams)
+        if not names or len(set(names)) != len(names):
+            raise ConfigError(f"streams must be one or more distinct names, got {streams!r}")
+        if not isinstance(worker_id, str) or not worker_id:
+            raise ConfigError(f"worker_id must be a non-empty string, got {worker_id!r}")
+        if initial_position not in INITIAL_POSITIONS:
+            raise ConfigError(
+                f"initial_position must be one of {', '.join(INITIAL_POSITIONS)}, "
+                f"got {initial_position!r}"
+            )
+        if not multi_stream and multi_stream is not None and len(names) > 1:
+            raise ConfigError("multi_stream=False needs exactly one stream")
+        self._table = LeaseTable(dynamodb, table)
+        self._kinesis = kinesis
+        self._names = names
+        self._worker_id = worker_id
+        self._initial = initial_position
+        self._config = config or LeaseConfig()
+        self._multi = len(names) > 1 if multi_stream is None else multi_stream
+        self._clock = clock or anyio.current_time
+        self._rng = rng or random.Random()
+        self._tracker = ExpiryTracker(self._config.failover_time)
+        self._streams: dict[str, _Stream] = {}
+        self._by_identifier: dict[str, _Stream] = {}
+        self._held: dict[str, _Held] = {}
+        self._by_key: dict[str, Lease] = {}
+        self._children: dict[tuple[str, str], tuple[str, ...]] = {}
+        self._events: deque[LeaseEvent] = deque()  # Bounded by 2 per lease (see _push).
+        self._changed = anyio.Event()
+        self._sync_wanted = anyio.Event()
+        self._failure: BaseException | None = None
+        self._releasing = False
+        self._scope: anyio.CancelScope | None = None
+        self._task_group: Any = None
+        self._stats = LeaseStats(worker_id=worker_id)
 
     @property
     def worker_id(self) -> str:
         """This worker's id, the ``leaseOwner`` of its leases."""
-        raise NotImplementedError
+        return self._worker_id
+
+    @property
+    def table(self) -> LeaseTable:
+        """The lease table's I/O (for tools that list it)."""
+        return self._table
+
+    # -- lifecycle ---------------------------------------------------------------------------
 
     async def __aenter__(self) -> LeaseCoordinator:
-        raise NotImplementedError
+        await self._table.ensure(create=self._config.create_table)
+        for name in self._names:
+            await self._describe(name)
+        self._observe(await self._table.list())  # validates before anything is written
+        await self._sync_all()
+        await self._take_round()
+        self._task_group = anyio.create_task_group()
+        await self._task_group.__aenter__()
+        self._task_group.start_soon(self._run)
+        return self
 
     async def __aexit__(
         self,
@@ -77,7 +173,49 @@ class LeaseCoordinator:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        raise NotImplementedError
+        if self._scope is not None:
+            self._scope.cancel()
+        task_group, self._task_group = self._task_group, None
+        if task_group is not None:
+            await task_group.__aexit__(None, None, None)
+        if exc_type is None and self._failure is not None:
+            raise self._failure
+
+    async def _run(self) -> None:
+        with anyio.CancelScope() as self._scope:
+            async with anyio.create_task_group() as loops:
+                loops.start_soon(self._guard, self._renew_loop)
+                loops.start_soon(self._guard, self._take_loop)
+                loops.start_soon(self._guard, self._sync_loop)
+
+    async def _guard(self, loop: Callable[[], Any]) -> None:
+        try:
+            await loop()
+        except Exception as error:  # the coordinator's failure, told to its user
+            logger.exception("lease coordinator %s stopped", self._worker_id)
+            self._failure = error
+            self._wake()
+            if self._scope is not None:
+                self._scope.cancel()
+
+    # -- events ------------------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def _push(self, event: LeaseEvent) -> None:
+        if isinstance(event, LeaseLost):
+            for queued in self._events:
+                if isinstance(queued, LeaseAcquired) and (queued.stream, queued.shard_id) == (
+                    event.stream,
+                    event.shard_id,
+                ):
+                    self._events.remove(queued)  # never received: nothing to stop
+                    self._wake()
+                    return
+        self._events.append(event)
+        self._wake()
 
     async def next_event(self) -> LeaseEvent:
         """The next :class:`LeaseAcquired` or :class:`LeaseLost`, awaiting one.
@@ -85,14 +223,38 @@ class LeaseCoordinator:
         Raises the coordinator's failure (for example
         :class:`~kinesis_actors.leases.WorkerIdConflictError`) once it has stopped on one.
         """
-        raise NotImplementedError
+        while True:
+            if self._failure is not None:
+                raise self._failure
+            if self._events:
+                return self._events.popleft()
+            await self._changed.wait()
 
     def __aiter__(self) -> AsyncIterator[LeaseEvent]:
-        raise NotImplementedError
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[LeaseEvent]:
+        while True:
+            yield await self.next_event()
+
+    # -- the user's calls --------------------------------------------------------------------
 
     def held(self) -> frozenset[tuple[str, str]]:
         """``(stream, shard_id)`` of every lease handed to the reader and still held."""
-        raise NotImplementedError
+        return frozenset((h.stream, h.lease.shard_id) for h in self._held.values() if h.ready)
+
+    def _holding(self, stream: str, shard_id: str) -> tuple[str, _Held]:
+        if self._failure is not None:
+            raise self._failure
+        key = self._key(stream, shard_id)
+        held = self._held.get(key)
+        if held is None or not held.ready:
+            raise LeaseLostError(
+                f"{self._worker_id} does not hold the lease of {stream}/{shard_id}",
+                stream=stream,
+                shard_id=shard_id,
+            )
+        return key, held
 
     def note_checkpoint(
         self, stream: str, shard_id: str, sequence: str, sub_sequence: int = 0
@@ -102,7 +264,8 @@ class LeaseCoordinator:
 
         Raises :class:`~kinesis_actors.leases.LeaseLostError` if the lease is not held.
         """
-        raise NotImplementedError
+        _, held = self._holding(stream, shard_id)
+        held.pending = (sequence, sub_sequence)
 
     async def checkpoint(
         self, stream: str, shard_id: str, sequence: str, sub_sequence: int = 0
@@ -113,7 +276,15 @@ class LeaseCoordinator:
         Raises :class:`~kinesis_actors.leases.LeaseLostError` if another worker holds the lease
         (nothing is written; :class:`LeaseLost` is sent too).
         """
-        raise NotImplementedError
+        key, held = self._holding(stream, shard_id)
+        async with held.lock:
+            if await self._write(key, held, (sequence, sub_sequence)) is None:
+                raise LeaseLostError(
+                    f"the lease of {stream}/{shard_id} was taken by another worker; the "
+                    "checkpoint was not written",
+                    stream=stream,
+                    shard_id=shard_id,
+                )
 
     async def finish(self, stream: str, shard_id: str) -> None:
         """The shard was read to its end: checkpoint ``SHARD_END`` (with the shard's children,
@@ -121,7 +292,19 @@ class LeaseCoordinator:
 
         Raises :class:`~kinesis_actors.leases.LeaseLostError` if the lease was lost first.
         """
-        raise NotImplementedError
+        key, held = self._holding(stream, shard_id)
+        async with held.lock:
+            children = self._children.get((stream, shard_id), ())
+            new = await self._release(key, held, (SHARD_END, 0), children)
+        if new is None:
+            raise LeaseLostError(
+                f"the lease of {stream}/{shard_id} was taken before it was finished",
+                stream=stream,
+                shard_id=shard_id,
+            )
+        self._by_key[key] = new
+        self._open_ready()
+        self._sync_wanted.set()
 
     async def release_all(
         self, final_checkpoints: Mapping[tuple[str, str], tuple[str, int]] | None = None
@@ -133,8 +316,380 @@ class LeaseCoordinator:
         duplicate. A lease lost meanwhile is skipped (and reported as :class:`LeaseLost`).
         The coordinator takes nothing more afterwards.
         """
-        raise NotImplementedError
+        self._releasing = True
+        finals = dict(final_checkpoints or {})
+
+        async def release(key: str, held: _Held) -> None:
+            async with held.lock:
+                if self._held.get(key) is not held:
+                    return
+                checkpoint = finals.get((held.stream, held.lease.shard_id), held.pending)
+                new = await self._release(key, held, checkpoint, ())
+            if new is not None:
+                self._stats = replace(self._stats, released=self._stats.released + 1)
+                if held.ready:
+                    self._push(LeaseLost(held.stream, held.lease.shard_id, "released"))
+
+        async with anyio.create_task_group() as group:
+            for key, held in list(self._held.items()):
+                group.start_soon(release, key, held)
 
     def snapshot(self) -> LeaseStats:
         """The protocol's statistics now, a frozen :class:`LeaseStats`."""
-        raise NotImplementedError
+        return replace(
+            self._stats,
+            held=len(self._held),
+            ready=sum(1 for h in self._held.values() if h.ready),
+            table_calls=self._table.calls,
+        )
+
+    # -- streams and keys --------------------------------------------------------------------
+
+    def _key(self, stream: str, shard_id: str) -> str:
+        if not self._multi:
+            return lease_key(shard_id)
+        info = self._streams.get(stream)
+        if info is None:
+            raise LeaseLostError(f"{stream!r} is not read here", stream=stream, shard_id=shard_id)
+        return lease_key(shard_id, info.identifier)
+
+    async def _describe(self, name: str) -> None:
+        reply = await self._kinesis.call("DescribeStreamSummary", {"StreamName": name})
+        summary = reply["StreamDescriptionSummary"]
+        arn = str(summary["StreamARN"])
+        created = int(summary["StreamCreationTimestamp"].timestamp())
+        account = arn.split(":")[4] if arn.count(":") >= 5 else ""
+        info = _Stream(name, arn, created, stream_identifier(account, name, created))
+        self._streams[name] = info
+        self._by_identifier[info.identifier] = info
+
+    def _stream_of(self, lease: Lease) -> _Stream | None:
+        """The stream of ``lease`` if it is one of ours, None for another application's
+        stream in a multi-stream table; :class:`LeaseTableError` for a lease we must not
+        touch."""
+        table = self._table.name
+        if not self._multi:
+            (info,) = self._streams.values()
+            if lease.stream_identifier is not None:
+                raise LeaseTableError(
+                    f"table {table!r} holds multi-stream leases ({lease.key!r}); this worker "
+                    f"reads one stream, {info.name!r}, with single-stream keys: use another "
+                    "table, or multi_stream=True",
+                    table=table,
+                )
+            foreign = lease.stream_arn is not None and lease.stream_arn != info.arn
+            if foreign or (
+                lease.stream_created is not None and lease.stream_created != info.created
+            ):
+                raise LeaseTableError(
+                    f"lease {lease.key!r} in table {table!r} is for a shard of stream "
+                    f"{lease.stream_arn} created at epoch {lease.stream_created}, this worker "
+                    f"reads {info.arn} created at epoch {info.created}; a single-stream lease "
+                    "table serves one stream: use another table (nothing was written)",
+                    table=table,
+                )
+            return info
+        if lease.stream_identifier is None:
+            raise LeaseTableError(
+                f"table {table!r} holds single-stream leases ({lease.key!r}); this worker "
+                f"reads {', '.join(self._names)} with multi-stream keys: use another table",
+                table=table,
+            )
+        theirs = self._by_identifier.get(lease.stream_identifier)
+        if theirs is None and lease.stream_name in self._streams:
+            ours = self._streams[str(lease.stream_name)]
+            raise LeaseTableError(
+                f"lease {lease.key!r} in table {table!r} is for an earlier stream named "
+                f"{ours.name!r} ({lease.stream_identifier}); the stream now is "
+                f"{ours.identifier}: delete those leases or use another table",
+                table=table,
+            )
+        return theirs
+
+    # -- take rounds -------------------------------------------------------------------------
+
+    def _observe(self, leases: list[Lease]) -> list[Lease]:
+        ours = [lease for lease in leases if self._stream_of(lease) is not None]
+        now = self._clock()
+        self._tracker.observe(ours, now)
+        self._by_key = {lease.key: lease for lease in ours}
+        for lease in ours:
+            if (
+                lease.owner == self._worker_id
+                and lease.key not in self._held
+                and self._tracker.changes_by_same_owner(lease.key) >= 2
+            ):
+                raise WorkerIdConflictError(
+                    f"lease {lease.key!r} is owned by this worker's id {self._worker_id!r} "
+                    "and keeps being renewed, but not by this process: another process uses "
+                    "the same worker_id",
+                    worker_id=self._worker_id,
+                    lease_key=lease.key,
+                )
+        return ours
+
+    async def _take_round(self) -> None:
+        ours = self._observe(await self._table.list())
+        if not self._releasing:
+            now = self._clock()
+            plan = plan_takes(
+                ours,
+                worker_id=self._worker_id,
+                held=self._held.keys(),
+                expired=lambda lease: self._tracker.expired(lease, now),
+                max_leases=self._config.max_leases,
+                max_leases_to_steal=self._config.max_leases_to_steal,
+                rng=self._rng,
+            )
+            live = sum(1 for lease in ours if not lease.finished)
+            self._stats = replace(self._stats, workers=plan.workers, leases=live)
+            for lease in plan.take:
+                await self._take(lease, stolen=False)
+            for lease in plan.steal:
+                await self._take(lease, stolen=True)
+        self._open_ready()
+
+    async def _take(self, lease: Lease, *, stolen: bool) -> None:
+        info = self._stream_of(lease)
+        if info is None:
+            return
+        started = self._clock()
+        new = await self._table.take(lease, self._worker_id)
+        if new is None:
+            return  # someone else was faster, or its owner renewed it
+        self._tracker.forget(lease.key)
+        # A stolen lease's reader stops at its owner's next renewal: wait that long before
+        # reading, so that no shard is read twice at once.
+        ready_at = started + self._config.renew_period + _EPSILON if stolen else 0.0
+        previous = lease.owner if lease.owner != self._worker_id else None
+        self._held[lease.key] = _Held(new, info.name, started, previous, ready_at=ready_at)
+        self._by_key[lease.key] = new
+        if stolen:
+            self._stats = replace(self._stats, stolen=self._stats.stolen + 1)
+        else:
+            self._stats = replace(self._stats, taken=self._stats.taken + 1)
+        logger.info(
+            "%s %s lease %s (from %s)",
+            self._worker_id,
+            "stole" if stolen else "took",
+            lease.key,
+            lease.owner,
+        )
+
+    def _open_ready(self) -> None:
+        now = self._clock()
+        for key, held in self._held.items():
+            if held.ready or now < held.ready_at or held.lease.finished:
+                continue
+            info = self._streams[held.stream]
+            if not parents_finished(
+                held.lease,
+                self._by_key,
+                lambda parent, info=info: self._parent_key(info, parent),  # type: ignore[misc]
+            ):
+                continue
+            held.ready = True
+            logger.debug("%s may read %s", self._worker_id, key)
+            self._push(
+                LeaseAcquired(
+                    held.stream,
+                    held.lease.shard_id,
+                    held.lease.checkpoint,
+                    held.lease.sub_sequence,
+                    held.lease.parent_shard_ids,
+                    held.previous_owner,
+                )
+            )
+
+    def _parent_key(self, info: _Stream, parent: str) -> str:
+        return lease_key(parent, info.identifier if self._multi else None)
+
+    async def _take_loop(self) -> None:
+        while True:
+            await anyio.sleep(self._config.take_period)
+            try:
+                await self._take_round()
+            except (LeaseTableError, WorkerIdConflictError):
+                raise
+            except KinesisError as error:
+                logger.warning("take round of %s failed, retried: %s", self._worker_id, error)
+
+    # -- renewals ----------------------------------------------------------------------------
+
+    async def _renew_loop(self) -> None:
+        tick = self._config.checkpoint_period
+        renew = self._config.renew_period
+        limit = anyio.CapacityLimiter(_RENEW_CONCURRENCY)
+        while True:
+            now = self._clock()
+            deadline = now + tick
+            for held in self._held.values():
+                deadline = min(deadline, held.renewed_at + self._config.failover_time - _EPSILON)
+            await anyio.sleep(max(0.0, deadline - now))
+            now = self._clock()
+            for key, held in list(self._held.items()):
+                if now - held.renewed_at > self._config.failover_time - _EPSILON:
+                    self._drop(key, held, "expired")
+            async with anyio.create_task_group() as group:
+                for key, held in list(self._held.items()):
+                    if held.pending is not None or now - held.renewed_at >= renew - tick / 2:
+                        group.start_soon(self._renew, key, held, limit)
+
+    async def _renew(self, key: str, held: _Held, limit: anyio.CapacityLimiter) -> None:
+        async with limit, held.lock:
+            if self._held.get(key) is not held:
+                return
+            try:
+                await self._write(key, held, held.pending)
+            except (LeaseTableError, WorkerIdConflictError):
+                raise
+            except KinesisError as error:
+                logger.warning("renewal of %s failed: %s", key, error)
+
+    async def _write(
+        self, key: str, held: _Held, checkpoint: tuple[str, int] | None
+    ) -> Lease | None:
+        """Renew ``held`` (with ``checkpoint``), under its lock; None if it was lost."""
+        for _ in range(2):
+            started = self._clock()
+            new = await self._table.renew(held.lease, self._worker_id, checkpoint)
+            if new is not None:
+                latency = self._clock() - started
+                worst = max(latency, self._stats.renewal_latency_max or 0.0)
+                self._stats = replace(
+                    self._stats,
+                    renewals=self._stats.renewals + 1,
+                    checkpoints=self._stats.checkpoints + (checkpoint is not None),
+                    renewal_latency_last=latency,
+                    renewal_latency_max=worst,
+                )
+                held.lease, held.renewed_at = new, started
+                if checkpoint is not None and held.pending == checkpoint:
+                    held.pending = None
+                self._by_key[key] = new
+                return new
+            if not await self._adopt(key, held, checkpoint):
+                return None
+        return None
+
+    async def _adopt(self, key: str, held: _Held, checkpoint: tuple[str, int] | None) -> bool:
+        """After a failed condition: whether the lease is still ours (a write of ours landed
+        after its reply was lost, and the retry found it applied), adopting it; drops it
+        (LeaseLost) if another worker has it; WorkerIdConflictError if another process wrote
+        it in our name."""
+        current = await self._table.get(key)
+        if current is None or current.owner != self._worker_id:
+            self._drop(key, held, "taken")
+            return False
+        now = self._clock()
+        expected = checkpoint[0] if checkpoint is not None else held.lease.checkpoint
+        ours = current.counter == held.lease.counter + 1 and current.checkpoint in (
+            expected,
+            held.lease.checkpoint,
+        )
+        recent = held.adopted_at is not None and now - held.adopted_at < self._config.failover_time
+        if ours and not recent:
+            held.lease, held.adopted_at = current, now
+            return True
+        self._drop(key, held, "taken")
+        raise WorkerIdConflictError(
+            f"lease {key!r} was renewed by another process under this worker's id "
+            f"{self._worker_id!r} (counter {current.counter}, expected "
+            f"{held.lease.counter}): every worker needs its own worker_id",
+            worker_id=self._worker_id,
+            lease_key=key,
+        )
+
+    async def _release(
+        self,
+        key: str,
+        held: _Held,
+        checkpoint: tuple[str, int] | None,
+        children: tuple[str, ...],
+    ) -> Lease | None:
+        """Release ``held`` (with ``checkpoint``), under its lock; None if it was lost."""
+        for _ in range(2):
+            new = await self._table.release(held.lease, self._worker_id, checkpoint, children)
+            if new is not None:
+                if checkpoint is not None:
+                    self._stats = replace(self._stats, checkpoints=self._stats.checkpoints + 1)
+                self._held.pop(key, None)
+                self._tracker.forget(key)
+                self._by_key[key] = new
+                return new
+            if not await self._adopt(key, held, checkpoint):
+                return None
+        return None
+
+    def _drop(self, key: str, held: _Held, reason: str) -> None:
+        if self._held.get(key) is not held:
+            return
+        del self._held[key]
+        self._tracker.forget(key)
+        self._stats = replace(self._stats, lost=self._stats.lost + 1)
+        logger.warning("%s lost lease %s (%s)", self._worker_id, key, reason)
+        if held.ready:
+            self._push(LeaseLost(held.stream, held.lease.shard_id, reason))
+
+    # -- shard sync --------------------------------------------------------------------------
+
+    async def _sync_loop(self) -> None:
+        while True:
+            with anyio.move_on_after(self._config.shard_sync_interval):
+                await self._sync_wanted.wait()
+            self._sync_wanted = anyio.Event()
+            try:
+                await self._sync_all()
+            except KinesisError as error:
+                logger.warning("shard sync of %s failed, retried: %s", self._worker_id, error)
+
+    async def _sync_all(self) -> None:
+        for info in self._streams.values():
+            await self._sync(info)
+        self._stats = replace(self._stats, shard_syncs=self._stats.shard_syncs + 1)
+
+    async def _list_shards(self, stream: str) -> list[Shard]:
+        shards: list[Shard] = []
+        params: dict[str, Any] = {"StreamName": stream}
+        while True:
+            reply = await self._kinesis.call("ListShards", params)
+            shards.extend(parse_shards(reply.get("Shards") or []))
+            token = reply.get("NextToken")
+            if not token:
+                return shards
+            params = {"NextToken": token}
+
+    async def _sync(self, info: _Stream) -> None:
+        shards = await self._list_shards(info.name)
+        children: dict[tuple[str, str], list[str]] = {}
+        for shard in shards:
+            for parent in shard.parents:
+                children.setdefault((info.name, parent), []).append(shard.shard_id)
+        for parent_key, ids in children.items():
+            self._children[parent_key] = tuple(sorted(ids))
+        existing = {
+            lease.shard_id
+            for lease in self._by_key.values()
+            if lease.stream_identifier in (None, info.identifier)
+        }
+
+        def make(shard: Shard, checkpoint: str) -> Lease:
+            identifier = info.identifier if self._multi else None
+            return Lease(
+                key=lease_key(shard.shard_id, identifier),
+                shard_id=shard.shard_id,
+                checkpoint=checkpoint,
+                parent_shard_ids=shard.parents,
+                starting_hash_key=shard.starting_hash_key,
+                ending_hash_key=shard.ending_hash_key,
+                stream_identifier=identifier,
+                stream_arn=None if self._multi else info.arn,
+                stream_created=None if self._multi else info.created,
+            )
+
+        for lease in plan_new_leases(
+            shards, existing, initial_position=self._initial, make_lease=make
+        ):
+            if await self._table.create(lease):
+                self._stats = replace(self._stats, leases_created=self._stats.leases_created + 1)
+                logger.info("created lease %s at %s", lease.key, lease.checkpoint)

@@ -23,8 +23,9 @@ attribute                              type  meaning
 ``startingHashKey`` / ``endingHashKey`` S    the shard's hash key range
 ``streamName`` / ``shardId``           S     multi-stream leases only: the stream identifier
                                              ``account:stream:creationEpoch`` and the shard
-``streamArn``                          S     ours, ignored by the KCL: the stream's ARN on
-                                             single-stream leases (see :class:`Lease`)
+``streamArn``, ``streamCreationEpoch``  S, N  ours, ignored by the KCL: which stream (and
+                                             which incarnation of it) a single-stream lease
+                                             is for (see :class:`Lease`)
 =====================================  ====  ===============================================
 """
 
@@ -76,6 +77,7 @@ STREAM_ID = "streamName"  # the KCL keeps the multi-stream identifier under this
 SHARD_ID = "shardId"
 # Ours; the KCL ignores attributes it does not know and keeps them through its updates.
 STREAM_ARN = "streamArn"
+STREAM_CREATED = "streamCreationEpoch"
 
 
 def stream_identifier(account: str, stream: str, creation_epoch: int) -> str:
@@ -95,9 +97,11 @@ class Lease:
 
     ``stream_identifier`` is set for multi-stream leases only (``account:stream:epoch``);
     single-stream leases are keyed by the shard id and say nothing of their stream in the
-    KCL's format, so this library writes the stream's ARN next to them (``stream_arn``): a
-    lease for a shard of another stream, which would otherwise be resumed as ours because
-    shard ids repeat from stream to stream, is then detected. KCL-written leases have none.
+    KCL's format, so this library writes the stream's ARN and creation time next to them
+    (``stream_arn``, ``stream_created``, epoch seconds): a lease for a shard of another
+    stream, or of a deleted stream created again under the same name (same ARN), which would
+    otherwise be resumed as ours because shard ids repeat from stream to stream, is then
+    detected. KCL-written leases have neither.
     """
 
     key: str
@@ -115,6 +119,7 @@ class Lease:
     ending_hash_key: str | None = None
     stream_identifier: str | None = None
     stream_arn: str | None = None
+    stream_created: int | None = None
 
     @property
     def finished(self) -> bool:
@@ -194,6 +199,7 @@ def decode_lease(item: Mapping[str, Any]) -> Lease:
         ending_hash_key=_string(item, ENDING_HASH_KEY),
         stream_identifier=identifier,
         stream_arn=_string(item, STREAM_ARN),
+        stream_created=_number(item, STREAM_CREATED),
     )
 
 
@@ -224,4 +230,6 @@ def encode_lease(lease: Lease) -> dict[str, Any]:
         item[SHARD_ID] = {"S": lease.shard_id}
     if lease.stream_arn is not None:
         item[STREAM_ARN] = {"S": lease.stream_arn}
+    if lease.stream_created is not None:
+        item[STREAM_CREATED] = {"N": str(lease.stream_created)}
     return item
