@@ -16,17 +16,18 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import anyio
 
 from .. import errors
-from ..client import KinesisClient, RetrySettings
+from ..client import DynamoDBClient, KinesisClient, RetrySettings
 from ..consumer import StartingPosition
 from ..runtime import RestartIntensityExceeded
 from ._bench import run_bench
 from ._consumers import run_consumers
 from ._demo import DemoOptions, run_demo
+from ._leases import run_leases
 from ._local import run_local
 from ._put import INTERRUPT_FLUSH_TIMEOUT, run_put, standard_input
 from ._tail import run_tail
@@ -37,6 +38,8 @@ _PROG = "kinesis-actors"
 #: The first call of every command fails fast: a wrong endpoint should not take the library's
 #: patient DescribeStreamSummary retries (minutes) to be reported.
 _PROBE_RETRY = RetrySettings(max_retries=2, base=0.2, max=1.0)
+
+_Client = TypeVar("_Client", KinesisClient, DynamoDBClient)
 
 _CONNECTION_HELP = """\
 connection: --endpoint-url URL (default: AWS's endpoint for --region), --region (default
@@ -230,6 +233,44 @@ def _parser() -> argparse.ArgumentParser:
     removal.add_argument("--name", required=True, help="the consumer's name")
     _connection_flags(removal)
 
+    leases = commands.add_parser(
+        "leases",
+        help="list a consumer group's lease table: owner, checkpoint and lag per shard",
+        description="Reads the lease table (KCL format: this library's and the KCL's tables "
+        "alike) and prints one row per shard: stream, shard, owner ('-' when free), lease "
+        "counter, checkpoint and its sub-sequence number, parent shards, owner switches since "
+        "the last checkpoint, and lag. Lag is MillisBehindLatest of one GetRecords (Limit 1) "
+        "from just after the checkpoint: how far the next record to process is behind the "
+        "shard's newest one (0: caught up; SHARD_END and LATEST: 0; AT_TIMESTAMP, or a stream "
+        "the lease does not name and --stream does not give: '-'). It costs two Kinesis calls "
+        "per shard; --no-lag skips them. The last line counts the leases per owner.",
+        epilog="examples:\n"
+        "  kinesis-actors leases --table orders-app --stream orders\n"
+        "  kinesis-actors leases --table orders-app --json --no-lag\n"
+        "  kinesis-actors leases --table orders-app --stream orders "
+        "--endpoint-url http://127.0.0.1:PORT --dynamodb-endpoint-url http://127.0.0.1:PORT2\n\n"
+        + _CONNECTION_HELP
+        + "  --dynamodb-endpoint-url URL: the lease table's DynamoDB (default: AWS's for "
+        "--region).\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    leases.add_argument("--table", required=True, help="the lease table (the application name)")
+    leases.add_argument(
+        "--stream",
+        help="the stream: only its leases are listed, and the KCL's single-stream leases "
+        "(which do not name their stream) get a lag",
+    )
+    leases.add_argument(
+        "--json", action="store_true", help="print a JSON array, one object per lease"
+    )
+    leases.add_argument("--no-lag", action="store_true", help="do not measure lags (no Kinesis)")
+    leases.add_argument(
+        "--dynamodb-endpoint-url",
+        metavar="URL",
+        help="the DynamoDB endpoint of the lease table (default: AWS for --region)",
+    )
+    _connection_flags(leases)
+
     # Listed here for the overview only: main() hands `bench ...` to the checkout's suite,
     # which owns its flags and its --help.
     commands.add_parser(
@@ -292,18 +333,9 @@ async def _with_client(
     body: Callable[[KinesisClient], Awaitable[int]],
 ) -> int:
     """Open a client, check quickly that the endpoint answers and the streams exist, run."""
-    client = KinesisClient(
-        region=args.region, endpoint_url=args.endpoint_url, verify=not args.no_verify
+    client = await _open(
+        KinesisClient(region=args.region, endpoint_url=args.endpoint_url, verify=not args.no_verify)
     )
-    try:
-        await client.__aenter__()
-    except errors.ConfigError as exc:
-        if str(exc).startswith("credentials"):
-            raise UsageError(
-                "no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
-                "(or AWS_PROFILE); for a local server any values do, e.g. local and local"
-            ) from exc
-        raise
     try:
         endpoint = client.endpoint_url
         for stream in streams:
@@ -332,6 +364,54 @@ async def _with_client(
         return await body(client)
     finally:
         await client.aclose()
+
+
+async def _open(client: _Client) -> _Client:
+    """``client`` opened, or a usage error when there are no credentials."""
+    try:
+        await client.__aenter__()
+    except errors.ConfigError as exc:
+        if str(exc).startswith("credentials"):
+            raise UsageError(
+                "no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                "(or AWS_PROFILE); for a local server any values do, e.g. local and local"
+            ) from exc
+        raise
+    return client
+
+
+async def _leases(args: argparse.Namespace) -> int:
+    """Check quickly that the table is there, then list it (with lags unless --no-lag)."""
+    verify = not args.no_verify
+    ddb = await _open(
+        DynamoDBClient(region=args.region, endpoint_url=args.dynamodb_endpoint_url, verify=verify)
+    )
+    try:
+        endpoint = ddb.endpoint_url
+        try:
+            await ddb.call("DescribeTable", {"TableName": args.table}, retry=_PROBE_RETRY)
+        except errors.ResourceNotFoundError:
+            raise UsageError(
+                f"table {args.table!r} not found at {endpoint} (region {args.region}); check "
+                "--table, --region and --dynamodb-endpoint-url"
+            ) from None
+        except errors.TransportError as exc:
+            raise UsageError(
+                f"cannot reach DynamoDB at {endpoint} ({exc.message}); is the server running? "
+                "check --dynamodb-endpoint-url"
+            ) from None
+        options = {"table": args.table, "stream": args.stream, "as_json": args.json}
+        if args.no_lag:
+            return await run_leases(ddb, None, **options)
+        kinesis = await _open(
+            KinesisClient(region=args.region, endpoint_url=args.endpoint_url, verify=verify)
+        )
+        try:
+            return await run_leases(ddb, kinesis, **options)
+        finally:
+            await kinesis.aclose()
+    finally:
+        await ddb.aclose()
 
 
 def _failure(exc: BaseException) -> tuple[str, int] | None:
@@ -417,6 +497,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return anyio.run(run_demo, options)
     if args.command == "local":
         return run_local()
+    if args.command == "leases":
+        return anyio.run(_leases, args)
     if args.command == "consumers":
         return anyio.run(
             partial(
