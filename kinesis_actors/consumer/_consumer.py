@@ -7,6 +7,9 @@ Shape (all in one task group, opened with the consumer):
   children not seen yet;
 * a scheduler that starts a shard's pipeline and reader once the shard is assigned to this
   worker and its parents are released (``_shards``);
+* with ``lease_table``, the lease membership (``_group``): shards are this worker's while it
+  holds their leases, commits become the leases' checkpoints, a lost lease stops its shard at
+  once, and a clean close hands every lease over;
 * a supervisor of reader actors, one per shard (``_actors.ReaderActor``);
 * either the async iterator, which takes batches in arrival order across shards, or
   :meth:`Consumer.run`, a supervisor of one processor actor per shard.
@@ -17,6 +20,8 @@ protocol), so memory is O(shards x prefetch_batches) and one slow shard stalls o
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import random
 from collections import deque
@@ -24,7 +29,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -33,12 +38,14 @@ from .. import errors
 from .._validate import check_type
 from ..client import KinesisClient
 from ..errors import ConfigError
+from ..records import Position
 from ..runtime import RestartIntensityExceeded, Supervisor, raise_as_itself, unwrap_sole
 from ._actors import Handler
 from ._batch import RecordBatch
 from ._config import ConsumerConfig, StartingPosition, stream_names
 from ._discovery import DiscoveryFailures, list_shards
 from ._efo import EfoReader, EfoSettings
+from ._group import default_worker_id, lease_event
 from ._identity import StreamIdentity, open_identities, parse_identities
 from ._pacing import PacingSettings, ReadPacer
 from ._pipeline import ShardPipeline
@@ -53,12 +60,18 @@ from ._registration import (
 from ._shards import ShardGraph, ShardInfo
 from ._supervision import last_failure, processor_spec, reader_spec, shard_supervisor
 
+if TYPE_CHECKING:
+    from ..leases import LeaseStats
+    from ._membership import LeaseMembership
+
 __all__ = ["Consumer"]
 
 log = logging.getLogger("kinesis_actors.consumer")
 
 _JITTER = 0.2
 _DEREGISTER_TIMEOUT = 10.0
+#: A clean close's final checkpoints and releases: one conditional write per held lease.
+_HANDOVER_TIMEOUT = 10.0
 
 
 class Consumer:
@@ -88,7 +101,17 @@ class Consumer:
         )
         self._saved_ids = parse_identities(positions, self._streams) if positions else {}
         self._identities: dict[str, StreamIdentity] = {}
-        self._graph = ShardGraph(config.worker_index, config.worker_count)
+        self._group: LeaseMembership | None = None
+        if config.lease_table is not None:
+            from ._membership import LeaseMembership  # noqa: PLC0415 - the leases package
+
+            worker = config.worker_id if config.worker_id is not None else default_worker_id()
+            self._group = LeaseMembership(client, self._streams, config, worker)
+        self._graph = ShardGraph(
+            config.worker_index,
+            config.worker_count,
+            assignment=None if self._group is None else self._group.assignment,
+        )
         self._pacing = PacingSettings(
             max_calls_per_second=config.max_calls_per_second,
             max_bytes_per_second=config.max_bytes_per_second,
@@ -148,17 +171,24 @@ class Consumer:
                     self._client, self._streams, config
                 )
         self._opened_at = datetime.now(UTC)
-        # Before the task group: a failure here is the cause itself, not an ExceptionGroup.
-        await self._discover()
         stack = AsyncExitStack()
         self._stack = stack
         await stack.__aenter__()
         try:
+            # Before the task group: a failure here is the cause itself, not an ExceptionGroup
+            # (a lease table of another schema, a worker id in use, a stream that is gone).
+            if self._group is not None:
+                await self._group.open(stack)
+                # Runs after the task group has stopped every reader (the stack is LIFO).
+                stack.push_async_callback(self._hand_over)
+            await self._discover()
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             await self._tg.start(self._supervise_readers)
             await self._schedule()
             self._tg.start_soon(self._discovery_loop)
             self._tg.start_soon(self._scheduler_loop)
+            if self._group is not None:
+                self._tg.start_soon(self._lease_events, self._group)
         except BaseException as exc:
             if self._tg is not None:
                 self._tg.cancel_scope.cancel()
@@ -287,6 +317,68 @@ class Consumer:
         if self._mode == "run":
             for pipeline in list(self._pipelines.values()):
                 await self._start_processor(pipeline)
+        group = self._group
+        if group is not None:
+            for key, pipeline in list(self._pipelines.items()):
+                if pipeline.finished and group.finishing(key):
+                    await group.finish(key)  # SHARD_END: any worker may read the children
+
+    # -- leases -----------------------------------------------------------------------------
+
+    async def _lease_events(self, group: LeaseMembership) -> None:
+        try:
+            await group.run_events(self._lease_acquired, self._lease_lost)
+        except Exception as exc:  # a worker id in use, the table gone: into the user's loop
+            self._fail(exc)
+
+    def _lease_acquired(self, key: ShardKey, saved: SavedShard, parents: tuple[str, ...]) -> None:
+        if saved.committed is not None or saved.start is not None or saved.finished:
+            self._saved[key] = saved
+        else:
+            self._saved.pop(key, None)  # never checkpointed: the consumer's start applies
+        if not self._graph.listed(key):
+            self._rediscover.set()  # created by another worker's shard sync: list it now
+        self._reschedule.set()
+
+    async def _lease_lost(self, key: ShardKey, reason: str) -> None:
+        """Stop reading ``key`` at once; what was buffered is dropped (the new owner reads it
+        again from the lease's checkpoint)."""
+        self._saved.pop(key, None)
+        pipeline = self._pipelines.get(key)
+        if pipeline is None or pipeline.finished:
+            return
+        del self._pipelines[key]
+        dropped = pipeline.drop()
+        if self._processors is not None and key in self._processing:
+            # A handler in progress is cancelled: its batch was not committed either.
+            with contextlib.suppress(KeyError):  # it may have returned already
+                await self._processors.stop_child(f"{key[0]}:{key[1]}")
+        self._processing.discard(key)
+        log.info(
+            "%s/%s: lease %s, stopped reading (%d batch(es) dropped)",
+            *key,
+            reason,
+            dropped,
+            extra=lease_event("stop", key, reason=reason),
+        )
+
+    async def _hand_over(self) -> None:
+        """Clean close, readers stopped: the final checkpoints, then release every lease."""
+        group = self._group
+        if group is None:
+            return
+        final: dict[ShardKey, Position] = {}
+        with anyio.move_on_after(_HANDOVER_TIMEOUT, shield=True):
+            for key, pipeline in list(self._pipelines.items()):
+                if not group.assignment.owns(key):
+                    continue
+                if pipeline.finished:
+                    await group.finish(key)
+                    continue
+                log.info("%s/%s: closing", *key, extra=lease_event("stop", key, reason="close"))
+                if pipeline.committed is not None:
+                    final[key] = pipeline.committed
+            await group.release(final)
 
     def _released(self, key: ShardKey) -> bool:
         pipeline = self._pipelines.get(key)
@@ -324,7 +416,10 @@ class Consumer:
         if self._mode == "iterate":
             pipeline.let_go.set()
         self._pipelines[key] = pipeline
-        log.debug("starting %s/%s from %s", shard.stream, shard.shard_id, saved)
+        if self._group is None:
+            log.debug("starting %s/%s from %s", shard.stream, shard.shard_id, saved)
+        else:
+            log.info("reading %s/%s from %s", *key, saved, extra=lease_event("start", key))
         if pipeline.end_reached:
             self._reschedule_soon()
             return
@@ -456,13 +551,24 @@ class Consumer:
     def commit(self, batch: RecordBatch) -> None:
         """Mark everything up to the end of ``batch`` (in its shard) as processed."""
         check_type("batch", batch, RecordBatch, "a RecordBatch from this consumer")
-        pipeline = self._pipelines.get((batch.stream, batch.shard_id))
-        if pipeline is None or batch.origin is not self:
+        key = (batch.stream, batch.shard_id)
+        pipeline = self._pipelines.get(key)
+        group = self._group
+        if batch.origin is not self or (pipeline is None and group is None):
             raise errors.ValidationError(
                 f"commit() takes only this consumer's batches; {batch!r} was read by "
                 f"{'another consumer' if batch.origin is not None else 'no consumer'}"
             )
-        pipeline.commit(batch.last_position)
+        position = batch.last_position
+        if group is not None and (pipeline is None or not pipeline.delivered_through(position)):
+            # Read under a lease lost since: the new owner delivers these records again.
+            group.stale_commits += 1
+            log.debug("%s/%s: commit after the lease was lost, ignored", *key)
+            return
+        assert pipeline is not None
+        pipeline.commit(position)
+        if group is not None:
+            group.note(key, position)
 
     def positions(self) -> dict[str, Any]:
         """Every shard's committed position or ``finished`` flag, as JSON-serializable data.
@@ -480,6 +586,16 @@ class Consumer:
         return {shard.key: shard.parents for shard in self._graph.shards()}
 
     @property
+    def worker_id(self) -> str | None:
+        """This worker's id in the lease table (None without ``lease_table``)."""
+        return None if self._group is None else self._group.worker_id
+
+    @property
+    def leases(self) -> LeaseStats | None:
+        """The lease protocol's statistics now (None without ``lease_table`` or before open)."""
+        return None if self._group is None else self._group.snapshot()
+
+    @property
     def consumer_arns(self) -> dict[str, str]:
         """EFO: the consumer ARN used per stream (empty when polling)."""
         return dict(self._consumer_arns)
@@ -492,8 +608,10 @@ class Consumer:
             pipeline.metrics.buffer_depth = len(pipeline.buffer)
             shard = shards[f"{stream}/{shard_id}"] = pipeline.metrics.to_dict()
             shard["backpressured_seconds"] = pipeline.backpressured_seconds()
+        leases = self.leases
         return {
             "shards": shards,
+            "leases": None if leases is None else dataclasses.asdict(leases),
             "discoveries": self._discoveries,
             "list_shards_calls": self._list_calls,
             "discovery_failures": self._discovery_failures.total,
