@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -16,7 +17,9 @@ from kinesis_actors.consumer._group import (
     saved_from_lease,
 )
 from kinesis_actors.consumer._shards import ShardGraph, ShardInfo
-from kinesis_actors.leases import LeaseConfig
+from kinesis_actors.leases import LeaseConfig, LeaseStats
+from kinesis_actors.metrics import INSTRUMENTS
+from kinesis_actors.metrics._catalog import consumer_points
 from kinesis_actors.records import Position
 
 SPLIT = [
@@ -118,3 +121,25 @@ def test_a_lease_event_is_one_machine_readable_attribute_of_a_log_record() -> No
     assert extra == {
         "lease_event": {"ev": "stop", "stream": "s", "shard": "shardId-3", "reason": "taken"}
     }
+
+
+def test_every_lease_statistic_is_exported_and_latency_only_once_measured() -> None:
+    names = [f.name for f in dataclasses.fields(LeaseStats) if f.name != "worker_id"]
+    stats = LeaseStats("w", *range(1, len(names) + 1))
+    snapshot = {
+        "shards": {},
+        "leases": dataclasses.asdict(stats),
+        "discoveries": 0,
+        "list_shards_calls": 0,
+        "discovery_failures": 0,
+        "buffered_batches": 0,
+        "waiting_shards": [],
+    }
+    points = {p.name: p.value for p in consumer_points(snapshot, {}) if ".leases." in p.name}
+    assert sorted(points.values()) == list(range(1, len(names) + 1))
+    documented = {spec.name for spec in INSTRUMENTS}
+    assert set(points) <= documented
+    snapshot["leases"] = dataclasses.asdict(LeaseStats("w"))  # no renewal yet
+    names_now = {p.name for p in consumer_points(snapshot, {})}
+    assert "kinesis_actors.consumer.leases.held" in names_now
+    assert not any("latency" in name for name in names_now)
