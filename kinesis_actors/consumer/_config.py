@@ -172,9 +172,10 @@ class ConsumerConfig:
     - EFO: ``efo_watchdog_timeout`` (seconds without an event, while asking, before a
       resubscription), ``efo_subscription_lifetime`` (renew a subscription after this long;
       the service ends them after 5 minutes), ``deregister_on_close`` (None: only ``lazy``
-      with ``worker_count == 1`` deregisters on a clean close), ``registration_timeout``
-      (registering / waiting for ACTIVE at open), ``efo_starvation_warning`` (seconds of
-      nothing but ResourceInUse before a warning and the shard's state ``starved``).
+      with ``worker_count == 1`` and no lease table deregisters on a clean close),
+      ``registration_timeout`` (registering / waiting for ACTIVE at open),
+      ``efo_starvation_warning`` (seconds of nothing but ResourceInUse before a warning and
+      the shard's state ``starved``).
     - ``poison_records``: a malformed record from the server is a ``PoisonRecordError``
       naming it (``"fail"``, the default: nothing is skipped) or is skipped, counted and
       logged (``"skip"``); see ``docs/consumer.md``.
