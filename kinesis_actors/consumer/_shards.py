@@ -116,6 +116,12 @@ class ShardGraph:
     def assigned(self, key: ShardKey) -> bool:
         return self.assignment.owns(key)
 
+    def keys(self) -> set[ShardKey]:
+        """Every listed shard of every stream, whoever reads it."""
+        return {
+            (stream, shard_id) for stream, listing in self._streams.items() for shard_id in listing
+        }
+
     def shards(self) -> list[ShardInfo]:
         """Every listed shard of this worker, stream by stream in listing order."""
         return [

@@ -9,6 +9,7 @@ runs (failover, rebalancing, resharding across workers) are in ``test_group_loca
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any, Literal
@@ -208,3 +209,24 @@ async def test_bad_lease_options_fail_before_any_call(
         with pytest.raises(errors.ConfigError, match="worker_count"):
             Consumer(client, stream_name, ConsumerConfig(lease_table="app", worker_count=2))
         assert client.stats.calls == calls
+
+
+async def test_with_latest_a_lease_never_checkpointed_skips_what_was_written_before_opening(
+    local_kinesis: LocalKinesis,
+    local_dynamodb: LocalDynamoDB,
+    stream_name: str,
+    table: str,
+) -> None:
+    async with local_kinesis.client(tls=False) as client:
+        await client.create_stream(stream_name, 1)
+        await put_plain(client, stream_name, [(f"old{i}".encode(), "k") for i in range(10)])
+        config = leased(local_dynamodb, table, "w")
+        config = dataclasses.replace(config, start=StartingPosition.latest())
+        async with Consumer(client, stream_name, config) as consumer:
+            with anyio.fail_after(30):
+                # The iterator exists once the shard was read (empty): LATEST is pinned there.
+                while not any(s["reads"] for s in consumer.metrics["shards"].values()):
+                    await anyio.sleep(0.05)
+                await put_plain(client, stream_name, [(f"new{i}".encode(), "k") for i in range(10)])
+                seen = await read_until(consumer, 10)
+    assert [row.data for row in seen] == [f"new{i}".encode() for i in range(10)]
