@@ -5,8 +5,9 @@ Used by the demo and the test suite. :class:`LocalKinesis` serves plain HTTP on 
 HTTPS with HTTP/2 (self-signed certificate: use ``verify=False``) on another;
 :class:`LocalDynamoDB` serves plain HTTP, in memory. All ports are loopback ports chosen free
 at start. Each server process is tied to this one: it runs in a process group of its own,
-stopped (the whole group) on exit, and on Linux the kernel kills it if this process dies
-first, so no run leaves an orphan server behind.
+stopped (the whole group) on exit, and on Linux the kernel kills it if the thread that
+started it (the event loop's, for ``async with``) dies first, so no run leaves an orphan
+server behind.
 """
 
 from __future__ import annotations
@@ -169,7 +170,17 @@ class _LocalServer:
         raise NotImplementedError
 
     def start(self) -> None:
-        """Start the server and return once it answers; raises the server's error otherwise."""
+        """Start the server and return once it answers; raises the server's error otherwise.
+
+        The server dies with the *thread* that starts it (Linux's parent-death signal follows
+        the forking thread, not the process): start it from a thread that outlives it, as a
+        ``with`` block does. ``async with`` forks from the event loop's thread.
+        """
+        self._spawn()
+        self._wait_until_answering()
+
+    def _spawn(self) -> None:
+        """Fork the server (quick: no waiting)."""
         if self._process is not None:
             raise RuntimeError(f"{type(self).__name__} is already started")
         node = shutil.which("node")
@@ -190,9 +201,15 @@ class _LocalServer:
             process_group=0,  # stop() signals the group: no child of the server survives it
             preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, async-signal-safe enough
         )
+
+    def _wait_until_answering(self) -> None:
+        """Block until the spawned server answers; stop it and raise if it cannot."""
+        process = self._process
+        if process is None:
+            raise RuntimeError(f"{type(self).__name__} is not started")
         deadline = time.monotonic() + self.start_timeout
         while not self._answering():
-            if self._process.poll() is not None:
+            if process.poll() is not None:
                 output = self._output()
                 self.stop()
                 raise self._ERROR(
@@ -201,7 +218,7 @@ class _LocalServer:
             if time.monotonic() > deadline:
                 self.stop()
                 raise self._ERROR(f"the {self._NAME} did not answer within {self.start_timeout} s")
-            time.sleep(0.05)  # sync on purpose: __aenter__ runs start() in a worker thread
+            time.sleep(0.05)  # sync on purpose: __aenter__ runs this in a worker thread
 
     def _output(self) -> str:
         if self._log is None:
@@ -245,7 +262,16 @@ class _LocalServer:
         self.stop()
 
     async def __aenter__(self) -> Self:
-        await anyio.to_thread.run_sync(self.start)
+        # Forked here, on the event loop's thread: the parent-death signal follows the thread
+        # that forks, and anyio retires an idle worker thread after 10 s, which killed a
+        # server started from one (seen as SIGKILL mid-benchmark). Only the wait is threaded.
+        self._spawn()
+        try:
+            await anyio.to_thread.run_sync(self._wait_until_answering)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self.stop)
+            raise
         return self
 
     async def __aexit__(

@@ -6,12 +6,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from kinesis_actors import LocalKinesis, errors
+from kinesis_actors import LocalDynamoDB, LocalKinesis, errors, local
 from kinesis_actors.local import INSTALL_COMMAND, LocalKinesisError, find_server_dir
 
 
@@ -105,3 +107,23 @@ async def test_async_context_manager(anyio_backend: str) -> None:
         summary = await kinesis.wait_for_stream("ready-made")
         assert summary["OpenShardCount"] == 3
     assert not server.running
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("server_class", [LocalKinesis, LocalDynamoDB])
+async def test_async_with_forks_the_server_from_the_event_loop_s_thread(
+    anyio_backend: str, monkeypatch: pytest.MonkeyPatch, server_class: type[LocalKinesis]
+) -> None:
+    """The parent-death signal follows the thread that forks: a server forked from one of
+    anyio's worker threads was SIGKILLed when that thread retired after 10 idle seconds."""
+    forked_on: list[int] = []
+    popen = subprocess.Popen
+
+    def recording(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        forked_on.append(threading.get_ident())
+        return popen(*args, **kwargs)
+
+    monkeypatch.setattr(local.subprocess, "Popen", recording)
+    async with server_class() as server:
+        assert server.running
+    assert forked_on == [threading.get_ident()]
