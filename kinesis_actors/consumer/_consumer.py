@@ -277,7 +277,12 @@ class Consumer(ShardScheduler):
     # -- positions --------------------------------------------------------------------------
 
     def commit(self, batch: RecordBatch) -> None:
-        """Mark everything up to the end of ``batch`` (in its shard) as processed."""
+        """Mark everything up to the end of ``batch`` (in its shard) as processed.
+
+        With a lease table this is also the lease's checkpoint (written with its next
+        renewal). A batch of a shard whose lease was lost since it was read is not committed
+        and is no error: the shard's new owner delivers its records again.
+        """
         check_type("batch", batch, RecordBatch, "a RecordBatch from this consumer")
         key = (batch.stream, batch.shard_id)
         pipeline = self._pipelines.get(key)
@@ -288,12 +293,13 @@ class Consumer(ShardScheduler):
                 f"{'another consumer' if batch.origin is not None else 'no consumer'}"
             )
         position = batch.last_position
-        if group is not None and (pipeline is None or not pipeline.delivered_through(position)):
-            # Read under a lease lost since: the new owner delivers these records again.
-            group.stale_commits += 1
+        if pipeline is None or (group is not None and not pipeline.delivered_through(position)):
+            # Read under a lease lost since (a pipeline of a re-taken lease has not delivered
+            # it): the new owner delivers these records again.
+            if group is not None:
+                group.stale_commits += 1
             log.debug("%s/%s: commit after the lease was lost, ignored", *key)
             return
-        assert pipeline is not None
         pipeline.commit(position)
         if group is not None:
             group.note(key, position)

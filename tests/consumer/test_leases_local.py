@@ -19,8 +19,8 @@ import pytest
 
 from kinesis_actors import KinesisClient, LocalDynamoDB, LocalKinesis, errors
 from kinesis_actors.client import DynamoDBClient
-from kinesis_actors.consumer import Consumer, ConsumerConfig, StartingPosition
-from kinesis_actors.leases import LeaseConfig, LeaseTableError
+from kinesis_actors.consumer import Consumer, ConsumerConfig, RecordBatch, StartingPosition
+from kinesis_actors.leases import LeaseConfig, LeaseTableError, WorkerIdConflictError
 
 from .helpers import Row, aggregate_per_shard, put_aggregated, put_plain, rows, shard_map
 
@@ -138,36 +138,38 @@ async def test_a_new_owner_resumes_after_the_last_checkpoint_in_the_middle_of_an
 
 
 async def test_a_lease_taken_from_under_a_worker_stops_its_shard_and_a_late_commit_is_harmless(
-    local_kinesis: LocalKinesis,
+    reading: tuple[Literal["polling", "efo"], KinesisClient],
     local_dynamodb: LocalDynamoDB,
     dynamodb: DynamoDBClient,
     stream_name: str,
     table: str,
 ) -> None:
-    async with local_kinesis.client(tls=False) as client:
-        await client.create_stream(stream_name, 1)
-        await put_plain(client, stream_name, [(f"r{i}".encode(), "k") for i in range(50)])
-        config = leased(local_dynamodb, table, "victim", max_records_per_call=10)
-        async with Consumer(client, stream_name, config) as consumer:
-            with anyio.fail_after(30):
-                batch = await consumer.__anext__()  # taken, not committed yet
-                shard_id = batch.shard_id
-                # Another worker takes the lease (what a steal writes: owner and counter).
-                await dynamodb.call(
-                    "UpdateItem",
-                    {
-                        "TableName": table,
-                        "Key": {"leaseKey": {"S": shard_id}},
-                        "UpdateExpression": "SET leaseOwner = :o ADD leaseCounter :one",
-                        "ExpressionAttributeValues": {":o": {"S": "thief"}, ":one": {"N": "1"}},
-                    },
-                )
-                while consumer.leases is None or consumer.leases.lost == 0:
-                    await anyio.sleep(0.05)
-                consumer.commit(batch)  # the lease is gone: ignored, not an error
-                assert f"{stream_name}/{shard_id}" not in consumer.metrics["shards"]
-                assert consumer.leases.held == 0
-        leases = await items(dynamodb, table)
+    mode, client = reading
+    await client.create_stream(stream_name, 1)
+    await put_plain(client, stream_name, [(f"r{i}".encode(), "k") for i in range(50)])
+    config = leased(local_dynamodb, table, "victim", max_records_per_call=10, mode=mode)
+    async with Consumer(client, stream_name, config) as consumer:
+        with anyio.fail_after(30):
+            batch = await consumer.__anext__()  # taken, not committed yet
+            shard_id = batch.shard_id
+            # Another worker takes the lease (what a steal writes: owner and counter).
+            await dynamodb.call(
+                "UpdateItem",
+                {
+                    "TableName": table,
+                    "Key": {"leaseKey": {"S": shard_id}},
+                    "UpdateExpression": "SET leaseOwner = :o ADD leaseCounter :one",
+                    "ExpressionAttributeValues": {":o": {"S": "thief"}, ":one": {"N": "1"}},
+                },
+            )
+            while consumer.leases is None or consumer.leases.lost == 0:
+                await anyio.sleep(0.05)
+            consumer.commit(batch)  # the lease is gone: ignored, not an error
+            metrics = consumer.metrics
+            assert f"{stream_name}/{shard_id}" not in metrics["shards"]  # its reader is gone
+            assert metrics["buffered_batches"] == 0  # and what it had read, undelivered
+            assert consumer.leases.held == 0
+    leases = await items(dynamodb, table)
     lease = leases[shard_id]
     assert lease["leaseOwner"] == "thief"  # nothing written over the new owner
     assert lease["checkpoint"] == "TRIM_HORIZON"  # and no checkpoint of the old one
@@ -230,3 +232,53 @@ async def test_with_latest_a_lease_never_checkpointed_skips_what_was_written_bef
                 await put_plain(client, stream_name, [(f"new{i}".encode(), "k") for i in range(10)])
                 seen = await read_until(consumer, 10)
     assert [row.data for row in seen] == [f"new{i}".encode() for i in range(10)]
+
+
+async def test_a_worker_id_used_twice_fails_the_second_consumers_loop_as_a_typed_error(
+    local_kinesis: LocalKinesis,
+    local_dynamodb: LocalDynamoDB,
+    stream_name: str,
+    table: str,
+) -> None:
+    async with local_kinesis.client(tls=False) as client:
+        await client.create_stream(stream_name, 2)
+        config = leased(local_dynamodb, table, "twin")
+        async with Consumer(client, stream_name, config) as first:
+            with anyio.fail_after(30):
+                while first.leases is None or first.leases.held < 2:
+                    await anyio.sleep(0.05)
+                with pytest.raises(WorkerIdConflictError) as raised:
+                    async with Consumer(client, stream_name, config) as second:
+                        async for _ in second:
+                            pass
+            assert raised.value.worker_id == "twin"
+            stats = first.leases
+            assert stats is not None and stats.held == 2 and stats.lost == 0
+
+
+async def test_run_handlers_commit_to_the_leases_and_a_second_run_resumes_after_them(
+    local_kinesis: LocalKinesis,
+    local_dynamodb: LocalDynamoDB,
+    dynamodb: DynamoDBClient,
+    stream_name: str,
+    table: str,
+) -> None:
+    async with local_kinesis.client(tls=False) as client:
+        await client.create_stream(stream_name, 2)
+        await put_plain(client, stream_name, [(f"a{i}".encode(), f"k{i}") for i in range(100)])
+        seen: list[Row] = []
+        async with Consumer(client, stream_name, leased(local_dynamodb, table, "a")) as consumer:
+
+            async def handler(batch: RecordBatch) -> None:
+                seen.extend(rows(batch))
+                if len(seen) >= 100:
+                    consumer.stop()
+
+            with anyio.fail_after(30):
+                await consumer.run(handler)
+        await put_plain(client, stream_name, [(f"b{i}".encode(), f"k{i}") for i in range(50)])
+        async with Consumer(client, stream_name, leased(local_dynamodb, table, "b")) as consumer:
+            with anyio.fail_after(30):
+                again = await read_until(consumer, 50)
+    assert sorted(row.data for row in seen) == sorted(f"a{i}".encode() for i in range(100))
+    assert sorted(row.data for row in again) == sorted(f"b{i}".encode() for i in range(50))
