@@ -160,10 +160,16 @@ def _failures(workers: Sequence[_Worker]) -> list[str]:
     return [f"{w.worker_id}: {w.failure!r}" for w in workers if w.failure is not None]
 
 
-async def _create_stream(local: LocalKinesis, name: str, shards: int) -> None:
-    async with local.client(tls=False) as kinesis:
+async def _new_group(
+    kinesis: LocalKinesis, dynamodb: LocalDynamoDB, shards: int, config: LeaseConfig
+) -> _Group:
+    """A fresh stream of ``shards`` shards, and a table name no run used."""
+    suffix = uuid.uuid4().hex[:8]
+    group = _Group(kinesis, dynamodb, f"stream-{suffix}", f"leases-{suffix}", config)
+    async with kinesis.client(tls=False) as client:
         with anyio.fail_after(120):
-            await kinesis.create_stream(name, shards)
+            await client.create_stream(group.stream, shards)
+    return group
 
 
 async def measure_cost(
@@ -176,10 +182,7 @@ async def measure_cost(
     config: LeaseConfig,
 ) -> dict[str, Any]:
     """DynamoDB requests per second of ``workers`` sharing ``leases`` shards (see the module)."""
-    group = _Group(
-        kinesis, dynamodb, f"cost-{uuid.uuid4().hex[:8]}", f"cost-{uuid.uuid4().hex[:8]}", config
-    )
-    await _create_stream(kinesis, group.stream, leases)
+    group = await _new_group(kinesis, dynamodb, leases, config)
     crew = [_Worker(f"worker-{index}") for index in range(workers)]
     async with anyio.create_task_group() as tasks:
         for worker in crew:
@@ -225,10 +228,7 @@ async def measure_failover(
     config: LeaseConfig,
 ) -> dict[str, Any]:
     """Seconds from one worker's silent death until survivors hold all its leases."""
-    group = _Group(
-        kinesis, dynamodb, f"fo-{uuid.uuid4().hex[:8]}", f"fo-{uuid.uuid4().hex[:8]}", config
-    )
-    await _create_stream(kinesis, group.stream, shards)
+    group = await _new_group(kinesis, dynamodb, shards, config)
     crew = [_Worker(f"worker-{index}") for index in range(workers)]
     async with anyio.create_task_group() as tasks:
         started = anyio.current_time()

@@ -4,6 +4,7 @@ the KCL's documented schema) listed with owners, checkpoints and lags from a rea
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import boto3
@@ -52,19 +53,20 @@ def _kcl_item(shard: str, checkpoint: str, **extra: dict[str, Any]) -> dict[str,
     }
 
 
-def _connection(kinesis: LocalKinesis, dynamodb: LocalDynamoDB) -> list[str]:
-    return [
-        "--endpoint-url",
-        kinesis.endpoint_url,
-        "--dynamodb-endpoint-url",
-        dynamodb.endpoint_url,
-    ]
-
-
 @pytest.fixture
-def credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+def leases(
+    local_kinesis: LocalKinesis, local_dynamodb: LocalDynamoDB, monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., int]:
+    """``kinesis-actors leases ARGS`` against the local servers (in this process): its status."""
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "local")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "local")
+    connection = [
+        "--endpoint-url",
+        local_kinesis.endpoint_url,
+        "--dynamodb-endpoint-url",
+        local_dynamodb.endpoint_url,
+    ]
+    return lambda *args: main(["leases", *args, *connection])
 
 
 @pytest.fixture
@@ -120,24 +122,11 @@ def kcl_table(
 
 
 def test_lists_a_kcl_table_with_owners_checkpoints_and_lags(
-    local_kinesis: LocalKinesis,
-    local_dynamodb: LocalDynamoDB,
+    leases: Callable[..., int],
     kcl_table: dict[str, str],
-    credentials: None,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    status = main(
-        [
-            "leases",
-            "--table",
-            kcl_table["table"],
-            "--stream",
-            kcl_table["stream"],
-            "--json",
-            *_connection(local_kinesis, local_dynamodb),
-        ]
-    )
-    assert status == 0
+    assert leases("--table", kcl_table["table"], "--stream", kcl_table["stream"], "--json") == 0
     rows = {row["lease_key"]: row for row in json.loads(capsys.readouterr().out)}
     # The other stream's multi-stream lease is not this stream's; the broken item is listed.
     assert len(rows) == 5
@@ -162,22 +151,11 @@ def test_lists_a_kcl_table_with_owners_checkpoints_and_lags(
 
 
 def test_the_human_listing_counts_the_leases_per_owner_across_streams(
-    local_kinesis: LocalKinesis,
-    local_dynamodb: LocalDynamoDB,
+    leases: Callable[..., int],
     kcl_table: dict[str, str],
-    credentials: None,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    status = main(
-        [
-            "leases",
-            "--table",
-            kcl_table["table"],
-            "--no-lag",
-            *_connection(local_kinesis, local_dynamodb),
-        ]
-    )
-    assert status == 0
+    assert leases("--table", kcl_table["table"], "--no-lag") == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == [
         "stream",
@@ -208,10 +186,9 @@ def test_the_human_listing_counts_the_leases_per_owner_across_streams(
 
 
 def test_the_items_this_library_writes_list_the_same_way(
-    local_kinesis: LocalKinesis,
+    leases: Callable[..., int],
     local_dynamodb: LocalDynamoDB,
     lease_table_name: str,
-    credentials: None,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     lease = Lease(
@@ -224,19 +201,7 @@ def test_the_items_this_library_writes_list_the_same_way(
         parent_shard_ids=("shardId-000000000001",),
     )
     _lease_table(local_dynamodb, lease_table_name, [encode_lease(lease)])
-    assert (
-        main(
-            [
-                "leases",
-                "--table",
-                lease_table_name,
-                "--json",
-                "--no-lag",
-                *_connection(local_kinesis, local_dynamodb),
-            ]
-        )
-        == 0
-    )
+    assert leases("--table", lease_table_name, "--json", "--no-lag") == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert row["owner"] == "worker-c"
     assert (row["counter"], row["checkpoint"], row["sub_sequence"]) == (
@@ -248,14 +213,12 @@ def test_the_items_this_library_writes_list_the_same_way(
 
 
 def test_a_missing_table_or_one_that_is_no_lease_table_is_one_line(
-    local_kinesis: LocalKinesis,
+    leases: Callable[..., int],
     local_dynamodb: LocalDynamoDB,
     lease_table_name: str,
-    credentials: None,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    connection = _connection(local_kinesis, local_dynamodb)
-    assert main(["leases", "--table", lease_table_name, *connection]) == 2
+    assert leases("--table", lease_table_name) == 2
     err = capsys.readouterr().err
     assert f"table {lease_table_name!r} not found" in err
     assert "--dynamodb-endpoint-url" in err
@@ -267,7 +230,7 @@ def test_a_missing_table_or_one_that_is_no_lease_table_is_one_line(
         BillingMode="PAY_PER_REQUEST",
     )
     ddb.get_waiter("table_exists").wait(TableName=lease_table_name, WaiterConfig={"Delay": 0.1})
-    assert main(["leases", "--table", lease_table_name, *connection]) == 2
+    assert leases("--table", lease_table_name) == 2
     err = capsys.readouterr().err
     assert "is not a lease table" in err
     assert err.count("\n") == 1
