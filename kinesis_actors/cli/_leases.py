@@ -18,11 +18,13 @@ table read without ``--stream``) show none. It costs one GetShardIterator and on
 per shard, at most :data:`_LAG_CONCURRENCY` at a time; ``--no-lag`` skips it.
 
 An item that is not a lease (a wrong type, no ``leaseKey``) is listed with what is wrong, not
-skipped: a table that does not read right should say so.
+skipped: a table that does not read right should say so. :func:`add_leases_parser` and
+:func:`run_leases_command` are the command's flags and its run from them.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections import Counter
@@ -35,8 +37,17 @@ import anyio
 from .. import errors
 from ..client import DynamoDBClient, KinesisClient, RetrySettings
 from ..leases import LATEST, SHARD_END, TRIM_HORIZON, decode_lease
+from ._common import CONNECTION_HELP, PROBE_RETRY, UsageError, connection_flags, open_client
 
-__all__ = ["LeaseRow", "lag_millis", "read_leases", "render", "run_leases"]
+__all__ = [
+    "LeaseRow",
+    "add_leases_parser",
+    "lag_millis",
+    "read_leases",
+    "render",
+    "run_leases",
+    "run_leases_command",
+]
 
 #: Shards whose lag is measured at the same time (two Kinesis calls each).
 _LAG_CONCURRENCY = 8
@@ -224,3 +235,78 @@ async def run_leases(
     else:
         out.write(render(rows, table) + "\n")
     return 0
+
+
+def add_leases_parser(commands: Any) -> None:
+    """The ``leases`` command's flags and help, under ``commands`` (argparse's subparsers)."""
+    leases = commands.add_parser(
+        "leases",
+        help="list a consumer group's lease table: owner, checkpoint and lag per shard",
+        description="Reads the lease table (KCL format: this library's and the KCL's tables "
+        "alike) and prints one row per shard: stream, shard, owner ('-' when free), lease "
+        "counter, checkpoint and its sub-sequence number, parent shards, owner switches since "
+        "the last checkpoint, and lag. Lag is MillisBehindLatest of one GetRecords (Limit 1) "
+        "from just after the checkpoint: how far the next record to process is behind the "
+        "shard's newest one (0: caught up; SHARD_END and LATEST: 0; AT_TIMESTAMP, or a stream "
+        "the lease does not name and --stream does not give: '-'). It costs two Kinesis calls "
+        "per shard; --no-lag skips them. The last line counts the leases per owner.",
+        epilog="examples:\n"
+        "  kinesis-actors leases --table orders-app --stream orders\n"
+        "  kinesis-actors leases --table orders-app --json --no-lag\n"
+        "  kinesis-actors leases --table orders-app --stream orders "
+        "--endpoint-url http://127.0.0.1:PORT --dynamodb-endpoint-url http://127.0.0.1:PORT2\n\n"
+        + CONNECTION_HELP
+        + "  --dynamodb-endpoint-url URL: the lease table's DynamoDB (default: AWS's for "
+        "--region).\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    leases.add_argument("--table", required=True, help="the lease table (the application name)")
+    leases.add_argument(
+        "--stream",
+        help="the stream: only its leases are listed, and the KCL's single-stream leases "
+        "(which do not name their stream) get a lag",
+    )
+    leases.add_argument(
+        "--json", action="store_true", help="print a JSON array, one object per lease"
+    )
+    leases.add_argument("--no-lag", action="store_true", help="do not measure lags (no Kinesis)")
+    leases.add_argument(
+        "--dynamodb-endpoint-url",
+        metavar="URL",
+        help="the DynamoDB endpoint of the lease table (default: AWS for --region)",
+    )
+    connection_flags(leases)
+
+
+async def run_leases_command(args: argparse.Namespace) -> int:
+    """Check quickly that the table is there, then list it (with lags unless --no-lag)."""
+    verify = not args.no_verify
+    ddb = await open_client(
+        DynamoDBClient(region=args.region, endpoint_url=args.dynamodb_endpoint_url, verify=verify)
+    )
+    try:
+        endpoint = ddb.endpoint_url
+        try:
+            await ddb.call("DescribeTable", {"TableName": args.table}, retry=PROBE_RETRY)
+        except errors.ResourceNotFoundError:
+            raise UsageError(
+                f"table {args.table!r} not found at {endpoint} (region {args.region}); check "
+                "--table, --region and --dynamodb-endpoint-url"
+            ) from None
+        except errors.TransportError as exc:
+            raise UsageError(
+                f"cannot reach DynamoDB at {endpoint} ({exc.message}); is the server running? "
+                "check --dynamodb-endpoint-url"
+            ) from None
+        options = {"table": args.table, "stream": args.stream, "as_json": args.json}
+        if args.no_lag:
+            return await run_leases(ddb, None, **options)
+        kinesis = await open_client(
+            KinesisClient(region=args.region, endpoint_url=args.endpoint_url, verify=verify)
+        )
+        try:
+            return await run_leases(ddb, kinesis, **options)
+        finally:
+            await kinesis.aclose()
+    finally:
+        await ddb.aclose()

@@ -16,18 +16,19 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import NoReturn, TypeVar
+from typing import NoReturn
 
 import anyio
 
 from .. import errors
-from ..client import DynamoDBClient, KinesisClient, RetrySettings
+from ..client import KinesisClient
 from ..consumer import StartingPosition
 from ..runtime import RestartIntensityExceeded
 from ._bench import run_bench
+from ._common import CONNECTION_HELP, PROBE_RETRY, UsageError, connection_flags, open_client
 from ._consumers import run_consumers
 from ._demo import DemoOptions, run_demo
-from ._leases import run_leases
+from ._leases import add_leases_parser, run_leases_command
 from ._local import run_local
 from ._put import INTERRUPT_FLUSH_TIMEOUT, run_put, standard_input
 from ._tail import run_tail
@@ -35,22 +36,6 @@ from ._tail import run_tail
 __all__ = ["main"]
 
 _PROG = "kinesis-actors"
-#: The first call of every command fails fast: a wrong endpoint should not take the library's
-#: patient DescribeStreamSummary retries (minutes) to be reported.
-_PROBE_RETRY = RetrySettings(max_retries=2, base=0.2, max=1.0)
-
-_Client = TypeVar("_Client", KinesisClient, DynamoDBClient)
-
-_CONNECTION_HELP = """\
-connection: --endpoint-url URL (default: AWS's endpoint for --region), --region (default
-  us-east-1), --no-verify (skip TLS verification, for the local server's self-signed
-  certificate). Credentials come from botocore's usual chain (AWS_ACCESS_KEY_ID and
-  AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ...); the local server accepts any, e.g. local/local.
-"""
-
-
-class UsageError(Exception):
-    """A user error the command line reports in one line (exit status 2)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -92,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
         "--output", type=Path, help="folder for the parquet output and the Spark checkpoint"
     )
     demo.add_argument("--no-spark", action="store_true", help="skip the Spark stage")
-    _connection_flags(demo)
+    connection_flags(demo)
 
     commands.add_parser(
         "local",
@@ -129,7 +114,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="examples:\n"
         "  seq 1000 | kinesis-actors put --stream orders\n"
         "  kinesis-actors put --stream orders --key customer-7 < events.jsonl\n\n"
-        + _CONNECTION_HELP,
+        + CONNECTION_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     put.add_argument("--stream", required=True, help="the stream to write to")
@@ -139,7 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     put.add_argument(
         "--no-aggregation", action="store_true", help="send one Kinesis record per line"
     )
-    _connection_flags(put)
+    connection_flags(put)
 
     tail = commands.add_parser(
         "tail",
@@ -160,7 +145,7 @@ def _parser() -> argparse.ArgumentParser:
         "  kinesis-actors tail --stream orders,payments --raw | grep ERROR\n"
         "  kinesis-actors tail --stream orders --from trim_horizon --raw | head -n 1\n"
         "  kinesis-actors tail --stream orders --mode efo "
-        "--endpoint-url https://127.0.0.1:PORT --no-verify\n\n" + _CONNECTION_HELP,
+        "--endpoint-url https://127.0.0.1:PORT --no-verify\n\n" + CONNECTION_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     tail.add_argument(
@@ -199,7 +184,7 @@ def _parser() -> argparse.ArgumentParser:
         help="efo: the consumer's name (default: kinesis-actors- and a hash of the stream "
         "names, the library's default)",
     )
-    _connection_flags(tail)
+    connection_flags(tail)
 
     consumers = commands.add_parser(
         "consumers",
@@ -216,60 +201,24 @@ def _parser() -> argparse.ArgumentParser:
         "list",
         help="print the stream's consumers as JSON",
         description='Prints a JSON array: [{"name", "arn", "status", "created" (ISO 8601)}].',
-        epilog=_CONNECTION_HELP,
+        epilog=CONNECTION_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     listing.add_argument("--stream", required=True, help="the stream")
-    _connection_flags(listing)
+    connection_flags(listing)
     removal = actions.add_parser(
         "deregister",
         help="deregister one consumer and wait",
         description='Deregisters the consumer, waits until it is gone and prints {"deregistered":'
         ' NAME, "stream": STREAM}; exits 2 if the stream has no consumer of that name.',
-        epilog=_CONNECTION_HELP,
+        epilog=CONNECTION_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     removal.add_argument("--stream", required=True, help="the stream")
     removal.add_argument("--name", required=True, help="the consumer's name")
-    _connection_flags(removal)
+    connection_flags(removal)
 
-    leases = commands.add_parser(
-        "leases",
-        help="list a consumer group's lease table: owner, checkpoint and lag per shard",
-        description="Reads the lease table (KCL format: this library's and the KCL's tables "
-        "alike) and prints one row per shard: stream, shard, owner ('-' when free), lease "
-        "counter, checkpoint and its sub-sequence number, parent shards, owner switches since "
-        "the last checkpoint, and lag. Lag is MillisBehindLatest of one GetRecords (Limit 1) "
-        "from just after the checkpoint: how far the next record to process is behind the "
-        "shard's newest one (0: caught up; SHARD_END and LATEST: 0; AT_TIMESTAMP, or a stream "
-        "the lease does not name and --stream does not give: '-'). It costs two Kinesis calls "
-        "per shard; --no-lag skips them. The last line counts the leases per owner.",
-        epilog="examples:\n"
-        "  kinesis-actors leases --table orders-app --stream orders\n"
-        "  kinesis-actors leases --table orders-app --json --no-lag\n"
-        "  kinesis-actors leases --table orders-app --stream orders "
-        "--endpoint-url http://127.0.0.1:PORT --dynamodb-endpoint-url http://127.0.0.1:PORT2\n\n"
-        + _CONNECTION_HELP
-        + "  --dynamodb-endpoint-url URL: the lease table's DynamoDB (default: AWS's for "
-        "--region).\n",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    leases.add_argument("--table", required=True, help="the lease table (the application name)")
-    leases.add_argument(
-        "--stream",
-        help="the stream: only its leases are listed, and the KCL's single-stream leases "
-        "(which do not name their stream) get a lag",
-    )
-    leases.add_argument(
-        "--json", action="store_true", help="print a JSON array, one object per lease"
-    )
-    leases.add_argument("--no-lag", action="store_true", help="do not measure lags (no Kinesis)")
-    leases.add_argument(
-        "--dynamodb-endpoint-url",
-        metavar="URL",
-        help="the DynamoDB endpoint of the lease table (default: AWS for --region)",
-    )
-    _connection_flags(leases)
+    add_leases_parser(commands)
 
     # Listed here for the overview only: main() hands `bench ...` to the checkout's suite,
     # which owns its flags and its --help.
@@ -280,14 +229,6 @@ def _parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     return parser
-
-
-def _connection_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--endpoint-url", help="the Kinesis endpoint (default: AWS for --region)")
-    parser.add_argument("--region", default="us-east-1", help="AWS region (default us-east-1)")
-    parser.add_argument(
-        "--no-verify", action="store_true", help="do not verify TLS certificates (local servers)"
-    )
 
 
 def _positive_int(text: str) -> int:
@@ -333,7 +274,7 @@ async def _with_client(
     body: Callable[[KinesisClient], Awaitable[int]],
 ) -> int:
     """Open a client, check quickly that the endpoint answers and the streams exist, run."""
-    client = await _open(
+    client = await open_client(
         KinesisClient(region=args.region, endpoint_url=args.endpoint_url, verify=not args.no_verify)
     )
     try:
@@ -341,7 +282,7 @@ async def _with_client(
         for stream in streams:
             try:
                 await client.call(
-                    "DescribeStreamSummary", {"StreamName": stream}, retry=_PROBE_RETRY
+                    "DescribeStreamSummary", {"StreamName": stream}, retry=PROBE_RETRY
                 )
             except errors.ResourceNotFoundError:
                 raise UsageError(
@@ -364,54 +305,6 @@ async def _with_client(
         return await body(client)
     finally:
         await client.aclose()
-
-
-async def _open(client: _Client) -> _Client:
-    """``client`` opened, or a usage error when there are no credentials."""
-    try:
-        await client.__aenter__()
-    except errors.ConfigError as exc:
-        if str(exc).startswith("credentials"):
-            raise UsageError(
-                "no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
-                "(or AWS_PROFILE); for a local server any values do, e.g. local and local"
-            ) from exc
-        raise
-    return client
-
-
-async def _leases(args: argparse.Namespace) -> int:
-    """Check quickly that the table is there, then list it (with lags unless --no-lag)."""
-    verify = not args.no_verify
-    ddb = await _open(
-        DynamoDBClient(region=args.region, endpoint_url=args.dynamodb_endpoint_url, verify=verify)
-    )
-    try:
-        endpoint = ddb.endpoint_url
-        try:
-            await ddb.call("DescribeTable", {"TableName": args.table}, retry=_PROBE_RETRY)
-        except errors.ResourceNotFoundError:
-            raise UsageError(
-                f"table {args.table!r} not found at {endpoint} (region {args.region}); check "
-                "--table, --region and --dynamodb-endpoint-url"
-            ) from None
-        except errors.TransportError as exc:
-            raise UsageError(
-                f"cannot reach DynamoDB at {endpoint} ({exc.message}); is the server running? "
-                "check --dynamodb-endpoint-url"
-            ) from None
-        options = {"table": args.table, "stream": args.stream, "as_json": args.json}
-        if args.no_lag:
-            return await run_leases(ddb, None, **options)
-        kinesis = await _open(
-            KinesisClient(region=args.region, endpoint_url=args.endpoint_url, verify=verify)
-        )
-        try:
-            return await run_leases(ddb, kinesis, **options)
-        finally:
-            await kinesis.aclose()
-    finally:
-        await ddb.aclose()
 
 
 def _failure(exc: BaseException) -> tuple[str, int] | None:
@@ -498,7 +391,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "local":
         return run_local()
     if args.command == "leases":
-        return anyio.run(_leases, args)
+        return anyio.run(run_leases_command, args)
     if args.command == "consumers":
         return anyio.run(
             partial(
