@@ -11,7 +11,12 @@ import pytest
 from botocore.credentials import Credentials
 
 from kinesis_actors import errors
-from kinesis_actors.client import DYNAMODB_RETRY_SETTINGS, RetryPolicy, RetrySettings
+from kinesis_actors.client import (
+    DYNAMODB_RETRY_SETTINGS,
+    DynamoDBClient,
+    RetryPolicy,
+    RetrySettings,
+)
 from kinesis_actors.client._protocol import ProtocolCodec
 from kinesis_actors.client._signing import Signer
 
@@ -162,3 +167,21 @@ def test_requests_are_signed_for_dynamodb() -> None:
     headers = signer.sign("https://dynamodb.eu-west-1.amazonaws.com/", {}, b"{}")
     assert "/eu-west-1/dynamodb/aws4_request" in headers["Authorization"]
     assert repr(signer) == "Signer(service='dynamodb', region='eu-west-1')"
+
+
+def test_bad_client_arguments_fail_before_any_io_naming_the_option() -> None:
+    with pytest.raises(errors.ConfigError, match="endpoint_url"):
+        DynamoDBClient(endpoint_url="localhost:8000")
+    with pytest.raises(errors.ConfigError, match="region"):
+        DynamoDBClient(region="")
+    with pytest.raises(errors.ConfigError, match="credentials"):
+        DynamoDBClient(credentials=("only-a-key",))  # type: ignore[arg-type]
+    client = DynamoDBClient(region="eu-west-1", credentials=("AKID", "SECRET"))
+    assert repr(client) == "DynamoDBClient(region='eu-west-1', endpoint_url=None)"
+    assert "SECRET" not in repr(client)
+
+
+@pytest.mark.anyio
+async def test_a_client_not_opened_says_how_to_open_it(anyio_backend: str) -> None:
+    with pytest.raises(RuntimeError, match=r"use 'async with DynamoDBClient\(\.\.\.\)'"):
+        await DynamoDBClient(credentials=("a", "b")).call("ListTables", {})
