@@ -67,9 +67,13 @@ async def work(settings: dict[str, Any], out: IO[str]) -> None:
         idle_backoff_max=0.2,
         shard_discovery_interval=settings.get("discovery", 1.0),
         max_records_per_call=settings.get("max_records", 10_000),
+        mode=settings.get("mode", "polling"),
+        consumer_name=settings.get("consumer_name"),
     )
     client = KinesisClient(
-        endpoint_url=settings["kinesis"], verify=False, credentials=tuple(settings["credentials"])
+        endpoint_url=settings["kinesis_tls" if config.mode == "efo" else "kinesis"],
+        verify=False,
+        credentials=tuple(settings["credentials"]),
     )
     async with client, Consumer(client, settings["stream"], config) as consumer:
         out.write(json.dumps({"ev": "ready", "w": worker, "t": time.time()}) + "\n")

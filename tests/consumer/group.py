@@ -67,6 +67,7 @@ class Group:
         settings = {
             "worker_id": worker,
             "kinesis": self.kinesis.endpoint_url,
+            "kinesis_tls": self.kinesis.tls_endpoint_url,
             "dynamodb": self.dynamodb.endpoint_url,
             "credentials": list(self.kinesis.credentials),
             "stream": self.stream,

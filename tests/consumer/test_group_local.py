@@ -238,13 +238,18 @@ def max_overlap(events: list[dict[str, Any]], killed: dict[str, float]) -> float
     return worst
 
 
+@pytest.mark.parametrize(("mode", "backend"), [("polling", "trio"), ("efo", "asyncio")])
 async def test_resharding_with_three_workers_reads_no_child_before_its_parents_finished(
-    client: KinesisClient, group_factory: Any, stream_name: str
+    client: KinesisClient, group_factory: Any, stream_name: str, mode: str, backend: str
 ) -> None:
+    """Polling workers on trio, EFO workers (one registered consumer shared by the three) on
+    asyncio."""
     await client.create_stream(stream_name, 4)
     keys = keys_per_shard(await shard_map(client, stream_name), 4)
     writer = Writer(client, stream_name, keys, pause=0.1)
-    group: Group = group_factory(stream_name, backend="trio", max_records=20)
+    group: Group = group_factory(
+        stream_name, backend=backend, max_records=20, mode=mode, consumer_name=f"group-{mode}"
+    )
     async with anyio.create_task_group() as tg:
         tg.start_soon(writer.run)
         for worker in ("w1", "w2", "w3"):
@@ -307,4 +312,4 @@ async def test_resharding_with_three_workers_reads_no_child_before_its_parents_f
         child: {e["w"] for e in events if e["ev"] == "start" and e["shard"] == child}
         for child in parents
     }
-    print(f"\nresharding: {len(written)} records, children read by {readers}")
+    print(f"\nresharding ({mode}): {len(written)} records, children read by {readers}")
