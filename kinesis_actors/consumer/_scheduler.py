@@ -232,22 +232,33 @@ class ShardScheduler:
         )
 
     async def _hand_over(self) -> None:
-        """Clean close, readers stopped: the final checkpoints, then release every lease."""
+        """Close, readers stopped: the final checkpoints, then release every lease.
+
+        Bounded and contained: a table that cannot be reached now must not replace the
+        application's own exit (or exception) with ours; the leases then expire after
+        ``failover_time`` and their last written checkpoints stand (at-least-once).
+        """
         group = self._group
         if group is None:
             return
         final: dict[ShardKey, Position] = {}
-        with anyio.move_on_after(_HANDOVER_TIMEOUT, shield=True):
-            for key, pipeline in list(self._pipelines.items()):
-                if not group.assignment.owns(key):
-                    continue
-                if pipeline.finished:
-                    await group.finish(key)
-                    continue
-                log.info("%s/%s: closing", *key, extra=lease_event("stop", key, reason="close"))
-                if pipeline.committed is not None:
-                    final[key] = pipeline.committed
-            await group.release(final)
+        with anyio.move_on_after(_HANDOVER_TIMEOUT, shield=True) as bound:
+            try:
+                for key, pipeline in list(self._pipelines.items()):
+                    if not group.assignment.owns(key):
+                        continue
+                    if pipeline.finished:
+                        await group.finish(key)
+                        continue
+                    stop = lease_event("stop", key, reason="close")
+                    log.info("%s/%s: closing", *key, extra=stop)
+                    if pipeline.committed is not None:
+                        final[key] = pipeline.committed
+                await group.release(final)
+            except Exception as exc:
+                log.warning("handing the leases over failed, they will expire instead: %r", exc)
+        if bound.cancelled_caught:
+            log.warning("handing the leases over took more than %.0f s", _HANDOVER_TIMEOUT)
 
     def _released(self, key: ShardKey) -> bool:
         pipeline = self._pipelines.get(key)

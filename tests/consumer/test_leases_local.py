@@ -282,3 +282,21 @@ async def test_run_handlers_commit_to_the_leases_and_a_second_run_resumes_after_
                 again = await read_until(consumer, 50)
     assert sorted(row.data for row in seen) == sorted(f"a{i}".encode() for i in range(100))
     assert sorted(row.data for row in again) == sorted(f"b{i}".encode() for i in range(50))
+
+
+async def test_a_table_gone_at_close_leaves_the_users_exception_as_itself(
+    local_kinesis: LocalKinesis, stream_name: str, table: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The handover is contained: the leases expire instead, and the block's own exception
+    is what leaves it (not ours, not a group)."""
+    async with local_kinesis.client(tls=False) as client:
+        await client.create_stream(stream_name, 1)
+        with LocalDynamoDB() as private:
+            config = leased(private, table, "w")
+            with anyio.fail_after(60), pytest.raises(KeyError, match="the user's"):
+                async with Consumer(client, stream_name, config) as consumer:
+                    while consumer.leases is None or consumer.leases.held < 1:
+                        await anyio.sleep(0.05)
+                    private.stop()
+                    raise KeyError("the user's")
+    assert "will expire instead" in caplog.text
