@@ -300,3 +300,49 @@ async def test_a_table_gone_at_close_leaves_the_users_exception_as_itself(
                     private.stop()
                     raise KeyError("the user's")
     assert "will expire instead" in caplog.text
+
+
+async def test_under_run_a_lost_lease_cancels_its_handler_and_run_goes_on(
+    local_kinesis: LocalKinesis,
+    local_dynamodb: LocalDynamoDB,
+    dynamodb: DynamoDBClient,
+    stream_name: str,
+    table: str,
+) -> None:
+    async with local_kinesis.client(tls=False) as client:
+        await client.create_stream(stream_name, 1)
+        await put_plain(client, stream_name, [(f"r{i}".encode(), "k") for i in range(20)])
+        handling = anyio.Event()
+        cancelled = anyio.Event()
+        async with Consumer(client, stream_name, leased(local_dynamodb, table, "w")) as consumer:
+
+            async def handler(batch: RecordBatch) -> None:
+                handling.set()
+                try:
+                    await anyio.sleep_forever()  # a handler still busy when the lease goes
+                except anyio.get_cancelled_exc_class():
+                    cancelled.set()
+                    raise
+
+            async def steal_then_stop() -> None:
+                await handling.wait()
+                await dynamodb.call(
+                    "UpdateItem",
+                    {
+                        "TableName": table,
+                        "Key": {"leaseKey": {"S": "shardId-000000000000"}},
+                        "UpdateExpression": "SET leaseOwner = :o ADD leaseCounter :one",
+                        "ExpressionAttributeValues": {":o": {"S": "thief"}, ":one": {"N": "1"}},
+                    },
+                )
+                await cancelled.wait()
+                consumer.stop()
+
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(steal_then_stop)
+                    await consumer.run(handler)  # returns after stop(): no error
+            stats = consumer.leases
+        assert stats is not None and stats.lost == 1 and stats.held == 0
+        leases = await items(dynamodb, table)
+    assert leases["shardId-000000000000"]["leaseOwner"] == "thief"
