@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from ..errors import ConfigError, KinesisError
 from ._config import LeaseConfig
@@ -173,10 +174,9 @@ class LeaseCoordinator:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._scope is not None:
-            self._scope.cancel()
         task_group, self._task_group = self._task_group, None
         if task_group is not None:
+            task_group.cancel_scope.cancel()  # the loops, started or not yet
             await task_group.__aexit__(None, None, None)
         if exc_type is None and self._failure is not None:
             raise self._failure
@@ -223,6 +223,7 @@ class LeaseCoordinator:
         Raises the coordinator's failure (for example
         :class:`~kinesis_actors.leases.WorkerIdConflictError`) once it has stopped on one.
         """
+        await anyio.lowlevel.checkpoint()
         while True:
             if self._failure is not None:
                 raise self._failure
