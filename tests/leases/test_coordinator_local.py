@@ -7,7 +7,7 @@ sleeps.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import anyio
 import pytest
@@ -18,6 +18,7 @@ from kinesis_actors.leases import (
     TRIM_HORIZON,
     LeaseAcquired,
     LeaseConfig,
+    LeaseEvent,
     LeaseLost,
     LeaseLostError,
     LeaseTable,
@@ -36,7 +37,7 @@ async def stream(client: KinesisClient, stream_name: str) -> AsyncIterator[str]:
     yield stream_name
 
 
-def acquired(events: list[object]) -> set[str]:
+def acquired(events: Sequence[LeaseEvent]) -> set[str]:
     held: set[str] = set()
     for event in events:
         if isinstance(event, LeaseAcquired):
@@ -77,8 +78,8 @@ async def test_two_workers_share_four_shards_two_each_and_keep_them(
         coordinator(dynamodb, client, lease_table_name, stream, "a") as a,
         coordinator(dynamodb, client, lease_table_name, stream, "b") as b,
     ):
-        seen_a: list[object] = []
-        seen_b: list[object] = []
+        seen_a: list[LeaseEvent] = []
+        seen_b: list[LeaseEvent] = []
         with anyio.fail_after(PATIENCE):
             while not (len(acquired(seen_a)) == 2 and len(acquired(seen_b)) == 2):
                 with anyio.move_on_after(0.05):
