@@ -506,8 +506,13 @@ class LeaseCoordinator:
         return lease_key(parent, info.identifier if self._multi else None)
 
     async def _take_loop(self) -> None:
+        period = self._config.take_period
+        next_round = self._clock() + period
         while True:
-            await anyio.sleep(self._config.take_period)
+            # Rounds start every period, not a period after the last one ended: the failover
+            # bound counts on it.
+            await anyio.sleep(max(0.0, next_round - self._clock()))
+            next_round = max(next_round + period, self._clock())
             try:
                 await self._take_round()
             except (LeaseTableError, WorkerIdConflictError):
@@ -521,16 +526,22 @@ class LeaseCoordinator:
         tick = self._config.checkpoint_period
         renew = self._config.renew_period
         limit = anyio.CapacityLimiter(_RENEW_CONCURRENCY)
+        valid = self._config.failover_time - _EPSILON
+        # Rounds keep their cadence whatever a round takes (100 renewals take a few hundred
+        # milliseconds), and a lease not renewed for a failover time is dropped on time.
+        next_round = self._clock() + tick
         while True:
-            now = self._clock()
-            deadline = now + tick
+            wake = next_round
             for held in self._held.values():
-                deadline = min(deadline, held.renewed_at + self._config.failover_time - _EPSILON)
-            await anyio.sleep(max(0.0, deadline - now))
+                wake = min(wake, held.renewed_at + valid)
+            await anyio.sleep(max(0.0, wake - self._clock()))
             now = self._clock()
             for key, held in list(self._held.items()):
-                if now - held.renewed_at > self._config.failover_time - _EPSILON:
+                if now - held.renewed_at >= valid:
                     self._drop(key, held, "expired")
+            if now < next_round:
+                continue
+            next_round = max(next_round + tick, now)
             async with anyio.create_task_group() as group:
                 for key, held in list(self._held.items()):
                     if held.pending is not None or now - held.renewed_at >= renew - tick / 2:
