@@ -32,9 +32,10 @@ from ..errors import ConfigError, KinesisError
 from ._config import LeaseConfig
 from ._errors import LeaseLostError, LeaseTableError, WorkerIdConflictError
 from ._events import LeaseAcquired, LeaseEvent, LeaseLost, LeaseStats
-from ._items import SHARD_END, TRIM_HORIZON, Lease, lease_key, stream_identifier
+from ._items import SHARD_END, TRIM_HORIZON, Lease
 from ._policy import ExpiryTracker, parents_finished, plan_takes
-from ._sync import INITIAL_POSITIONS, Shard, parse_shards, plan_new_leases
+from ._streams import StreamRef, Streams, describe_stream, list_stream_shards
+from ._sync import INITIAL_POSITIONS, plan_new_leases
 from ._table import Caller, LeaseTable
 
 __all__ = ["LeaseCoordinator"]
@@ -45,14 +46,6 @@ logger = logging.getLogger("kinesis_actors.leases")
 _RENEW_CONCURRENCY = 16
 #: How much earlier than ``failover_time`` a lease not renewed is dropped (the KCL's epsilon).
 _EPSILON = 0.025
-
-
-@dataclass(frozen=True, slots=True)
-class _Stream:
-    name: str
-    arn: str
-    created: int  # creation epoch seconds
-    identifier: str  # account:name:epoch
 
 
 @dataclass(slots=True)
@@ -130,8 +123,7 @@ class LeaseCoordinator:
         self._clock = clock or anyio.current_time
         self._rng = rng or random.Random()
         self._tracker = ExpiryTracker(self._config.failover_time)
-        self._streams: dict[str, _Stream] = {}
-        self._by_identifier: dict[str, _Stream] = {}
+        self._streams: Streams | None = None
         self._held: dict[str, _Held] = {}
         self._by_key: dict[str, Lease] = {}
         self._children: dict[tuple[str, str], tuple[str, ...]] = {}
@@ -158,8 +150,8 @@ class LeaseCoordinator:
 
     async def __aenter__(self) -> LeaseCoordinator:
         await self._table.ensure(create=self._config.create_table)
-        for name in self._names:
-            await self._describe(name)
+        refs = [await describe_stream(self._kinesis, name) for name in self._names]
+        self._streams = Streams(refs, multi=self._multi, table=self._table.name)
         self._observe(await self._table.list())  # validates before anything is written
         await self._sync_all()
         await self._take_round()
@@ -247,7 +239,7 @@ class LeaseCoordinator:
     def _holding(self, stream: str, shard_id: str) -> tuple[str, _Held]:
         if self._failure is not None:
             raise self._failure
-        key = self._key(stream, shard_id)
+        key = self._known().key(stream, shard_id)
         held = self._held.get(key)
         if held is None or not held.ready:
             raise LeaseLostError(
@@ -344,73 +336,16 @@ class LeaseCoordinator:
             table_calls=self._table.calls,
         )
 
-    # -- streams and keys --------------------------------------------------------------------
-
-    def _key(self, stream: str, shard_id: str) -> str:
-        if not self._multi:
-            return lease_key(shard_id)
-        info = self._streams.get(stream)
-        if info is None:
-            raise LeaseLostError(f"{stream!r} is not read here", stream=stream, shard_id=shard_id)
-        return lease_key(shard_id, info.identifier)
-
-    async def _describe(self, name: str) -> None:
-        reply = await self._kinesis.call("DescribeStreamSummary", {"StreamName": name})
-        summary = reply["StreamDescriptionSummary"]
-        arn = str(summary["StreamARN"])
-        created = int(summary["StreamCreationTimestamp"].timestamp())
-        account = arn.split(":")[4] if arn.count(":") >= 5 else ""
-        info = _Stream(name, arn, created, stream_identifier(account, name, created))
-        self._streams[name] = info
-        self._by_identifier[info.identifier] = info
-
-    def _stream_of(self, lease: Lease) -> _Stream | None:
-        """The stream of ``lease`` if it is one of ours, None for another application's
-        stream in a multi-stream table; :class:`LeaseTableError` for a lease we must not
-        touch."""
-        table = self._table.name
-        if not self._multi:
-            (info,) = self._streams.values()
-            if lease.stream_identifier is not None:
-                raise LeaseTableError(
-                    f"table {table!r} holds multi-stream leases ({lease.key!r}); this worker "
-                    f"reads one stream, {info.name!r}, with single-stream keys: use another "
-                    "table, or multi_stream=True",
-                    table=table,
-                )
-            foreign = lease.stream_arn is not None and lease.stream_arn != info.arn
-            if foreign or (
-                lease.stream_created is not None and lease.stream_created != info.created
-            ):
-                raise LeaseTableError(
-                    f"lease {lease.key!r} in table {table!r} is for a shard of stream "
-                    f"{lease.stream_arn} created at epoch {lease.stream_created}, this worker "
-                    f"reads {info.arn} created at epoch {info.created}; a single-stream lease "
-                    "table serves one stream: use another table (nothing was written)",
-                    table=table,
-                )
-            return info
-        if lease.stream_identifier is None:
-            raise LeaseTableError(
-                f"table {table!r} holds single-stream leases ({lease.key!r}); this worker "
-                f"reads {', '.join(self._names)} with multi-stream keys: use another table",
-                table=table,
-            )
-        theirs = self._by_identifier.get(lease.stream_identifier)
-        if theirs is None and lease.stream_name in self._streams:
-            ours = self._streams[str(lease.stream_name)]
-            raise LeaseTableError(
-                f"lease {lease.key!r} in table {table!r} is for an earlier stream named "
-                f"{ours.name!r} ({lease.stream_identifier}); the stream now is "
-                f"{ours.identifier}: delete those leases or use another table",
-                table=table,
-            )
-        return theirs
+    def _known(self) -> Streams:
+        if self._streams is None:
+            raise RuntimeError("the coordinator is not open: use 'async with'")
+        return self._streams
 
     # -- take rounds -------------------------------------------------------------------------
 
     def _observe(self, leases: list[Lease]) -> list[Lease]:
-        ours = [lease for lease in leases if self._stream_of(lease) is not None]
+        streams = self._known()
+        ours = [lease for lease in leases if streams.owner_of(lease) is not None]
         now = self._clock()
         self._tracker.observe(ours, now)
         self._by_key = {lease.key: lease for lease in ours}
@@ -451,7 +386,7 @@ class LeaseCoordinator:
         self._open_ready()
 
     async def _take(self, lease: Lease, *, stolen: bool) -> None:
-        info = self._stream_of(lease)
+        info = self._known().owner_of(lease)
         if info is None:
             return
         started = self._clock()
@@ -482,12 +417,7 @@ class LeaseCoordinator:
         for key, held in self._held.items():
             if held.ready or now < held.ready_at or held.lease.finished:
                 continue
-            info = self._streams[held.stream]
-            if not parents_finished(
-                held.lease,
-                self._by_key,
-                lambda parent, info=info: self._parent_key(info, parent),  # type: ignore[misc]
-            ):
+            if not parents_finished(self._known().parents_of(held.lease), self._by_key):
                 continue
             held.ready = True
             logger.debug("%s may read %s", self._worker_id, key)
@@ -501,9 +431,6 @@ class LeaseCoordinator:
                     held.previous_owner,
                 )
             )
-
-    def _parent_key(self, info: _Stream, parent: str) -> str:
-        return lease_key(parent, info.identifier if self._multi else None)
 
     async def _take_loop(self) -> None:
         period = self._config.take_period
@@ -656,51 +583,28 @@ class LeaseCoordinator:
                 logger.warning("shard sync of %s failed, retried: %s", self._worker_id, error)
 
     async def _sync_all(self) -> None:
-        for info in self._streams.values():
-            await self._sync(info)
+        for ref in self._known().by_name.values():
+            await self._sync(ref)
         self._stats = replace(self._stats, shard_syncs=self._stats.shard_syncs + 1)
 
-    async def _list_shards(self, stream: str) -> list[Shard]:
-        shards: list[Shard] = []
-        params: dict[str, Any] = {"StreamName": stream}
-        while True:
-            reply = await self._kinesis.call("ListShards", params)
-            shards.extend(parse_shards(reply.get("Shards") or []))
-            token = reply.get("NextToken")
-            if not token:
-                return shards
-            params = {"NextToken": token}
-
-    async def _sync(self, info: _Stream) -> None:
-        shards = await self._list_shards(info.name)
-        children: dict[tuple[str, str], list[str]] = {}
+    async def _sync(self, ref: StreamRef) -> None:
+        shards = await list_stream_shards(self._kinesis, ref.name)
         for shard in shards:
             for parent in shard.parents:
-                children.setdefault((info.name, parent), []).append(shard.shard_id)
-        for parent_key, ids in children.items():
-            self._children[parent_key] = tuple(sorted(ids))
+                known = self._children.get((ref.name, parent), ())
+                if shard.shard_id not in known:
+                    self._children[(ref.name, parent)] = tuple(sorted((*known, shard.shard_id)))
         existing = {
             lease.shard_id
             for lease in self._by_key.values()
-            if lease.stream_identifier in (None, info.identifier)
+            if lease.stream_identifier in (None, ref.identifier)
         }
-
-        def make(shard: Shard, checkpoint: str) -> Lease:
-            identifier = info.identifier if self._multi else None
-            return Lease(
-                key=lease_key(shard.shard_id, identifier),
-                shard_id=shard.shard_id,
-                checkpoint=checkpoint,
-                parent_shard_ids=shard.parents,
-                starting_hash_key=shard.starting_hash_key,
-                ending_hash_key=shard.ending_hash_key,
-                stream_identifier=identifier,
-                stream_arn=None if self._multi else info.arn,
-                stream_created=None if self._multi else info.created,
-            )
-
+        streams = self._known()
         for lease in plan_new_leases(
-            shards, existing, initial_position=self._initial, make_lease=make
+            shards,
+            existing,
+            initial_position=self._initial,
+            make_lease=lambda shard, checkpoint: streams.new_lease(ref, shard, checkpoint),
         ):
             if await self._table.create(lease):
                 self._stats = replace(self._stats, leases_created=self._stats.leases_created + 1)

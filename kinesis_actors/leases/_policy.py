@@ -149,16 +149,11 @@ def plan_takes(
     return TakePlan((), tuple(rng.sample(theirs, count)), target, workers)
 
 
-def parents_finished(
-    lease: Lease, by_key: Mapping[str, Lease], parent_key: Callable[[str], str]
-) -> bool:
-    """Whether every parent of ``lease`` is finished (``SHARD_END``) or has no lease.
-
-    ``by_key`` is a listing of the table; ``parent_key`` turns a parent's shard id into its
-    lease key (the same stream's form).
-    """
-    for parent in lease.parent_shard_ids:
-        found = by_key.get(parent_key(parent))
+def parents_finished(parent_keys: Iterable[str], by_key: Mapping[str, Lease]) -> bool:
+    """Whether every parent lease (``parent_keys``, the parents' lease keys) is finished
+    (``SHARD_END``) or absent from ``by_key``, a listing of the table."""
+    for key in parent_keys:
+        found = by_key.get(key)
         if found is not None and not found.finished:
             return False
     return True

@@ -158,11 +158,11 @@ def test_repeated_rounds_converge_to_an_even_share() -> None:
 def test_a_child_waits_for_every_parent_to_reach_shard_end() -> None:
     child = lease(3, parent_shard_ids=("shard-1", "shard-2"))
     parents = {"shard-1": lease(1, checkpoint=SHARD_END), "shard-2": lease(2, "a")}
-    assert not parents_finished(child, parents, str)
+    assert not parents_finished(child.parent_shard_ids, parents)
     parents["shard-2"] = lease(2, checkpoint=SHARD_END)
-    assert parents_finished(child, parents, str)
+    assert parents_finished(child.parent_shard_ids, parents)
 
 
 def test_a_parent_without_lease_counts_as_finished() -> None:
     child = lease(3, parent_shard_ids=("shard-1",))
-    assert parents_finished(child, {}, str)
+    assert parents_finished(child.parent_shard_ids, {})
