@@ -475,15 +475,20 @@ class LeaseCoordinator:
                         group.start_soon(self._renew, key, held, limit)
 
     async def _renew(self, key: str, held: _Held, limit: anyio.CapacityLimiter) -> None:
-        async with limit, held.lock:
-            if self._held.get(key) is not held:
-                return
-            try:
-                await self._write(key, held, held.pending)
-            except (LeaseTableError, WorkerIdConflictError):
-                raise
-            except KinesisError as error:
-                logger.warning("renewal of %s failed: %s", key, error)
+        # A renewal retried against an unreachable table gives up when the lease would
+        # expire, so that the round ends and the lease is dropped on time (a write that
+        # landed all the same is adopted by the next one, see _adopt).
+        left = held.renewed_at + self._config.failover_time - _EPSILON - self._clock()
+        with anyio.move_on_after(max(0.0, left)):
+            async with limit, held.lock:
+                if self._held.get(key) is not held:
+                    return
+                try:
+                    await self._write(key, held, held.pending)
+                except (LeaseTableError, WorkerIdConflictError):
+                    raise
+                except KinesisError as error:
+                    logger.warning("renewal of %s failed: %s", key, error)
 
     async def _write(
         self, key: str, held: _Held, checkpoint: tuple[str, int] | None
