@@ -33,7 +33,7 @@ from ._config import LeaseConfig
 from ._errors import LeaseLostError, LeaseTableError, WorkerIdConflictError
 from ._events import LeaseAcquired, LeaseEvent, LeaseLost, LeaseStats
 from ._items import SHARD_END, TRIM_HORIZON, Lease
-from ._policy import ExpiryTracker, parents_finished, plan_takes
+from ._policy import ExpiryTracker, parents_finished, plan_takes, write_landed
 from ._streams import StreamRef, Streams, describe_stream, list_stream_shards
 from ._sync import INITIAL_POSITIONS, plan_new_leases
 from ._table import Caller, LeaseTable
@@ -526,13 +526,9 @@ class LeaseCoordinator:
             self._drop(key, held, "taken")
             return False
         now = self._clock()
-        expected = checkpoint[0] if checkpoint is not None else held.lease.checkpoint
-        ours = current.counter == held.lease.counter + 1 and current.checkpoint in (
-            expected,
-            held.lease.checkpoint,
-        )
+        sequence = None if checkpoint is None else checkpoint[0]
         recent = held.adopted_at is not None and now - held.adopted_at < self._config.failover_time
-        if ours and not recent:
+        if not recent and write_landed(held.lease, current, self._worker_id, sequence):
             held.lease, held.adopted_at = current, now
             return True
         self._drop(key, held, "taken")
@@ -554,6 +550,11 @@ class LeaseCoordinator:
         """Release ``held`` (with ``checkpoint``), under its lock; None if it was lost."""
         for _ in range(2):
             new = await self._table.release(held.lease, self._worker_id, checkpoint, children)
+            if new is None:  # lost, unless this very release landed and its reply did not
+                current = await self._table.get(key)
+                sequence = None if checkpoint is None else checkpoint[0]
+                if current is not None and write_landed(held.lease, current, None, sequence):
+                    new = current
             if new is not None:
                 if checkpoint is not None:
                     self._stats = replace(self._stats, checkpoints=self._stats.checkpoints + 1)

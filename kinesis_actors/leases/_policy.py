@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from ._items import Lease
 
-__all__ = ["ExpiryTracker", "TakePlan", "parents_finished", "plan_takes"]
+__all__ = ["ExpiryTracker", "TakePlan", "parents_finished", "plan_takes", "write_landed"]
 
 
 @dataclass(slots=True)
@@ -157,3 +157,21 @@ def parents_finished(parent_keys: Iterable[str], by_key: Mapping[str, Lease]) ->
         if found is not None and not found.finished:
             return False
     return True
+
+
+def write_landed(held: Lease, current: Lease, owner: str | None, checkpoint: str | None) -> bool:
+    """Whether ``current`` is exactly what one write of ours to ``held`` makes: the counter one
+    more, the owner the write leaves (``owner``: ours for a renewal, None for a release) and
+    the checkpoint it wrote (``checkpoint``, or unchanged when None).
+
+    A write whose reply was lost may have landed, and the client's retry then fails its
+    condition; this tells that case from a lease taken by another worker. Another process
+    renewing under our id can look the same once, so the caller adopts at most once per
+    failover time (see the module doc).
+    """
+    expected = held.checkpoint if checkpoint is None else checkpoint
+    return (
+        current.counter == held.counter + 1
+        and current.owner == owner
+        and current.checkpoint == expected
+    )

@@ -6,7 +6,12 @@ import random
 from collections import Counter
 
 from kinesis_actors.leases import SHARD_END, Lease
-from kinesis_actors.leases._policy import ExpiryTracker, parents_finished, plan_takes
+from kinesis_actors.leases._policy import (
+    ExpiryTracker,
+    parents_finished,
+    plan_takes,
+    write_landed,
+)
 
 
 def lease(n: int, owner: str | None = None, counter: int = 1, **fields: object) -> Lease:
@@ -166,3 +171,20 @@ def test_a_child_waits_for_every_parent_to_reach_shard_end() -> None:
 def test_a_parent_without_lease_counts_as_finished() -> None:
     child = lease(3, parent_shard_ids=("shard-1",))
     assert parents_finished(child.parent_shard_ids, {})
+
+
+def test_a_renewal_that_landed_is_told_from_a_take() -> None:
+    held = lease(1, "me", counter=7)
+    assert write_landed(held, lease(1, "me", counter=8), "me", None)
+    assert not write_landed(held, lease(1, "me", counter=9), "me", None)  # two writes since
+    assert not write_landed(held, lease(1, "other", counter=8), "me", None)
+
+
+def test_a_checkpoint_or_release_that_landed_carries_what_it_wrote() -> None:
+    held = lease(1, "me", counter=7)
+    written = lease(1, "me", counter=8, checkpoint="42")
+    assert write_landed(held, written, "me", "42")
+    assert not write_landed(held, lease(1, "me", counter=8), "me", "42")  # a bare renewal
+    released = lease(1, None, counter=8, checkpoint=SHARD_END)
+    assert write_landed(held, released, None, SHARD_END)
+    assert not write_landed(held, released, "me", SHARD_END)
