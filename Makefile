@@ -5,13 +5,15 @@ VENV := .venv
 BIN := $(VENV)/bin
 KINESIS_LOCAL_VERSION := 0.6.2
 KINESIS_LOCAL := .tools/node_modules/kinesis-local/main.js
+DYNALITE_VERSION := 4.0.0
+DYNALITE := .tools/node_modules/dynalite/cli.js
 STAMP := $(VENV)/.installed
 # The slowest tests in every run's log, to keep `make test` inside its ~15 minutes.
 PYTEST_ARGS ?= --durations=15
 
 .PHONY: setup test lint typecheck unit demo bench clean
 
-setup: $(STAMP) $(KINESIS_LOCAL)
+setup: $(STAMP) $(KINESIS_LOCAL) $(DYNALITE)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +25,11 @@ $(KINESIS_LOCAL):
 	mkdir -p .tools
 	npm install --silent --no-audit --no-fund --prefix .tools kinesis-local@$(KINESIS_LOCAL_VERSION)
 	test -f $(KINESIS_LOCAL)
+
+$(DYNALITE):
+	mkdir -p .tools
+	npm install --silent --no-audit --no-fund --prefix .tools dynalite@$(DYNALITE_VERSION)
+	test -f $(DYNALITE)
 
 lint: $(STAMP)
 	$(BIN)/ruff check kinesis_actors spark_bridge tests benchmarks

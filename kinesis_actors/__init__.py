@@ -13,9 +13,9 @@ configuration checks its layers share.
 """
 
 from . import errors
-from .client import ClientConfig, KinesisClient, RetryPolicy, RetrySettings
+from .client import ClientConfig, DynamoDBClient, KinesisClient, RetryPolicy, RetrySettings
 from .consumer import Consumer, ConsumerConfig, RecordBatch, StartingPosition
-from .local import LocalKinesis
+from .local import LocalDynamoDB, LocalKinesis
 from .producer import Producer, ProducerConfig, ProducerMetrics, PutHandle, PutResult
 from .records import RECORD_SCHEMA
 
@@ -24,7 +24,9 @@ __all__ = [
     "ClientConfig",
     "Consumer",
     "ConsumerConfig",
+    "DynamoDBClient",
     "KinesisClient",
+    "LocalDynamoDB",
     "LocalKinesis",
     "Producer",
     "ProducerConfig",

@@ -3,6 +3,9 @@
 Every error the library raises on purpose derives from :class:`KinesisError`. Service errors
 are mapped from the service's ``__type`` (for example ``ResourceNotFoundException``) so that
 callers can catch what they can act on, and keep the service's code and message for the rest.
+Kinesis and DynamoDB share the codes they have in common (``ResourceNotFoundException``,
+``ResourceInUseException``, ``ValidationException``, the throttling codes), so one ``except``
+serves both clients.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 __all__ = [
     "AccessDeniedError",
     "CertificateError",
+    "ConditionalCheckFailedError",
     "ConfigError",
     "ConsumerClosedError",
     "ExpiredIteratorError",
@@ -37,7 +41,7 @@ class KinesisError(Exception):
     """Base class of every error this library raises on purpose.
 
     ``code`` is the service's error code (``"ResourceNotFoundException"``) when the error came
-    from the service, ``operation`` the Kinesis operation that failed, if any.
+    from the service, ``operation`` the Kinesis (or DynamoDB) operation that failed, if any.
     """
 
     def __init__(
@@ -73,15 +77,45 @@ class RecordTooLargeError(ValidationError):
 
 
 class ResourceNotFoundError(KinesisError):
-    """The stream, shard or consumer does not exist (or is not visible to these credentials)."""
+    """The stream, shard or consumer (or DynamoDB table) does not exist, or is not visible to
+    these credentials; DynamoDB also says so of a table that is still being created."""
 
 
 class ResourceInUseError(KinesisError):
-    """The resource is busy: being created or deleted, or a subscription already exists."""
+    """The resource is busy: being created or deleted, or a subscription already exists; or
+    CreateTable of a table that exists."""
 
 
 class ThrottlingError(KinesisError):
-    """The service refused for rate: ProvisionedThroughputExceeded or LimitExceeded."""
+    """The service refused for rate: ProvisionedThroughputExceeded, LimitExceeded,
+    Throttling, or DynamoDB's RequestLimitExceeded. Retried."""
+
+
+class ConditionalCheckFailedError(KinesisError):
+    """A DynamoDB write's condition did not hold: someone else changed the item first.
+
+    An answer, not a failure: never retried (another attempt meets the same item). ``item``
+    is the item as it stood, in the low-level shapes (``{"leaseCounter": {"N": "7"}}``), when
+    the request asked for it with ``ReturnValuesOnConditionCheckFailure="ALL_OLD"`` and the
+    service sent it; None otherwise (the local server never sends it).
+
+    ``retried`` is True when the condition failed on a retry of the request: an earlier
+    attempt may then have been applied with only its reply lost (a reset connection, a
+    timeout), so the item may hold the caller's own write. Read the item to know.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        operation: str | None = None,
+        status_code: int | None = None,
+        item: dict[str, object] | None = None,
+    ) -> None:
+        super().__init__(message, code=code, operation=operation, status_code=status_code)
+        self.item = item
+        self.retried = False
 
 
 class ExpiredIteratorError(KinesisError):
@@ -220,6 +254,8 @@ _BY_CODE: dict[str, type[KinesisError]] = {
     "ProvisionedThroughputExceededException": ThrottlingError,
     "LimitExceededException": ThrottlingError,
     "ThrottlingException": ThrottlingError,
+    "RequestLimitExceeded": ThrottlingError,  # DynamoDB's account-level rate limit
+    "ConditionalCheckFailedException": ConditionalCheckFailedError,
     "ExpiredIteratorException": ExpiredIteratorError,
     "ExpiredNextTokenException": ExpiredIteratorError,
     "InvalidArgumentException": ValidationError,

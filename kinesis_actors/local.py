@@ -1,9 +1,13 @@
-"""The embedded local Kinesis server (kinesis-mock, npm package ``kinesis-local``).
+"""The embedded local servers: Kinesis (kinesis-mock, npm package ``kinesis-local``) and
+DynamoDB (npm package ``dynalite``, for lease tables).
 
-Used by the demo and the test suite. It serves plain HTTP on one port and HTTPS with HTTP/2
-(self-signed certificate: use ``verify=False``) on another, both on loopback ports chosen
-free at start. The server process is tied to this one: it is stopped on exit, and on Linux the
-kernel kills it if this process dies first, so no run leaves an orphan server behind.
+Used by the demo and the test suite. :class:`LocalKinesis` serves plain HTTP on one port and
+HTTPS with HTTP/2 (self-signed certificate: use ``verify=False``) on another;
+:class:`LocalDynamoDB` serves plain HTTP, in memory. All ports are loopback ports chosen free
+at start. Each server process is tied to this one: it runs in a process group of its own,
+stopped (the whole group) on exit, and on Linux the kernel kills it if the thread that
+started it (the event loop's, for ``async with``) dies first, so no run leaves an orphan
+server behind.
 """
 
 from __future__ import annotations
@@ -21,18 +25,30 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Self
+from typing import IO, ClassVar, Self
 
 import anyio
 
-from .client import ClientConfig, KinesisClient
+from .client import ClientConfig, DynamoDBClient, KinesisClient
 from .errors import ConfigError, KinesisError
 
-__all__ = ["INSTALL_COMMAND", "KINESIS_LOCAL_VERSION", "LocalKinesis", "LocalKinesisError"]
+__all__ = [
+    "DYNALITE_INSTALL_COMMAND",
+    "DYNALITE_VERSION",
+    "INSTALL_COMMAND",
+    "KINESIS_LOCAL_VERSION",
+    "LocalDynamoDB",
+    "LocalDynamoDBError",
+    "LocalKinesis",
+    "LocalKinesisError",
+]
 
 KINESIS_LOCAL_VERSION = "0.6.2"
 INSTALL_COMMAND = f"npm install --prefix .tools kinesis-local@{KINESIS_LOCAL_VERSION}"
 _PACKAGE = Path("node_modules") / "kinesis-local"
+DYNALITE_VERSION = "4.0.0"
+DYNALITE_INSTALL_COMMAND = f"npm install --prefix .tools dynalite@{DYNALITE_VERSION}"
+_DYNALITE = Path("node_modules") / "dynalite"
 #: Credentials the local server accepts (it checks that a signature is present, not its value).
 LOCAL_CREDENTIALS = ("local", "local")
 
@@ -41,27 +57,52 @@ class LocalKinesisError(KinesisError):
     """The local server is missing, or did not start."""
 
 
+class LocalDynamoDBError(LocalKinesisError):
+    """The local DynamoDB server is missing, or did not start."""
+
+
+def _find_tools(package: Path, files: tuple[str, ...], override: str | None) -> Path | None:
+    """The first folder holding ``files``: ``override`` if set, else ``.tools/<package>`` in
+    the working directory and its parents, then beside this package's source checkout."""
+    candidates: list[Path] = []
+    if override:
+        candidates.append(Path(override))
+    else:
+        for base in (Path.cwd(), Path(__file__).resolve().parent):
+            candidates.extend(parent / ".tools" / package for parent in (base, *base.parents))
+    for candidate in candidates:
+        if all((candidate / name).is_file() for name in files):
+            return candidate
+    return None
+
+
 def find_server_dir() -> Path:
     """The folder holding the server's ``main.js`` and ``server.json``.
 
     Looked up in ``$KINESIS_LOCAL_DIR``, then ``.tools/`` in the working directory and its
     parents, then ``.tools/`` beside this package's source checkout.
     """
-    override = os.environ.get("KINESIS_LOCAL_DIR")
-    candidates: list[Path] = []
-    if override:
-        candidates.append(Path(override))
-    else:
-        for base in (Path.cwd(), Path(__file__).resolve().parent):
-            candidates.extend(parent / ".tools" / _PACKAGE for parent in (base, *base.parents))
-    for candidate in candidates:
-        if (candidate / "main.js").is_file() and (candidate / "server.json").is_file():
-            return candidate
-    raise LocalKinesisError(
-        "the local Kinesis server (npm package kinesis-local) is not installed; run "
-        f"`make setup` or `{INSTALL_COMMAND}` in the project folder, or set KINESIS_LOCAL_DIR "
-        "to the folder holding its main.js"
-    )
+    found = _find_tools(_PACKAGE, ("main.js", "server.json"), os.environ.get("KINESIS_LOCAL_DIR"))
+    if found is None:
+        raise LocalKinesisError(
+            "the local Kinesis server (npm package kinesis-local) is not installed; run "
+            f"`make setup` or `{INSTALL_COMMAND}` in the project folder, or set "
+            "KINESIS_LOCAL_DIR to the folder holding its main.js"
+        )
+    return found
+
+
+def find_dynalite_dir() -> Path:
+    """The folder holding dynalite's ``cli.js``: ``$DYNALITE_DIR``, else looked up like
+    :func:`find_server_dir`."""
+    found = _find_tools(_DYNALITE, ("cli.js", "package.json"), os.environ.get("DYNALITE_DIR"))
+    if found is None:
+        raise LocalDynamoDBError(
+            "the local DynamoDB server (npm package dynalite) is not installed; run "
+            f"`make setup` or `{DYNALITE_INSTALL_COMMAND}` in the project folder, or set "
+            "DYNALITE_DIR to the folder holding its cli.js"
+        )
+    return found
 
 
 def _free_port() -> int:
@@ -77,18 +118,15 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
-def _answers(port: int) -> bool:
-    """Whether the server answers HTTP on ``port`` (any status: unsigned calls get 400)."""
+def _answers(port: int, target: str, content_type: str) -> bool:
+    """Whether a server answers HTTP on ``port`` (any status: unsigned calls get 400)."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1.0)
     try:
         connection.request(
             "POST",
             "/",
             body=b"{}",
-            headers={
-                "X-Amz-Target": "Kinesis_20131202.ListStreams",
-                "Content-Type": "application/x-amz-json-1.1",
-            },
+            headers={"X-Amz-Target": target, "Content-Type": content_type},
         )
         return connection.getresponse().status > 0
     except OSError:
@@ -97,13 +135,165 @@ def _answers(port: int) -> bool:
         connection.close()
 
 
-class LocalKinesis:
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+class _LocalServer:
+    """A Node.js server process owned by this one: started on free ports, waited for until
+    it answers, stopped with its whole process group, killed by the kernel if we die first.
+    Subclasses say how to find, run and probe their server."""
+
+    _NAME: ClassVar[str] = "local server"
+    _ERROR: ClassVar[type[LocalKinesisError]] = LocalKinesisError
+
+    def __init__(self, *, region: str, start_timeout: float) -> None:
+        if start_timeout <= 0:
+            raise ConfigError(f"start_timeout must be > 0 seconds, got {start_timeout!r}")
+        self.region = region
+        self.start_timeout = start_timeout
+        self.credentials = LOCAL_CREDENTIALS
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self._exit_code: int | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def _command(self, node: str) -> tuple[list[str], Path, dict[str, str]]:
+        """The command line, working folder and environment; chooses the ports."""
+        raise NotImplementedError
+
+    def _answering(self) -> bool:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        """Start the server and return once it answers; raises the server's error otherwise.
+
+        The server dies with the *thread* that starts it (Linux's parent-death signal follows
+        the forking thread, not the process): start it from a thread that outlives it, as a
+        ``with`` block does. ``async with`` forks from the event loop's thread.
+        """
+        self._spawn()
+        self._wait_until_answering()
+
+    def _spawn(self) -> None:
+        """Fork the server (quick: no waiting)."""
+        if self._process is not None:
+            raise RuntimeError(f"{type(self).__name__} is already started")
+        node = shutil.which("node")
+        command, folder, env = self._command(node or "node")
+        if node is None:
+            raise self._ERROR(
+                f"Node.js (`node`) is not on PATH; the {self._NAME} needs Node.js 20+"
+            )
+        # Closed in stop(): the log lives as long as the server does.
+        self._log = tempfile.TemporaryFile(prefix="kinesis-actors-local-")  # noqa: SIM115
+        self._process = subprocess.Popen(
+            command,
+            cwd=folder,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            process_group=0,  # stop() signals the group: no child of the server survives it
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, async-signal-safe enough
+        )
+
+    def _wait_until_answering(self) -> None:
+        """Block until the spawned server answers; stop it and raise if it cannot."""
+        process = self._process
+        if process is None:
+            raise RuntimeError(f"{type(self).__name__} is not started")
+        deadline = time.monotonic() + self.start_timeout
+        while not self._answering():
+            if process.poll() is not None:
+                output = self._output()
+                self.stop()
+                raise self._ERROR(
+                    f"the {self._NAME} exited at start (code {self._exit_code}):\n{output}"
+                )
+            if time.monotonic() > deadline:
+                self.stop()
+                raise self._ERROR(f"the {self._NAME} did not answer within {self.start_timeout} s")
+            time.sleep(0.05)  # sync on purpose: __aenter__ runs this in a worker thread
+
+    def _output(self) -> str:
+        if self._log is None:
+            return ""
+        self._log.seek(0)
+        return self._log.read()[-4000:].decode("utf-8", "replace")
+
+    def stop(self, timeout: float = 3.0) -> None:
+        """Stop the server's process group (SIGTERM, then SIGKILL after ``timeout``);
+        idempotent.
+
+        The servers keep nothing worth a long grace period (their data lives in memory), and
+        with HTTP/2 subscriptions recently closed kinesis-local was seen to sit out a 10 s
+        SIGTERM wait.
+        """
+        process, self._process = self._process, None
+        if process is not None:
+            if process.poll() is None:
+                _signal_group(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    _signal_group(process.pid, signal.SIGKILL)
+                    process.wait()
+            self._exit_code = process.returncode
+        if self._log is not None:
+            with contextlib.suppress(OSError):
+                self._log.close()
+            self._log = None
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Self:
+        # Forked here, on the event loop's thread: the parent-death signal follows the thread
+        # that forks, and anyio retires an idle worker thread after 10 s, which killed a
+        # server started from one (seen as SIGKILL mid-benchmark). Only the wait is threaded.
+        self._spawn()
+        try:
+            await anyio.to_thread.run_sync(self._wait_until_answering)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self.stop)
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(self.stop)
+
+
+class LocalKinesis(_LocalServer):
     """Runs the local Kinesis server for the lifetime of a ``with`` (or ``async with``) block.
 
     ``operation_duration`` is how long simulated asynchronous operations take (stream
     creation, resharding, consumer registration): short by default so tests do not wait.
     ``streams`` maps stream names to shard counts created at start.
     """
+
+    _NAME = "local Kinesis server"
+    _ERROR = LocalKinesisError
 
     def __init__(
         self,
@@ -118,19 +308,12 @@ class LocalKinesis:
             raise ConfigError(
                 f"operation_duration must be >= 0 seconds, got {operation_duration!r}"
             )
-        if start_timeout <= 0:
-            raise ConfigError(f"start_timeout must be > 0 seconds, got {start_timeout!r}")
-        self.region = region
+        super().__init__(region=region, start_timeout=start_timeout)
         self.operation_duration = operation_duration
         self.streams = dict(streams or {})
-        self.start_timeout = start_timeout
         self.shard_limit = shard_limit
-        self.credentials = LOCAL_CREDENTIALS
         self.plain_port = 0
         self.tls_port = 0
-        self._process: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
-        self._exit_code: int | None = None
 
     @property
     def endpoint_url(self) -> str:
@@ -142,20 +325,8 @@ class LocalKinesis:
         """HTTPS endpoint speaking HTTP/2; its certificate is self-signed (``verify=False``)."""
         return f"https://127.0.0.1:{self.tls_port}"
 
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    def start(self) -> None:
-        """Start the server and return once it answers; raises LocalKinesisError otherwise."""
-        if self._process is not None:
-            raise RuntimeError("LocalKinesis is already started")
+    def _command(self, node: str) -> tuple[list[str], Path, dict[str, str]]:
         server_dir = find_server_dir()
-        node = shutil.which("node")
-        if node is None:
-            raise LocalKinesisError(
-                "Node.js (`node`) is not on PATH; the local Kinesis server needs Node.js 18+"
-            )
         self.plain_port, self.tls_port = _free_port(), _free_port()
         duration = f"{round(self.operation_duration * 1000)}ms"
         env = dict(os.environ)
@@ -182,89 +353,73 @@ class LocalKinesis:
             env[f"{name}_DURATION"] = duration
         if self.streams:
             env["INITIALIZE_STREAMS"] = ",".join(f"{n}:{c}" for n, c in self.streams.items())
-        # Closed in stop(): the log lives as long as the server does.
-        self._log = tempfile.TemporaryFile(prefix="kinesis-local-")  # noqa: SIM115
-        self._process = subprocess.Popen(
-            [node, "main.js"],
-            cwd=server_dir,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, async-signal-safe enough
+        return [node, "main.js"], server_dir, env
+
+    def _answering(self) -> bool:
+        return _answers(
+            self.plain_port, "Kinesis_20131202.ListStreams", "application/x-amz-json-1.1"
         )
-        deadline = time.monotonic() + self.start_timeout
-        while not _answers(self.plain_port):
-            if self._process.poll() is not None:
-                output = self._output()
-                self.stop()
-                raise LocalKinesisError(
-                    f"the local Kinesis server exited at start (code {self._exit_code}):\n{output}"
-                )
-            if time.monotonic() > deadline:
-                self.stop()
-                raise LocalKinesisError(
-                    f"the local Kinesis server did not answer within {self.start_timeout} s"
-                )
-            time.sleep(0.05)  # sync on purpose: __aenter__ runs start() in a worker thread
-
-    def _output(self) -> str:
-        if self._log is None:
-            return ""
-        self._log.seek(0)
-        return self._log.read()[-4000:].decode("utf-8", "replace")
-
-    def stop(self, timeout: float = 3.0) -> None:
-        """Stop the server (SIGTERM, then SIGKILL after ``timeout``); idempotent.
-
-        The server keeps nothing worth a long grace period (its data lives in memory), and
-        with HTTP/2 subscriptions recently closed it was seen to sit out a 10 s SIGTERM wait.
-        """
-        process, self._process = self._process, None
-        if process is not None:
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
-            self._exit_code = process.returncode
-        if self._log is not None:
-            with contextlib.suppress(OSError):
-                self._log.close()
-            self._log = None
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> Self:
-        await anyio.to_thread.run_sync(self.start)
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(self.stop)
 
     def client(self, *, tls: bool = True, config: ClientConfig | None = None) -> KinesisClient:
         """A :class:`KinesisClient` for this server: HTTP/2 over TLS, or plain HTTP/1.1."""
         return KinesisClient(
             region=self.region,
             endpoint_url=self.tls_endpoint_url if tls else self.endpoint_url,
+            verify=False,
+            credentials=self.credentials,
+            config=config,
+        )
+
+
+class LocalDynamoDB(_LocalServer):
+    """Runs a local DynamoDB (dynalite, in memory) for the lifetime of a ``with`` (or
+    ``async with``) block, on a free loopback port: ``endpoint_url`` is plain HTTP.
+
+    ``table_delay`` is how long a table stays CREATING, DELETING or UPDATING (dynalite's
+    default is half a second; zero here so tests do not wait). Any credentials are accepted
+    (a signature must be present, its value is not checked). It implements the item and
+    table operations a lease table needs (conditional writes included), not
+    ``ReturnValuesOnConditionCheckFailure``'s item, streams, TTL or transactions.
+    """
+
+    _NAME = "local DynamoDB server"
+    _ERROR = LocalDynamoDBError
+
+    def __init__(
+        self,
+        *,
+        region: str = "us-east-1",
+        table_delay: float = 0.0,
+        start_timeout: float = 60.0,
+    ) -> None:
+        if table_delay < 0:
+            raise ConfigError(f"table_delay must be >= 0 seconds, got {table_delay!r}")
+        super().__init__(region=region, start_timeout=start_timeout)
+        self.table_delay = table_delay
+        self.port = 0
+
+    @property
+    def endpoint_url(self) -> str:
+        """Plain HTTP (HTTP/1.1) endpoint."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def _command(self, node: str) -> tuple[list[str], Path, dict[str, str]]:
+        server_dir = find_dynalite_dir()
+        self.port = _free_port()
+        delay = str(round(self.table_delay * 1000))
+        command = [node, "cli.js", "--host", "127.0.0.1", "--port", str(self.port)]
+        for flag in ("--createTableMs", "--deleteTableMs", "--updateTableMs"):
+            command += [flag, delay]
+        return command, server_dir, dict(os.environ)
+
+    def _answering(self) -> bool:
+        return _answers(self.port, "DynamoDB_20120810.ListTables", "application/x-amz-json-1.0")
+
+    def client(self, *, config: ClientConfig | None = None) -> DynamoDBClient:
+        """A :class:`~kinesis_actors.client.DynamoDBClient` for this server."""
+        return DynamoDBClient(
+            region=self.region,
+            endpoint_url=self.endpoint_url,
             verify=False,
             credentials=self.credentials,
             config=config,

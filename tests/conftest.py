@@ -1,7 +1,8 @@
 """Fixtures shared by the whole suite.
 
 Async tests run on both anyio backends (asyncio and trio) through anyio's own pytest plugin.
-Tests that need Kinesis talk to one real local server (kinesis-mock) started for the run.
+Tests that need Kinesis talk to one real local server (kinesis-mock) started for the run;
+tests that need DynamoDB (lease tables) to one real local DynamoDB (dynalite), likewise.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from kinesis_actors import KinesisClient, LocalKinesis
+from kinesis_actors import DynamoDBClient, KinesisClient, LocalDynamoDB, LocalKinesis
 from tests.faults import FaultProxy
 
 
@@ -32,6 +33,26 @@ async def client(local_kinesis: LocalKinesis) -> AsyncIterator[KinesisClient]:
     """A client on the server's TLS port, speaking HTTP/2."""
     async with local_kinesis.client(tls=True) as kinesis:
         yield kinesis
+
+
+@pytest.fixture(scope="session")
+def local_dynamodb() -> Iterator[LocalDynamoDB]:
+    """One local DynamoDB (in memory) for the whole run, on a free loopback port."""
+    with LocalDynamoDB() as server:
+        yield server
+
+
+@pytest.fixture
+async def dynamodb(local_dynamodb: LocalDynamoDB) -> AsyncIterator[DynamoDBClient]:
+    """A DynamoDB client on the local server."""
+    async with local_dynamodb.client() as client:
+        yield client
+
+
+@pytest.fixture
+def lease_table_name() -> str:
+    """A table name no other test uses (the server lives for the whole run)."""
+    return f"leases-{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture

@@ -6,16 +6,18 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from kinesis_actors import LocalKinesis, errors
+from kinesis_actors import LocalDynamoDB, LocalKinesis, errors, local
 from kinesis_actors.local import INSTALL_COMMAND, LocalKinesisError, find_server_dir
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().split()[2]
     except (FileNotFoundError, ProcessLookupError):
@@ -55,19 +57,20 @@ def test_starts_on_free_ports_and_stops() -> None:
         assert server.endpoint_url.startswith("http://127.0.0.1:")
         assert server.tls_endpoint_url.startswith("https://127.0.0.1:")
         pid = server._process.pid  # type: ignore[union-attr]
-        assert _alive(pid)
+        assert alive(pid)
     assert not server.running
-    assert not _alive(pid)
+    assert not alive(pid)
     server.stop()  # idempotent
 
 
-def test_the_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
-    """No orphan server even when the process that started it is SIGKILLed (no cleanup runs)."""
+def server_dies_with_a_killed_parent(tmp_path: Path, server_class: str) -> None:
+    """Start ``kinesis_actors.<server_class>`` in a child Python, SIGKILL that child (no
+    cleanup runs) and wait for the kernel to take the server with it."""
     pid_file = tmp_path / "pid"
     script = (
         "import sys, time\n"
-        "from kinesis_actors import LocalKinesis\n"
-        "server = LocalKinesis().__enter__()\n"
+        f"from kinesis_actors import {server_class}\n"
+        f"server = {server_class}().__enter__()\n"
         f"open({str(pid_file)!r}, 'w').write(str(server._process.pid))\n"
         "time.sleep(600)\n"
     )
@@ -79,17 +82,22 @@ def test_the_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "the server did not start"
             time.sleep(0.05)
         server_pid = int(pid_file.read_text())
-        assert _alive(server_pid)
+        assert alive(server_pid)
         parent.send_signal(signal.SIGKILL)
         parent.wait()
         deadline = time.monotonic() + 10
-        while _alive(server_pid):
+        while alive(server_pid):
             assert time.monotonic() < deadline, "the server outlived its parent"
             time.sleep(0.05)
     finally:
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+
+
+def test_the_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
+    """No orphan server even when the process that started it is SIGKILLed (no cleanup runs)."""
+    server_dies_with_a_killed_parent(tmp_path, "LocalKinesis")
 
 
 @pytest.mark.anyio
@@ -99,3 +107,23 @@ async def test_async_context_manager(anyio_backend: str) -> None:
         summary = await kinesis.wait_for_stream("ready-made")
         assert summary["OpenShardCount"] == 3
     assert not server.running
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("server_class", [LocalKinesis, LocalDynamoDB])
+async def test_async_with_forks_the_server_from_the_event_loop_s_thread(
+    anyio_backend: str, monkeypatch: pytest.MonkeyPatch, server_class: type[LocalKinesis]
+) -> None:
+    """The parent-death signal follows the thread that forks: a server forked from one of
+    anyio's worker threads was SIGKILLed when that thread retired after 10 idle seconds."""
+    forked_on: list[int] = []
+    popen = subprocess.Popen
+
+    def recording(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        forked_on.append(threading.get_ident())
+        return popen(*args, **kwargs)
+
+    monkeypatch.setattr(local.subprocess, "Popen", recording)
+    async with server_class() as server:
+        assert server.running
+    assert forked_on == [threading.get_ident()]

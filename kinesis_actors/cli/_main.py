@@ -21,12 +21,14 @@ from typing import NoReturn
 import anyio
 
 from .. import errors
-from ..client import KinesisClient, RetrySettings, StreamRef, stream_params
+from ..client import KinesisClient, StreamRef, stream_params
 from ..consumer import StartingPosition
 from ..runtime import RestartIntensityExceeded
 from ._bench import run_bench
+from ._common import CONNECTION_HELP, PROBE_RETRY, UsageError, connection_flags, open_client
 from ._consumers import run_consumers
 from ._demo import DemoOptions, run_demo
+from ._leases import add_leases_parser, run_leases_command
 from ._local import run_local
 from ._put import INTERRUPT_FLUSH_TIMEOUT, run_put, standard_input
 from ._tail import run_tail
@@ -34,20 +36,6 @@ from ._tail import run_tail
 __all__ = ["main"]
 
 _PROG = "kinesis-actors"
-#: The first call of every command fails fast: a wrong endpoint should not take the library's
-#: patient DescribeStreamSummary retries (minutes) to be reported.
-_PROBE_RETRY = RetrySettings(max_retries=2, base=0.2, max=1.0)
-
-_CONNECTION_HELP = """\
-connection: --endpoint-url URL (default: AWS's endpoint for --region), --region (default
-  us-east-1), --no-verify (skip TLS verification, for the local server's self-signed
-  certificate). Credentials come from botocore's usual chain (AWS_ACCESS_KEY_ID and
-  AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ...); the local server accepts any, e.g. local/local.
-"""
-
-
-class UsageError(Exception):
-    """A user error the command line reports in one line (exit status 2)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -89,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
         "--output", type=Path, help="folder for the parquet output and the Spark checkpoint"
     )
     demo.add_argument("--no-spark", action="store_true", help="skip the Spark stage")
-    _connection_flags(demo)
+    connection_flags(demo)
 
     commands.add_parser(
         "local",
@@ -126,7 +114,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="examples:\n"
         "  seq 1000 | kinesis-actors put --stream orders\n"
         "  kinesis-actors put --stream orders --key customer-7 < events.jsonl\n\n"
-        + _CONNECTION_HELP,
+        + CONNECTION_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     put.add_argument(
@@ -141,7 +129,7 @@ def _parser() -> argparse.ArgumentParser:
     put.add_argument(
         "--no-aggregation", action="store_true", help="send one Kinesis record per line"
     )
-    _connection_flags(put)
+    connection_flags(put)
 
     tail = commands.add_parser(
         "tail",
@@ -162,7 +150,7 @@ def _parser() -> argparse.ArgumentParser:
         "  kinesis-actors tail --stream orders,payments --raw | grep ERROR\n"
         "  kinesis-actors tail --stream orders --from trim_horizon --raw | head -n 1\n"
         "  kinesis-actors tail --stream orders --mode efo "
-        "--endpoint-url https://127.0.0.1:PORT --no-verify\n\n" + _CONNECTION_HELP,
+        "--endpoint-url https://127.0.0.1:PORT --no-verify\n\n" + CONNECTION_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     tail.add_argument(
@@ -204,7 +192,7 @@ def _parser() -> argparse.ArgumentParser:
         help="efo: the consumer's name (default: kinesis-actors- and a hash of the stream "
         "names, the library's default)",
     )
-    _connection_flags(tail)
+    connection_flags(tail)
 
     consumers = commands.add_parser(
         "consumers",
@@ -221,22 +209,24 @@ def _parser() -> argparse.ArgumentParser:
         "list",
         help="print the stream's consumers as JSON",
         description='Prints a JSON array: [{"name", "arn", "status", "created" (ISO 8601)}].',
-        epilog=_CONNECTION_HELP,
+        epilog=CONNECTION_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     listing.add_argument("--stream", required=True, type=_stream, help="the stream (name or ARN)")
-    _connection_flags(listing)
+    connection_flags(listing)
     removal = actions.add_parser(
         "deregister",
         help="deregister one consumer and wait",
         description='Deregisters the consumer, waits until it is gone and prints {"deregistered":'
         ' NAME, "stream": STREAM}; exits 2 if the stream has no consumer of that name.',
-        epilog=_CONNECTION_HELP,
+        epilog=CONNECTION_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     removal.add_argument("--stream", required=True, type=_stream, help="the stream (name or ARN)")
     removal.add_argument("--name", required=True, help="the consumer's name")
-    _connection_flags(removal)
+    connection_flags(removal)
+
+    add_leases_parser(commands)
 
     # Listed here for the overview only: main() hands `bench ...` to the checkout's suite,
     # which owns its flags and its --help.
@@ -247,14 +237,6 @@ def _parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     return parser
-
-
-def _connection_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--endpoint-url", help="the Kinesis endpoint (default: AWS for --region)")
-    parser.add_argument("--region", default="us-east-1", help="AWS region (default us-east-1)")
-    parser.add_argument(
-        "--no-verify", action="store_true", help="do not verify TLS certificates (local servers)"
-    )
 
 
 def _positive_int(text: str) -> int:
@@ -313,25 +295,14 @@ async def _with_client(
     """Open a client, check quickly that the endpoint answers and the streams exist, run."""
     for stream in streams:  # an ARN of another region fails here, before any call
         StreamRef.parse(stream, option="--stream", region=args.region)
-    client = KinesisClient(
-        region=args.region, endpoint_url=args.endpoint_url, verify=not args.no_verify
+    client = await open_client(
+        KinesisClient(region=args.region, endpoint_url=args.endpoint_url, verify=not args.no_verify)
     )
-    try:
-        await client.__aenter__()
-    except errors.ConfigError as exc:
-        if str(exc).startswith("credentials"):
-            raise UsageError(
-                "no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
-                "(or AWS_PROFILE); for a local server any values do, e.g. local and local"
-            ) from exc
-        raise
     try:
         endpoint = client.endpoint_url
         for stream in streams:
             try:
-                await client.call(
-                    "DescribeStreamSummary", stream_params(stream), retry=_PROBE_RETRY
-                )
+                await client.call("DescribeStreamSummary", stream_params(stream), retry=PROBE_RETRY)
             except errors.ResourceNotFoundError:
                 raise UsageError(
                     f"stream {stream!r} not found at {endpoint} (region {args.region}); "
@@ -438,6 +409,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return anyio.run(run_demo, options)
     if args.command == "local":
         return run_local()
+    if args.command == "leases":
+        return anyio.run(run_leases_command, args)
     if args.command == "consumers":
         return anyio.run(
             partial(

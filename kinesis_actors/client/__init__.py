@@ -1,10 +1,13 @@
-"""The async Kinesis client: transport, signing, protocol, retries and typed errors.
+"""The async Kinesis and DynamoDB clients: transport, signing, protocol, retries, typed errors.
 
 * :class:`KinesisClient` - ``call(operation, params)`` for any Kinesis operation (JSON 1.1,
   SigV4, pooled HTTP/1.1 by default, HTTP/2 opt-in with ``ClientConfig.http2``), retried per
   :class:`RetryPolicy`; ``send(request)`` for a request built with the codec;
   ``async with client.subscribe_to_shard(...)`` yields a :class:`Subscription`, an async
   iterator of SubscribeToShard events; ``stats`` is a :class:`ClientStats`.
+* :class:`DynamoDBClient` - the same for DynamoDB (JSON 1.0; the lease table's I/O): ``call``
+  in boto3's low-level shapes, ``create_table`` / ``wait_for_table`` / ``delete_table``,
+  ``scan`` (every item, paginated); :data:`DYNAMODB_RETRY_SETTINGS` for its item operations.
 * :class:`ClientConfig`, :class:`RetrySettings`, :data:`DEFAULT_RETRY_SETTINGS` - settings;
   :func:`is_retryable` - the retry classification, for callers that own their retries.
 * :class:`ProtocolCodec` / :class:`EncodedRequest` - the sans-IO encoding and decoding the
@@ -19,16 +22,25 @@
 
 from ._client import ClientStats, KinesisClient
 from ._config import ClientConfig
+from ._dynamodb import DynamoDBClient
 from ._h2stream import H2Stream
 from ._protocol import EncodedRequest, ProtocolCodec
-from ._retry import DEFAULT_RETRY_SETTINGS, RetryPolicy, RetrySettings, is_retryable
+from ._retry import (
+    DEFAULT_RETRY_SETTINGS,
+    DYNAMODB_RETRY_SETTINGS,
+    RetryPolicy,
+    RetrySettings,
+    is_retryable,
+)
 from ._streams import StreamRef, stream_params
 from ._subscription import Subscription
 
 __all__ = [
     "DEFAULT_RETRY_SETTINGS",
+    "DYNAMODB_RETRY_SETTINGS",
     "ClientConfig",
     "ClientStats",
+    "DynamoDBClient",
     "EncodedRequest",
     "H2Stream",
     "KinesisClient",

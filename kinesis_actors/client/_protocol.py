@@ -1,12 +1,14 @@
-"""The Kinesis JSON 1.1 protocol, sans-IO: operations to request bodies, responses to results.
+"""The AWS JSON protocol, sans-IO: operations to request bodies, responses to results.
 
+One codec per service: Kinesis (JSON 1.1) and DynamoDB (JSON 1.0; the lease table).
 Serialization, validation and parsing are botocore's, driven by the service model botocore
-ships, so every operation of the service works with boto3's Python shapes (bytes for blobs,
-datetimes for timestamps). This module adds what the client needs around them: typed errors
-instead of error dicts, and UTC timestamps.
+ships, so every operation of the service works with boto3's low-level Python shapes (bytes for
+blobs, datetimes for timestamps, DynamoDB attribute values as ``{"N": "1"}``). This module adds
+what the client needs around them: typed errors instead of error dicts, and UTC timestamps.
 
-Every 2xx reply is checked before it is believed (lesson 29, ``_replies``): a body that is
-empty, not JSON or not an object, or lacks a field the library reads, raises
+Every 2xx reply is checked before it is believed (lesson 29, ``_replies`` and
+``_dynamodb_replies``): a body that is empty, not JSON or not an object, or lacks a field the
+library reads, or whose ``x-amz-crc32`` header (DynamoDB sends one) does not match it, raises
 :class:`~kinesis_actors.errors.MalformedReplyError`, never ``{}`` or a ``KeyError``.
 
 Hand-written paths, for the hot ones:
@@ -26,6 +28,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -35,8 +38,9 @@ import botocore.session
 from botocore import parsers, serialize, validate
 
 from .. import errors
+from ._dynamodb_replies import DYNAMODB_REPLIES
 from ._records import decode_get_records, decode_subscribe_event, utc_timestamp
-from ._replies import REPLIES, check_put_records, find_problem, load_reply, malformed
+from ._replies import REPLIES, Struct, check_put_records, find_problem, load_reply, malformed
 from ._streams import stream_params
 
 __all__ = ["JSON_ONLY_OUTPUTS", "EncodedRequest", "ProtocolCodec", "load_service_model"]
@@ -46,10 +50,17 @@ __all__ = ["JSON_ONLY_OUTPUTS", "EncodedRequest", "ProtocolCodec", "load_service
 JSON_ONLY_OUTPUTS = frozenset({"PutRecords"})
 
 
+#: Per service (signing name), the fields the library reads from each operation's reply.
+_SERVICE_REPLIES: Mapping[str, Mapping[str, Struct]] = {
+    "kinesis": REPLIES,
+    "dynamodb": DYNAMODB_REPLIES,
+}
+
+
 @functools.cache
-def load_service_model() -> Any:
-    """The Kinesis service model that botocore ships (about 0.2 s to load; loaded once)."""
-    return botocore.session.get_session().get_service_model("kinesis")
+def load_service_model(service: str = "kinesis") -> Any:
+    """A service model that botocore ships (about 0.2 s to load; loaded once per service)."""
+    return botocore.session.get_session().get_service_model(service)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +78,17 @@ class EncodedRequest:
 
 
 class ProtocolCodec:
-    """Encodes requests and decodes responses for every operation of the service model."""
+    """Encodes requests and decodes responses for every operation of the service model.
 
-    def __init__(self, service_model: Any | None = None) -> None:
-        self._model = service_model if service_model is not None else load_service_model()
+    ``service`` is the botocore service name (``"kinesis"``, ``"dynamodb"``), used when no
+    ``service_model`` is given.
+    """
+
+    def __init__(self, service_model: Any | None = None, *, service: str = "kinesis") -> None:
+        self._model = service_model if service_model is not None else load_service_model(service)
+        self.service: str = self._model.signing_name
+        self._kinesis = self.service == "kinesis"
+        self._replies = _SERVICE_REPLIES.get(self.service, {})
         self._serializer = serialize.create_serializer("json", include_validation=False)
         self._validator = validate.ParamValidator()
         self._parser = parsers.JSONParser(timestamp_parser=utc_timestamp)
@@ -84,7 +102,8 @@ class ProtocolCodec:
     def operation_model(self, operation: str) -> Any:
         if operation not in self._operation_names:
             raise errors.ValidationError(
-                f"unknown Kinesis operation {operation!r}; expected one of "
+                f"unknown {self._model.metadata.get('serviceId', self.service)} operation "
+                f"{operation!r}; expected one of "
                 f"{', '.join(sorted(self._operation_names))}",
                 operation=operation,
             )
@@ -107,7 +126,7 @@ class ProtocolCodec:
         body = request["body"]
         if isinstance(body, str):
             body = body.encode("utf-8")
-        count = len(params["Records"]) if operation == "PutRecords" else None
+        count = len(params["Records"]) if self._kinesis and operation == "PutRecords" else None
         return EncodedRequest(operation, dict(request["headers"]), body, count)
 
     def encode_put_records(
@@ -152,13 +171,25 @@ class ProtocolCodec:
         :class:`~kinesis_actors.errors.MalformedReplyError` (see ``_replies``);
         ``record_count`` is the PutRecords request's, to match its results against.
         """
+        checksum = headers.get("x-amz-crc32")
+        if (
+            checksum is not None
+            # The checksum is of the bytes sent: a body httpx decompressed is not them.
+            and headers.get("content-encoding", "identity") == "identity"
+            and checksum != str(zlib.crc32(body))
+        ):
+            # A reply damaged on the way (botocore retries these too); an error's body is
+            # not believed either, or a damaged ConditionalCheckFailed could read as another.
+            raise malformed(
+                operation, status_code, f"the body does not match its x-amz-crc32 ({checksum})"
+            )
         if status_code >= 300:
             raise self.decode_error(operation, status_code, headers, body)
         output = self.operation_model(operation).output_shape
         document = load_reply(operation, status_code, body, empty_ok=output is None)
-        if operation == "GetRecords":
+        if self._kinesis and operation == "GetRecords":
             return decode_get_records(document, status_code)
-        spec = REPLIES.get(operation)
+        spec = self._replies.get(operation)
         if spec is not None:
             problem = find_problem(spec, document, "")
         else:
@@ -174,7 +205,7 @@ class ProtocolCodec:
                 if output is not None
                 else None
             )
-        if problem is None and operation == "PutRecords":
+        if problem is None and self._kinesis and operation == "PutRecords":
             problem = check_put_records(document, record_count)
         if problem is not None:
             raise malformed(operation, status_code, problem)
@@ -207,7 +238,31 @@ class ProtocolCodec:
             )
         if not message:
             message = body[:200].decode("utf-8", "replace") or f"HTTP {status_code}"
-        return errors.error_from_code(code, message, operation=operation, status_code=status_code)
+        error = errors.error_from_code(code, message, operation=operation, status_code=status_code)
+        if isinstance(error, errors.ConditionalCheckFailedError) and isinstance(document, dict):
+            error.item = self._failed_item(document, status_code, headers, body)
+        return error
+
+    def _failed_item(
+        self,
+        document: dict[str, Any],
+        status_code: int,
+        headers: Mapping[str, str],
+        body: bytes,
+    ) -> dict[str, Any] | None:
+        """The item a ConditionalCheckFailedException carries (with
+        ``ReturnValuesOnConditionCheckFailure``), parsed by botocore as boto3 gives it."""
+        if not isinstance(document.get("Item"), dict):
+            return None
+        try:
+            shape = self._model.shape_for("ConditionalCheckFailedException")
+            parsed = self._parser.parse(
+                {"status_code": status_code, "headers": dict(headers), "body": body}, shape
+            )
+        except Exception:  # a malformed extra never hides the error itself
+            return None
+        item = parsed.get("Item")
+        return item if isinstance(item, dict) else None
 
     def event_stream_shape(self, operation: str) -> Any:
         """The event-stream union shape of a streaming operation (SubscribeToShard)."""

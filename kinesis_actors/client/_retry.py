@@ -19,7 +19,13 @@ from dataclasses import dataclass, field
 from .. import errors
 from .._validate import check_non_negative, check_positive
 
-__all__ = ["DEFAULT_RETRY_SETTINGS", "RetryPolicy", "RetrySettings", "is_retryable"]
+__all__ = [
+    "DEFAULT_RETRY_SETTINGS",
+    "DYNAMODB_RETRY_SETTINGS",
+    "RetryPolicy",
+    "RetrySettings",
+    "is_retryable",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +79,35 @@ DEFAULT_RETRY_SETTINGS: Mapping[str, RetrySettings] = {
 }
 
 
+#: DynamoDB's item operations: many quick retries, as the AWS SDKs do for DynamoDB (their
+#: base delay is 25 ms against 100 ms for other services), so that a lease renewal that meets
+#: a throttle or a reset connection still lands well inside a failover time of seconds (the
+#: ceilings double from 25 ms and cap at 1 s: at most 3.6 s over the 8 retries). Table
+#: operations (CreateTable, DescribeTable, ...) use the policy's ``default``.
+_ITEM_RETRIES = RetrySettings(8, 0.025, 1.0, 2.0)
+DYNAMODB_RETRY_SETTINGS: Mapping[str, RetrySettings] = dict.fromkeys(
+    (
+        "GetItem",
+        "PutItem",
+        "UpdateItem",
+        "DeleteItem",
+        "Query",
+        "Scan",
+        "BatchGetItem",
+        "BatchWriteItem",
+        "TransactGetItems",
+        "TransactWriteItems",
+    ),
+    _ITEM_RETRIES,
+)
+
+#: The defaults per service, by the service's signing name.
+_SERVICE_DEFAULTS: Mapping[str, Mapping[str, RetrySettings]] = {
+    "kinesis": DEFAULT_RETRY_SETTINGS,
+    "dynamodb": DYNAMODB_RETRY_SETTINGS,
+}
+
+
 def is_retryable(error: BaseException) -> bool:
     """Whether another attempt of the same request could succeed.
 
@@ -91,8 +126,8 @@ def is_retryable(error: BaseException) -> bool:
 class RetryPolicy:
     """Per-operation retry settings plus the random source for jitter.
 
-    ``overrides`` replace the defaults for the operations they name; ``default`` applies to
-    operations named nowhere.
+    ``overrides`` replace the defaults for the operations they name, in whichever service's
+    client uses the policy; ``default`` applies to operations named nowhere.
     """
 
     overrides: Mapping[str, RetrySettings] = field(default_factory=dict)
@@ -113,12 +148,12 @@ class RetryPolicy:
         if not callable(self.random):
             raise errors.ConfigError("RetryPolicy.random must be a callable returning [0, 1)")
 
-    def settings_for(self, operation: str) -> RetrySettings:
-        """The settings that apply to ``operation``."""
+    def settings_for(self, operation: str, service: str = "kinesis") -> RetrySettings:
+        """The settings that apply to ``operation`` of ``service`` (a signing name)."""
         found = self.overrides.get(operation)
         if found is not None:
             return found
-        return DEFAULT_RETRY_SETTINGS.get(operation, self.default)
+        return _SERVICE_DEFAULTS.get(service, {}).get(operation, self.default)
 
     def next_delay(
         self,
@@ -127,6 +162,7 @@ class RetryPolicy:
         retry: int,
         *,
         settings: RetrySettings | None = None,
+        service: str = "kinesis",
     ) -> float | None:
         """Seconds to wait before retry number ``retry`` (0-based), or None to give up.
 
@@ -137,7 +173,7 @@ class RetryPolicy:
         if not is_retryable(error):
             return None
         if settings is None:
-            settings = self.settings_for(operation)
+            settings = self.settings_for(operation, service)
         if retry >= settings.max_retries:
             return None
         return self.random() * settings.ceiling(retry)

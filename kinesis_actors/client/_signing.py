@@ -60,14 +60,15 @@ def resolve_credentials(credentials: Credentials) -> Any:
 
 
 class Signer:
-    """Signs requests with SigV4 for the ``kinesis`` service in one region."""
+    """Signs requests with SigV4 for one service (``kinesis``, ``dynamodb``) in one region."""
 
-    def __init__(self, credentials: Any, region: str) -> None:
+    def __init__(self, credentials: Any, region: str, service: str = "kinesis") -> None:
         self._credentials = credentials
         self._region = region
+        self._service = service
 
     def __repr__(self) -> str:
-        return f"Signer(service='kinesis', region={self._region!r})"
+        return f"Signer(service={self._service!r}, region={self._region!r})"
 
     def needs_refresh(self) -> bool:
         """Whether reading the credentials now may block on a refresh."""
@@ -82,5 +83,5 @@ class Signer:
         """The headers to send: ``headers`` plus the date, token and Authorization."""
         frozen = self._credentials.get_frozen_credentials()
         request = AWSRequest(method="POST", url=url, data=body, headers=dict(headers))
-        SigV4Auth(frozen, "kinesis", self._region).add_auth(request)
+        SigV4Auth(frozen, self._service, self._region).add_auth(request)
         return dict(request.headers.items())

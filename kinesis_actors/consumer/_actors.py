@@ -69,6 +69,8 @@ class ReaderActor(Actor[None]):
                         return
                 await pipeline.let_go.wait()
                 return
+            if pipeline.dropped:
+                return  # the shard's lease was lost: another worker reads it now
             # Cancelled by a rewind (an outer cancellation does not get here): read again.
 
     async def _read_to_end(self, pipeline: ShardPipeline) -> None:

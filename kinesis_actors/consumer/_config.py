@@ -7,10 +7,12 @@ Everything is validated on construction (or, for what depends on the stream name
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
 
 from .._validate import (
     check_choice,
@@ -21,6 +23,9 @@ from .._validate import (
 )
 from ..client import StreamRef
 from ..errors import ConfigError
+
+if TYPE_CHECKING:  # the leases package builds on the consumer: no import cycle at run time
+    from ..leases import LeaseConfig
 
 __all__ = ["MAX_RECORDS_PER_CALL", "ConsumerConfig", "StartingPosition"]
 
@@ -36,6 +41,10 @@ _TYPES = (
 )
 #: How far in the future an AT_TIMESTAMP may be before it is refused (clock skew allowance).
 _FUTURE_TOLERANCE = timedelta(seconds=5)
+#: DynamoDB's rule for table names: 3-255 of these characters.
+_TABLE_NAME = re.compile(r"[a-zA-Z0-9_.-]{3,255}")
+#: A worker id is the lease's owner attribute: any string, bounded so that an item stays small.
+_WORKER_ID_MAX = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,12 +172,20 @@ class ConsumerConfig:
     - EFO: ``efo_watchdog_timeout`` (seconds without an event, while asking, before a
       resubscription), ``efo_subscription_lifetime`` (renew a subscription after this long;
       the service ends them after 5 minutes), ``deregister_on_close`` (None: only ``lazy``
-      with ``worker_count == 1`` deregisters on a clean close), ``registration_timeout``
-      (registering / waiting for ACTIVE at open), ``efo_starvation_warning`` (seconds of
-      nothing but ResourceInUse before a warning and the shard's state ``starved``).
+      with ``worker_count == 1`` and no lease table deregisters on a clean close),
+      ``registration_timeout`` (registering / waiting for ACTIVE at open),
+      ``efo_starvation_warning`` (seconds of nothing but ResourceInUse before a warning and
+      the shard's state ``starved``).
     - ``poison_records``: a malformed record from the server is a ``PoisonRecordError``
       naming it (``"fail"``, the default: nothing is skipped) or is skipped, counted and
       logged (``"skip"``); see ``docs/consumer.md``.
+    - ``lease_table``: share the streams' shards with other workers through this DynamoDB
+      table (the KCL's lease format) instead of ``worker_index`` / ``worker_count``; commits
+      become the leases' checkpoints, so ``positions`` does not apply. ``worker_id`` names this
+      worker in the table (None: host, process id and a random suffix, unique per process);
+      ``dynamodb_endpoint_url`` is DynamoDB's endpoint (None: the region's);
+      ``leases`` tunes the protocol (failover time, intervals, creating the table). See
+      ``docs/leases.md``.
     """
 
     mode: Mode = "polling"
@@ -196,6 +213,10 @@ class ConsumerConfig:
     registration_timeout: float = 120.0
     efo_starvation_warning: float = 30.0
     poison_records: PoisonPolicy = "fail"
+    lease_table: str | None = None
+    worker_id: str | None = None
+    dynamodb_endpoint_url: str | None = None
+    leases: LeaseConfig | None = None
 
     def __post_init__(self) -> None:
         check_choice("ConsumerConfig.mode", self.mode, ("polling", "efo"))
@@ -299,6 +320,51 @@ class ConsumerConfig:
                 "ConsumerConfig.restart_intensity must be (max_restarts >= 0, period > 0), "
                 f"got {intensity!r}"
             )
+        self._check_leases()
+
+    def _check_leases(self) -> None:
+        """The lease-table options: well-formed, and not mixed with what they replace."""
+        table = self.lease_table
+        if table is not None and (not isinstance(table, str) or not _TABLE_NAME.fullmatch(table)):
+            raise ConfigError(
+                "ConsumerConfig.lease_table must be None or a DynamoDB table name (3 to 255 "
+                f"letters, digits, '_', '-' or '.'), got {table!r}"
+            )
+        worker = self.worker_id
+        if worker is not None and (
+            not isinstance(worker, str) or not worker.strip() or len(worker) > _WORKER_ID_MAX
+        ):
+            raise ConfigError(
+                f"ConsumerConfig.worker_id must be None or a non-blank string of at most "
+                f"{_WORKER_ID_MAX} characters, got {worker!r}"
+            )
+        url = self.dynamodb_endpoint_url
+        if url is not None:
+            parts = urlsplit(url) if isinstance(url, str) else None
+            if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ConfigError(
+                    "ConsumerConfig.dynamodb_endpoint_url must be None or an http:// or "
+                    f"https:// URL, got {url!r}"
+                )
+        if self.leases is not None:
+            from ..leases import LeaseConfig  # noqa: PLC0415 - leases may build on the consumer
+
+            check_type("ConsumerConfig.leases", self.leases, LeaseConfig, "a LeaseConfig")
+        if table is not None:
+            if self.worker_count != 1 or self.worker_index != 0:
+                raise ConfigError(
+                    "ConsumerConfig.lease_table replaces worker_index / worker_count: leave "
+                    f"them at 0 / 1 (got {self.worker_index} / {self.worker_count})"
+                )
+            if self.positions is not None:
+                raise ConfigError(
+                    "ConsumerConfig.lease_table keeps checkpoints in the table: "
+                    "ConsumerConfig.positions must be None with it"
+                )
+            return
+        for name in ("worker_id", "dynamodb_endpoint_url", "leases"):
+            if getattr(self, name) is not None:
+                raise ConfigError(f"ConsumerConfig.{name} needs ConsumerConfig.lease_table")
 
 
 def stream_names(streams: Any, region: str | None = None) -> dict[str, str]:

@@ -2,12 +2,12 @@
 
 Shape (all in one task group, opened with the consumer):
 
-* discovery: one paginated ListShards per stream per round, every
-  ``shard_discovery_interval`` seconds (±20 % jitter), and early when a shard ends with
-  children not seen yet;
-* a scheduler that starts a shard's pipeline and reader once the shard is assigned to this
-  worker and its parents are released (``_shards``);
-* a supervisor of reader actors, one per shard (``_actors.ReaderActor``);
+* from :class:`~._scheduler.ShardScheduler`, its base: discovery, a scheduler that starts a
+  shard's pipeline and reader once the shard is this worker's and its parents are released
+  (``_shards``), a supervisor of reader actors, one per shard (``_actors.ReaderActor``), and
+  with ``lease_table`` the lease membership (``_membership``): shards are this worker's while
+  it holds their leases, commits become the leases' checkpoints, a lost lease stops its shard
+  at once, and a clean close hands every lease over;
 * either the async iterator, which takes batches in arrival order across shards, or
   :meth:`Consumer.run`, a supervisor of one processor actor per shard.
 
@@ -17,51 +17,49 @@ protocol), so memory is O(shards x prefetch_batches) and one slow shard stalls o
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import random
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import anyio
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskGroup
 
 from .. import errors
 from .._validate import check_type
 from ..client import KinesisClient
 from ..errors import ConfigError
-from ..runtime import RestartIntensityExceeded, Supervisor, raise_as_itself, unwrap_sole
+from ..runtime import RestartIntensityExceeded, raise_as_itself, unwrap_sole
 from ._actors import Handler
 from ._batch import RecordBatch
-from ._config import ConsumerConfig, StartingPosition, stream_names
-from ._discovery import DiscoveryFailures, list_shards
-from ._efo import EfoReader, EfoSettings
+from ._config import ConsumerConfig, stream_names
 from ._identity import StreamIdentity, open_identities, parse_identities
-from ._pacing import PacingSettings, ReadPacer
 from ._pipeline import ShardPipeline
-from ._positions import SavedShard, ShardKey, encode_positions, parse_positions
-from ._reader import PollingReader, ShardReader
+from ._positions import encode_positions
 from ._registration import (
     check_efo_endpoint,
     deregister_consumers,
     deregisters_on_close,
     resolve_consumer_arns,
 )
-from ._shards import ShardGraph, ShardInfo
-from ._supervision import last_failure, processor_spec, reader_spec, shard_supervisor
+from ._scheduler import ShardScheduler
+from ._supervision import last_failure, processor_spec, shard_supervisor
+
+if TYPE_CHECKING:
+    from ..leases import LeaseStats
 
 __all__ = ["Consumer"]
 
 log = logging.getLogger("kinesis_actors.consumer")
 
-_JITTER = 0.2
 _DEREGISTER_TIMEOUT = 10.0
 
 
-class Consumer:
+class Consumer(ShardScheduler):
     """Reads one or more streams shard by shard; an async context manager and iterator.
 
     ``async for batch in consumer`` yields :class:`RecordBatch` es in arrival order across
@@ -79,46 +77,16 @@ class Consumer:
         check_type("client", client, KinesisClient, "a KinesisClient")
         config = ConsumerConfig() if config is None else config
         check_type("config", config, ConsumerConfig, "a ConsumerConfig")
-        self._client = client
         # name → as given (an ARN for another account's stream): keyed by name throughout.
-        self._streams = stream_names(streams, client.region)
-        self._config = config
+        super().__init__(client, stream_names(streams, client.region), config)
         positions = config.positions
-        self._saved: dict[ShardKey, SavedShard] = (
-            parse_positions(positions, self._streams) if positions is not None else {}
-        )
         self._saved_ids = parse_identities(positions, self._streams) if positions else {}
         self._identities: dict[str, StreamIdentity] = {}
-        self._graph = ShardGraph(config.worker_index, config.worker_count)
-        self._pacing = PacingSettings(
-            max_calls_per_second=config.max_calls_per_second,
-            max_bytes_per_second=config.max_bytes_per_second,
-            idle_initial=config.idle_backoff_initial,
-            idle_max=config.idle_backoff_max,
-            throttle_initial=config.throttle_backoff_initial,
-            throttle_max=config.throttle_backoff_max,
-        )
-        self._pipelines: dict[ShardKey, ShardPipeline] = {}
-        self._initial: set[ShardKey] | None = None
         self._arrivals: deque[ShardPipeline] = deque()  # one entry per buffered batch
-        self._mode: str | None = None
         self._failure: BaseException | None = None
         self._state = "new"
-        self._opened_at = datetime.now(UTC)
-        self._list_calls = 0
-        self._discoveries = 0
-        self._discovery_failures = DiscoveryFailures()
-        self._readers: Supervisor | None = None
-        self._processors: Supervisor | None = None
-        self._processing: set[ShardKey] = set()
         self._stack: AsyncExitStack | None = None
         self._tg: TaskGroup | None = None
-        self._consumer_arns: dict[str, str] = {}
-        self._efo = EfoSettings(
-            watchdog_timeout=config.efo_watchdog_timeout,
-            subscription_lifetime=config.efo_subscription_lifetime,
-            starvation_warning=config.efo_starvation_warning,
-        )
 
     @property
     def streams(self) -> list[str]:
@@ -149,17 +117,24 @@ class Consumer:
                     self._client, self._streams, config
                 )
         self._opened_at = datetime.now(UTC)
-        # Before the task group: a failure here is the cause itself, not an ExceptionGroup.
-        await self._discover()
         stack = AsyncExitStack()
         self._stack = stack
         await stack.__aenter__()
         try:
+            # Before the task group: a failure here is the cause itself, not an ExceptionGroup
+            # (a lease table of another schema, a worker id in use, a stream that is gone).
+            if self._group is not None:
+                await self._group.open(stack)
+                # Runs after the task group has stopped every reader (the stack is LIFO).
+                stack.push_async_callback(self._hand_over)
+            await self._discover()
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             await self._tg.start(self._supervise_readers)
             await self._schedule()
             self._tg.start_soon(self._discovery_loop)
             self._tg.start_soon(self._scheduler_loop)
+            if self._group is not None:
+                self._tg.start_soon(self._lease_events, self._group)
         except BaseException as exc:
             if self._tg is not None:
                 self._tg.cancel_scope.cancel()
@@ -215,158 +190,6 @@ class Consumer:
             self._failure = error
         self._done.set()
         self._arrived.set()
-
-    # -- the background tasks ---------------------------------------------------------------
-
-    async def _supervise_readers(self, *, task_status: TaskStatus[None]) -> None:
-        try:
-            async with shard_supervisor("readers", self._config.restart_intensity) as supervisor:
-                self._readers = supervisor
-                task_status.started()
-                await anyio.sleep_forever()
-        except RestartIntensityExceeded as exc:
-            self._fail(exc)
-
-    async def _discovery_loop(self) -> None:
-        """Periodic discovery; failed rounds follow ``DiscoveryFailures`` (``_discovery``).
-        A stream that is gone fails the consumer at once."""
-        interval = self._config.shard_discovery_interval
-        while True:
-            delay = interval * random.uniform(1 - _JITTER, 1 + _JITTER)
-            with anyio.move_on_after(delay):
-                await self._rediscover.wait()
-            self._rediscover = anyio.Event()
-            try:
-                await self._discover()
-            except errors.ResourceNotFoundError as exc:
-                self._fail(exc)
-                return
-            except errors.KinesisError as exc:
-                if self._discovery_failures.failed():
-                    self._fail(exc)
-                    return
-                streak = self._discovery_failures.streak
-                log.warning("shard discovery failed (%d in a row), retrying: %s", streak, exc)
-                continue
-            except Exception as exc:  # a bug must not cancel the user's code: report it
-                self._fail(exc)
-                return
-            self._discovery_failures.succeeded()
-            self._reschedule.set()
-
-    async def _scheduler_loop(self) -> None:
-        while True:
-            await self._reschedule.wait()
-            self._reschedule = anyio.Event()
-            try:
-                await self._schedule()
-            except Exception as exc:  # as above: into the iterator or run(), not the task group
-                self._fail(exc)
-                return
-
-    async def _discover(self) -> None:
-        page_size = self._config.list_shards_page_size
-        for stream in self._streams:
-            shards, calls = await list_shards(self._client, self._streams[stream], page_size)
-            self._list_calls += calls
-            self._graph.update(stream, shards)
-        self._discoveries += 1
-        if self._initial is None:
-            self._initial = {shard.key for shard in self._graph.shards()}
-        # Shards no longer listed have expired: they count as finished, and leave positions.
-        for key in [key for key in self._saved if not self._graph.listed(key)]:
-            del self._saved[key]
-        for key, pipeline in list(self._pipelines.items()):
-            if pipeline.finished and not self._graph.listed(key):
-                del self._pipelines[key]
-
-    async def _schedule(self) -> None:
-        for shard in self._graph.shards():
-            if shard.key in self._pipelines or not self._graph.ready(shard, self._released):
-                continue
-            await self._start_shard(shard)
-        if self._mode == "run":
-            for pipeline in list(self._pipelines.values()):
-                await self._start_processor(pipeline)
-
-    def _released(self, key: ShardKey) -> bool:
-        pipeline = self._pipelines.get(key)
-        if pipeline is not None:
-            return pipeline.released
-        saved = self._saved.get(key)
-        return saved is not None and saved.finished
-
-    def _start_for(self, shard: ShardInfo) -> StartingPosition:
-        """Where a shard with no saved position starts (see docs/consumer.md)."""
-        if (
-            self._initial is None
-            or shard.key not in self._initial
-            or self._config.positions is not None
-        ):
-            return StartingPosition.trim_horizon()  # new since we started (or since the save)
-        start = self._config.start
-        if start.type == "LATEST" and self._graph.has_parents(shard):
-            # Read only after its parents: "latest" must still mean "from when we opened".
-            return StartingPosition("AT_TIMESTAMP", timestamp=self._opened_at)
-        return start
-
-    async def _start_shard(self, shard: ShardInfo) -> None:
-        key = shard.key
-        saved = self._saved.get(key) or SavedShard(start=self._start_for(shard))
-        pipeline = ShardPipeline(
-            key,
-            saved,
-            self._config.prefetch_batches,
-            on_change=self._reschedule_soon,
-            on_arrival=self._arrival,
-            origin=self,
-        )
-        pipeline.run_mode = self._mode == "run"
-        if self._mode == "iterate":
-            pipeline.let_go.set()
-        self._pipelines[key] = pipeline
-        log.debug("starting %s/%s from %s", shard.stream, shard.shard_id, saved)
-        if pipeline.end_reached:
-            self._reschedule_soon()
-            return
-        supervisor = self._readers
-        if supervisor is None:
-            raise RuntimeError("the readers' supervisor is not running")
-        spec = reader_spec(pipeline, self._make_reader, self._fail, self._config.mode)
-        await supervisor.start_child(spec)
-
-    def _make_reader(self, pipeline: ShardPipeline, start: StartingPosition) -> ShardReader:
-        if self._config.mode == "efo":
-            return EfoReader(
-                self._client,
-                self._streams[pipeline.stream],
-                pipeline.shard_id,
-                self._consumer_arns[pipeline.stream],
-                start,
-                metrics=pipeline.metrics,
-                settings=self._efo,
-                closed=lambda: getattr(self._graph.get(pipeline.key), "closed", False),
-                poison=self._config.poison_records,
-            )
-        return PollingReader(
-            self._client,
-            self._streams[pipeline.stream],
-            pipeline.shard_id,
-            start,
-            pacer=ReadPacer(self._pacing),
-            metrics=pipeline.metrics,
-            limit=self._config.max_records_per_call,
-            poison=self._config.poison_records,
-        )
-
-    def _reschedule_soon(self) -> None:
-        self._reschedule.set()
-        for pipeline in self._pipelines.values():
-            if pipeline.end_reached and any(
-                not self._graph.listed((pipeline.stream, child)) for child in pipeline.children
-            ):
-                self._rediscover.set()  # children we have not listed yet: look now
-                break
 
     def _arrival(self, pipeline: ShardPipeline) -> None:
         if self._mode != "run":
@@ -455,15 +278,32 @@ class Consumer:
     # -- positions --------------------------------------------------------------------------
 
     def commit(self, batch: RecordBatch) -> None:
-        """Mark everything up to the end of ``batch`` (in its shard) as processed."""
+        """Mark everything up to the end of ``batch`` (in its shard) as processed.
+
+        With a lease table this is also the lease's checkpoint (written with its next
+        renewal). A batch of a shard whose lease was lost since it was read is not committed
+        and is no error: the shard's new owner delivers its records again.
+        """
         check_type("batch", batch, RecordBatch, "a RecordBatch from this consumer")
-        pipeline = self._pipelines.get((batch.stream, batch.shard_id))
-        if pipeline is None or batch.origin is not self:
+        key = (batch.stream, batch.shard_id)
+        pipeline = self._pipelines.get(key)
+        group = self._group
+        if batch.origin is not self or (pipeline is None and group is None):
             raise errors.ValidationError(
                 f"commit() takes only this consumer's batches; {batch!r} was read by "
                 f"{'another consumer' if batch.origin is not None else 'no consumer'}"
             )
-        pipeline.commit(batch.last_position)
+        position = batch.last_position
+        if pipeline is None or (group is not None and not pipeline.delivered_through(position)):
+            # Read under a lease lost since (a pipeline of a re-taken lease has not delivered
+            # it): the new owner delivers these records again.
+            if group is not None:
+                group.stale_commits += 1
+            log.debug("%s/%s: commit after the lease was lost, ignored", *key)
+            return
+        pipeline.commit(position)
+        if group is not None:
+            group.note(key, position)
 
     def positions(self) -> dict[str, Any]:
         """Every shard's committed position or ``finished`` flag, as JSON-serializable data.
@@ -481,6 +321,16 @@ class Consumer:
         return {shard.key: shard.parents for shard in self._graph.shards()}
 
     @property
+    def worker_id(self) -> str | None:
+        """This worker's id in the lease table (None without ``lease_table``)."""
+        return None if self._group is None else self._group.worker_id
+
+    @property
+    def leases(self) -> LeaseStats | None:
+        """The lease protocol's statistics now (None without ``lease_table`` or before open)."""
+        return None if self._group is None else self._group.snapshot()
+
+    @property
     def consumer_arns(self) -> dict[str, str]:
         """EFO: the consumer ARN used per stream (empty when polling)."""
         return dict(self._consumer_arns)
@@ -493,8 +343,10 @@ class Consumer:
             pipeline.metrics.buffer_depth = len(pipeline.buffer)
             shard = shards[f"{stream}/{shard_id}"] = pipeline.metrics.to_dict()
             shard["backpressured_seconds"] = pipeline.backpressured_seconds()
+        leases = self.leases
         return {
             "shards": shards,
+            "leases": None if leases is None else dataclasses.asdict(leases),
             "discoveries": self._discoveries,
             "list_shards_calls": self._list_calls,
             "discovery_failures": self._discovery_failures.total,

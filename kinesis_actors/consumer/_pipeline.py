@@ -59,6 +59,8 @@ class ShardPipeline:
         self.run_mode = False
         self.generation = 0
         self.reader_scope: anyio.CancelScope | None = None
+        self.dropped = False
+        """Set by :meth:`drop`: the lease is lost, the reader returns for good."""
         self.backpressured_since: float | None = None
         """When the reader began waiting for a credit (None: it is not waiting)."""
         self.let_go = anyio.Event()
@@ -181,6 +183,29 @@ class ShardPipeline:
         self.metrics.state = "reading"
         if self.reader_scope is not None:
             self.reader_scope.cancel()
+
+    def drop(self) -> int:
+        """The shard's lease was lost: stop here for good and drop what was not taken.
+
+        The new owner reads the dropped batches again from the lease's last checkpoint
+        (at-least-once). A read in flight is ignored when it lands (a new generation), and a
+        taker meets the end of the buffer. Returns how many batches were dropped.
+        """
+        self.generation += 1
+        self.dropped = True
+        dropped = len(self.buffer)
+        self.buffer.close()
+        self.buffer.purge()
+        self.metrics.state = "lost"
+        self.let_go.set()
+        if self.reader_scope is not None:
+            self.reader_scope.cancel()  # its actor sees ``dropped`` and returns
+        return dropped
+
+    def delivered_through(self, position: Position) -> bool:
+        """Whether this pipeline delivered ``position`` (a commit of a batch it never delivered,
+        read under an earlier lease of the same shard, must not move it)."""
+        return self.delivered is not None and order(position) <= order(self.delivered)
 
     # -- state ------------------------------------------------------------------------------
 

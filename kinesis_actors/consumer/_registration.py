@@ -240,7 +240,8 @@ def deregisters_on_close(config: ConsumerConfig) -> bool:
     if config.deregister_on_close is not None:
         return config.deregister_on_close
     # With several workers, one worker's close must not pull the consumer from the others.
-    return config.registration == "lazy" and config.worker_count == 1
+    # A lease table means a group: the others are still reading through the same consumer.
+    return config.registration == "lazy" and config.worker_count == 1 and config.lease_table is None
 
 
 async def resolve_consumer_arns(

@@ -1,9 +1,12 @@
-"""Shards as the consumer sees them: lineage, static assignment to workers, the parent gate.
+"""Shards as the consumer sees them: lineage, assignment to workers, the parent gate.
 
 Sans-IO. :class:`ShardGraph` holds the latest ListShards answer per stream and answers two
-questions: which shards belong to this worker, and which of them may be read now.
+questions: which shards belong to this worker, and which of them may be read now. *Who owns
+a shard* is a seam, an :class:`Assignment`: :class:`StaticAssignment` (below) without a lease
+table, the held leases with one (``_group``), where the lease coordinator hands a shard over
+only once its parents' leases reached SHARD_END, so the gate is the table's, across workers.
 
-**Assignment.** A shard belongs to worker ``md5("{stream}/{shard_id}") mod worker_count``.
+**Static assignment.** A shard belongs to worker ``md5("{stream}/{shard_id}") mod worker_count``.
 It depends on nothing but the shard's own name, so every worker computes the same answer at
 any time, across restarts and resharding, with no coordination: no shard is read by two
 workers and none by no worker.
@@ -22,11 +25,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ._positions import ShardKey
 
-__all__ = ["ShardGraph", "ShardInfo", "owner"]
+__all__ = ["Assignment", "ShardGraph", "ShardInfo", "StaticAssignment", "owner"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,14 +63,44 @@ def owner(stream: str, shard_id: str, worker_count: int) -> int:
     return int.from_bytes(digest[:8], "big") % worker_count
 
 
+class Assignment(Protocol):
+    """Who reads which shard: this worker reads the shards it ``owns``.
+
+    ``gates_parents`` says whether the graph must hold a child back until this worker has
+    released its parents (static assignment), or whoever hands shards over has already
+    checked that the parents finished (leases).
+    """
+
+    @property
+    def gates_parents(self) -> bool: ...
+
+    def owns(self, key: ShardKey) -> bool: ...
+
+
+class StaticAssignment:
+    """Worker ``index`` of ``count`` owns the shards :func:`owner` maps to it (no table)."""
+
+    gates_parents = True
+
+    def __init__(self, index: int = 0, count: int = 1) -> None:
+        if not 0 <= index < count:
+            raise ValueError(f"worker_index {index} not in [0, {count})")
+        self.index = index
+        self.count = count
+
+    def owns(self, key: ShardKey) -> bool:
+        return self.count == 1 or owner(key[0], key[1], self.count) == self.index
+
+
 class ShardGraph:
     """The known shards of every stream, and the gate between parents and children."""
 
-    def __init__(self, worker_index: int = 0, worker_count: int = 1) -> None:
-        if not 0 <= worker_index < worker_count:
-            raise ValueError(f"worker_index {worker_index} not in [0, {worker_count})")
-        self.worker_index = worker_index
-        self.worker_count = worker_count
+    def __init__(
+        self, worker_index: int = 0, worker_count: int = 1, *, assignment: Assignment | None = None
+    ) -> None:
+        self.assignment: Assignment = (
+            StaticAssignment(worker_index, worker_count) if assignment is None else assignment
+        )
         self._streams: dict[str, dict[str, ShardInfo]] = {}
 
     def update(self, stream: str, shards: Iterable[ShardInfo]) -> None:
@@ -81,7 +114,13 @@ class ShardGraph:
         return self._streams.get(key[0], {}).get(key[1])
 
     def assigned(self, key: ShardKey) -> bool:
-        return owner(key[0], key[1], self.worker_count) == self.worker_index
+        return self.assignment.owns(key)
+
+    def keys(self) -> set[ShardKey]:
+        """Every listed shard of every stream, whoever reads it."""
+        return {
+            (stream, shard_id) for stream, listing in self._streams.items() for shard_id in listing
+        }
 
     def shards(self) -> list[ShardInfo]:
         """Every listed shard of this worker, stream by stream in listing order."""
@@ -98,6 +137,8 @@ class ShardGraph:
 
     def ready(self, shard: ShardInfo, released: Callable[[ShardKey], bool]) -> bool:
         """Whether ``shard`` may be read now: every parent is released (see module doc)."""
+        if not self.assignment.gates_parents:
+            return True  # handed over by the lease coordinator: the parents finished
         for parent in shard.parents:
             key = (shard.stream, parent)
             if not self.listed(key) or not self.assigned(key):

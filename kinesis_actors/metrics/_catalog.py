@@ -210,6 +210,46 @@ _CONSUMER_TOTALS: tuple[tuple[str, InstrumentSpec], ...] = (
         ())),
 )  # fmt: skip
 
+# Consumer.metrics["leases"] (a LeaseStats as a dict) with a lease table; absent without.
+_LEASES = _table(
+    _C + "leases.",
+    (),
+    ("held", "held", "up_down_counter", "{lease}",
+     "Leases this worker holds."),
+    ("ready", "ready", "up_down_counter", "{lease}",
+     "Held leases whose shards are being read (the others wait on their parents)."),
+    ("taken", "taken", "counter", "{lease}",
+     "Free or expired leases this worker took."),
+    ("stolen", "stolen", "counter", "{lease}",
+     "Leases this worker took from a live worker to even the shares."),
+    ("lost", "lost", "counter", "{lease}",
+     "Leases this worker lost (taken by another worker, or not renewed in time)."),
+    ("released", "released", "counter", "{lease}",
+     "Leases this worker handed over (a clean stop, or a finished shard)."),
+    ("renewals", "renewals", "counter", "{renewal}",
+     "Successful lease renewals."),
+    ("checkpoints", "checkpoints", "counter", "{checkpoint}",
+     "Checkpoints written to the lease table."),
+    ("leases_created", "created", "counter", "{lease}",
+     "Leases this worker created for new shards (shard sync)."),
+    ("shard_syncs", "shard_syncs", "counter", "{sync}",
+     "Shard sync rounds (ListShards against the table)."),
+    ("table_calls", "table.calls", "counter", "{call}",
+     "DynamoDB requests to the lease table."),
+    ("workers", "workers", "gauge", "{worker}",
+     "Live workers seen in the table at the last scan, this one included."),
+    ("leases", "unfinished", "gauge", "{lease}",
+     "Unfinished leases of the consumer's streams at the last scan."),
+)  # fmt: skip
+_RENEWAL_LATENCY = (
+    ("renewal_latency_last", InstrumentSpec(
+        _C + "leases.renewal.latency", "gauge", "s",
+        "The latest renewal round's time; absent before the first.", ())),
+    ("renewal_latency_max", InstrumentSpec(
+        _C + "leases.renewal.latency_max", "gauge", "s",
+        "The longest renewal round so far; absent before the first.", ())),
+)  # fmt: skip
+
 _CLIENT = _table(
     _K,
     _REGION,
@@ -232,6 +272,8 @@ INSTRUMENTS: tuple[InstrumentSpec, ...] = (
     _STATE,
     _WAITING,
     *(spec for _, spec in _CONSUMER_TOTALS),
+    *(spec for _, spec in _LEASES),
+    *(spec for _, spec in _RENEWAL_LATENCY),
     *(spec for _, spec in _CLIENT),
 )
 """Every instrument, in the order an exporter should create them."""
@@ -257,6 +299,8 @@ def consumer_points(metrics: Mapping[str, Any], attributes: Mapping[str, str]) -
 
     Shards are keyed ``"stream/shard_id"`` in the snapshot (stream names cannot contain a
     slash). A shard that has not been read yet has no lag point rather than a made-up one.
+    With a lease table, ``metrics["leases"]`` (a ``LeaseStats``) adds the lease protocol's
+    figures.
     """
     for key, shard in metrics["shards"].items():
         stream, shard_id = key.split("/", 1)
@@ -278,3 +322,10 @@ def consumer_points(metrics: Mapping[str, Any], attributes: Mapping[str, str]) -
         yield Point(_WAITING.name, count, {**attributes, "stream": stream})
     for field, spec in _CONSUMER_TOTALS:
         yield Point(spec.name, metrics[field], attributes)
+    leases = metrics.get("leases")
+    if leases is not None:
+        for field, spec in _LEASES:
+            yield Point(spec.name, leases[field], attributes)
+        for field, spec in _RENEWAL_LATENCY:
+            if leases[field] is not None:
+                yield Point(spec.name, leases[field], attributes)

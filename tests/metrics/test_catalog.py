@@ -7,6 +7,7 @@ import re
 
 from kinesis_actors.client import ClientStats
 from kinesis_actors.consumer._metrics import ShardMetrics
+from kinesis_actors.leases import LeaseStats
 from kinesis_actors.metrics import INSTRUMENTS
 from kinesis_actors.metrics._catalog import client_points, consumer_points, producer_points
 from kinesis_actors.producer import ProducerMetrics
@@ -60,6 +61,7 @@ def test_each_point_names_a_documented_instrument_with_its_attributes() -> None:
         *producer_points(ProducerMetrics(*[0] * 18), {"stream": "s"}),
         *client_points(ClientStats(), {"cloud.region": "eu-west-1"}),
         *consumer_points(_consumer_snapshot({"s/shardId-0": shard}), {}),
+        *consumer_points(_consumer_snapshot({}) | {"leases": _lease_stats()}, {}),
     ]
     assert {point.name for point in points} == set(documented)
     for point in points:
@@ -100,6 +102,11 @@ def test_waiting_shards_are_counted_per_stream_and_a_stream_without_any_says_zer
         if p.name == "kinesis_actors.consumer.waiting_shards"
     }
     assert waiting == {"a": 0, "b": 2}
+
+
+def _lease_stats() -> dict[str, object]:
+    """``Consumer.metrics["leases"]`` of a worker with a lease table, after a renewal."""
+    return dataclasses.asdict(LeaseStats("w", renewal_latency_last=0.01, renewal_latency_max=0.02))
 
 
 def _consumer_snapshot(

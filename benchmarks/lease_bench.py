@@ -1,0 +1,423 @@
+"""What a consumer group costs in DynamoDB, and how fast it fails over, against the KCL.
+
+    .venv/bin/python benchmarks/lease_bench.py [--leases 100] [--workers 1,3] [--seconds 30]
+        [--failover-shards 12] [--failover-workers 3] [--failover-runs 3] [--no-failover]
+        [--json]
+
+Runs real lease coordinators (``kinesis_actors.leases.LeaseCoordinator``, default
+``LeaseConfig``: failover 10 s, renewals every failover/3, take rounds every failover/6) in
+this process against a local Kinesis (the stream's shards) and a local DynamoDB (the table).
+
+**Cost.** A stream of ``--leases`` shards is shared by each worker count of ``--workers``.
+Once every lease is held and the shares are even (or a minute and a half has passed: the
+report says which), every DynamoDB request the workers make is counted, per operation, for
+``--seconds``. The figure is requests per second, set against what the KCL 2.x makes with its
+defaults for the same leases and workers (:func:`kcl_calls_per_s`, a model computed from its
+documented intervals, not a run of the KCL): the ratio says how much more (or less) the
+table is asked for.
+
+**Failover.** ``--failover-workers`` workers share ``--failover-shards`` shards evenly; one
+is stopped without a word, as a SIGKILL would (its coordinator is cancelled: no release, no
+more renewals). The figure is the time from that moment until every lease it held is held
+by a survivor, set against the bound this library states (failover time + one renewal
+interval) and the KCL's window with its defaults (:func:`kcl_failover_window`). The death
+falls anywhere in the victim's renewal cycle, so it is repeated (``--failover-runs``), each
+run on a fresh stream and table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from kinesis_actors import LocalDynamoDB, LocalKinesis
+from kinesis_actors.client import DynamoDBClient
+from kinesis_actors.leases import LeaseAcquired, LeaseConfig, LeaseCoordinator
+
+__all__ = ["kcl_calls_per_s", "kcl_failover_window", "main", "run"]
+
+#: The KCL 2.x defaults the comparison uses (``LeaseManagementConfig``,
+#: ``DynamoDBLeaseCoordinator``): lease duration (``failoverTimeMillis``), the epsilon its
+#: renewer and taker subtract and add, the shard syncer's period.
+KCL_FAILOVER = 10.0
+KCL_EPSILON = 0.025
+KCL_SHARD_SYNC = 60.0
+#: How long the shares may take to even out before the cost is measured anyway.
+_BALANCE_TIMEOUT = 90.0
+#: How long a failover may take before it is reported as not done.
+_FAILOVER_TIMEOUT = 120.0
+
+
+def kcl_calls_per_s(leases: int, workers: int, failover: float = KCL_FAILOVER) -> dict[str, float]:
+    """DynamoDB requests per second of a KCL 2.x application with its defaults.
+
+    Its renewer updates every held lease each ``failover / 3 - epsilon`` (3.308 s), its taker
+    scans the table each ``2 * (failover + epsilon)`` (20.05 s) on every worker, and its
+    periodic shard sync (one worker) lists the leases each 60 s; a table of a few hundred
+    leases is one Scan page. Checkpoints are the application's and left out, as here.
+    """
+    renewals = leases / (failover / 3 - KCL_EPSILON)
+    scans = workers / (2 * (failover + KCL_EPSILON)) + 1 / KCL_SHARD_SYNC
+    return {"renewals_per_s": renewals, "scans_per_s": scans, "calls_per_s": renewals + scans}
+
+
+def kcl_failover_window(failover: float = KCL_FAILOVER) -> tuple[float, float]:
+    """The shortest and longest time from a KCL worker's death to a take, with its defaults.
+
+    A taker sees a lease expire once its counter has not moved for ``failover`` since the
+    scan that first saw it; scans are ``2 * (failover + epsilon)`` apart, longer than
+    ``failover``, so the take comes at the second scan after the last renewal: one to two
+    taker intervals after it, and the death is at most one renewal interval after that
+    renewal.
+    """
+    taker = 2 * (failover + KCL_EPSILON)
+    renewer = failover / 3 - KCL_EPSILON
+    return taker - renewer, 2 * taker
+
+
+class _Counting:
+    """A DynamoDB caller that counts every request it forwards, per operation."""
+
+    def __init__(self, client: DynamoDBClient, calls: Counter[str]) -> None:
+        self._client = client
+        self._calls = calls
+
+    def call(self, operation: str, params: Mapping[str, Any]) -> Awaitable[dict[str, Any]]:
+        self._calls[operation] += 1
+        return self._client.call(operation, params)
+
+
+@dataclass
+class _Worker:
+    """One worker of the group, owned by its task; the benchmark only reads it."""
+
+    worker_id: str
+    calls: Counter[str] = field(default_factory=Counter)
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    #: shard id -> when this worker last acquired it (removed when lost).
+    acquired: dict[str, float] = field(default_factory=dict)
+    failure: BaseException | None = None
+
+
+@dataclass(frozen=True)
+class _Group:
+    kinesis: LocalKinesis
+    dynamodb: LocalDynamoDB
+    stream: str
+    table: str
+    config: LeaseConfig
+
+
+async def _run_worker(worker: _Worker, group: _Group) -> None:
+    with worker.scope:
+        try:
+            async with (
+                group.dynamodb.client() as ddb,
+                group.kinesis.client(tls=False) as kinesis,
+                LeaseCoordinator(
+                    _Counting(ddb, worker.calls),
+                    kinesis,
+                    group.table,
+                    group.stream,
+                    worker_id=worker.worker_id,
+                    config=group.config,
+                ) as coordinator,
+            ):
+                async for event in coordinator:
+                    if isinstance(event, LeaseAcquired):
+                        worker.acquired[event.shard_id] = anyio.current_time()
+                    else:
+                        worker.acquired.pop(event.shard_id, None)
+        except Exception as error:  # reported, not raised: the other workers go on
+            worker.failure = error
+
+
+async def _until(condition: Callable[[], bool], limit: float) -> float | None:
+    """Seconds until ``condition`` held (polled every 50 ms), or None after ``limit`` s."""
+    start = anyio.current_time()
+    while not condition():
+        if anyio.current_time() - start > limit:
+            return None
+        await anyio.sleep(0.05)
+    return anyio.current_time() - start
+
+
+def _even(workers: Sequence[_Worker], leases: int) -> bool:
+    held = [len(worker.acquired) for worker in workers]
+    return sum(held) == leases and max(held) - min(held) <= 1
+
+
+def _failures(workers: Sequence[_Worker]) -> list[str]:
+    return [f"{w.worker_id}: {w.failure!r}" for w in workers if w.failure is not None]
+
+
+async def _new_group(
+    kinesis: LocalKinesis, dynamodb: LocalDynamoDB, shards: int, config: LeaseConfig
+) -> _Group:
+    """A fresh stream of ``shards`` shards, and a table name no run used."""
+    suffix = uuid.uuid4().hex[:8]
+    group = _Group(kinesis, dynamodb, f"stream-{suffix}", f"leases-{suffix}", config)
+    async with kinesis.client(tls=False) as client:
+        with anyio.fail_after(120):
+            await client.create_stream(group.stream, shards)
+    return group
+
+
+async def measure_cost(
+    kinesis: LocalKinesis,
+    dynamodb: LocalDynamoDB,
+    *,
+    leases: int,
+    workers: int,
+    seconds: float,
+    config: LeaseConfig,
+) -> dict[str, Any]:
+    """DynamoDB requests per second of ``workers`` sharing ``leases`` shards (see the module)."""
+    group = await _new_group(kinesis, dynamodb, leases, config)
+    crew = [_Worker(f"worker-{index}") for index in range(workers)]
+    async with anyio.create_task_group() as tasks:
+        for worker in crew:
+            tasks.start_soon(_run_worker, worker, group)
+        balanced = await _until(
+            lambda: _even(crew, leases) or bool(_failures(crew)), _BALANCE_TIMEOUT
+        )
+        before = sum((worker.calls for worker in crew), Counter[str]())
+        start = time.monotonic()
+        await anyio.sleep(seconds)
+        elapsed = time.monotonic() - start
+        after = sum((worker.calls for worker in crew), Counter[str]())
+        held = [len(worker.acquired) for worker in crew]
+        tasks.cancel_scope.cancel()
+    calls = after - before
+    total = sum(calls.values())
+    kcl = kcl_calls_per_s(leases, workers, config.failover_time)
+    ours = total / elapsed
+    return {
+        "leases": leases,
+        "workers": workers,
+        "seconds": round(elapsed, 2),
+        "even_after_s": None if balanced is None else round(balanced, 2),
+        "held": held,
+        "calls": dict(sorted(calls.items())),
+        "calls_per_s": round(ours, 2),
+        "per_operation_per_s": {op: round(n / elapsed, 2) for op, n in sorted(calls.items())},
+        "expected_calls_per_s": round(
+            leases / config.renew_period + workers / config.take_period, 2
+        ),
+        "kcl": {key: round(value, 2) for key, value in kcl.items()},
+        "ratio_to_kcl": round(ours / kcl["calls_per_s"], 3),
+        "failures": _failures(crew),
+    }
+
+
+async def measure_failover(
+    kinesis: LocalKinesis,
+    dynamodb: LocalDynamoDB,
+    *,
+    shards: int,
+    workers: int,
+    config: LeaseConfig,
+) -> dict[str, Any]:
+    """Seconds from one worker's silent death until survivors hold all its leases."""
+    group = await _new_group(kinesis, dynamodb, shards, config)
+    crew = [_Worker(f"worker-{index}") for index in range(workers)]
+    async with anyio.create_task_group() as tasks:
+        started = anyio.current_time()
+        for worker in crew:
+            tasks.start_soon(_run_worker, worker, group)
+        even = await _until(lambda: _even(crew, shards) or bool(_failures(crew)), _BALANCE_TIMEOUT)
+        dead, survivors = crew[0], crew[1:]
+        orphans = set(dead.acquired)
+        # The death falls at whatever point of the victim's renewal cycle it is, as a real
+        # one does: the failover time varies by up to one renewal interval from run to run.
+        killed = anyio.current_time()
+        dead.scope.cancel()
+
+        def taken() -> bool:
+            return all(
+                any(worker.acquired.get(shard, -1.0) >= killed for worker in survivors)
+                for shard in orphans
+            )
+
+        done = await _until(lambda: taken() or bool(_failures(survivors)), _FAILOVER_TIMEOUT)
+        takes = sorted(
+            worker.acquired[shard] - killed
+            for worker in survivors
+            for shard in orphans
+            if worker.acquired.get(shard, -1.0) >= killed
+        )
+        tasks.cancel_scope.cancel()
+    low, high = kcl_failover_window(config.failover_time)
+    bound = config.failover_time + config.renew_period
+    return {
+        "shards": shards,
+        "workers": workers,
+        "even_after_s": None if even is None else round(even, 2),
+        "startup_s": round(killed - started, 2),
+        "orphaned_leases": len(orphans),
+        "failover_s": None if done is None or not takes else round(takes[-1], 2),
+        "first_take_s": round(takes[0], 2) if takes else None,
+        "bound_s": round(bound, 2),
+        "within_bound": done is not None and bool(takes) and takes[-1] <= bound,
+        "kcl_window_s": [round(low, 2), round(high, 2)],
+        "failures": _failures(survivors),
+    }
+
+
+async def _run(
+    leases: int,
+    worker_counts: Sequence[int],
+    seconds: float,
+    failover_runs: int,
+    failover_shards: int,
+    failover_workers: int,
+    config: LeaseConfig,
+) -> dict[str, Any]:
+    results: dict[str, Any] = {
+        "config": {
+            "failover_time": config.failover_time,
+            "renew_interval": round(config.renew_period, 3),
+            "take_interval": round(config.take_period, 3),
+        },
+        "cost": [],
+        "failover": [],
+    }
+    async with LocalKinesis(operation_duration=0.0) as kinesis, LocalDynamoDB() as dynamodb:
+        for workers in worker_counts:
+            results["cost"].append(
+                await measure_cost(
+                    kinesis,
+                    dynamodb,
+                    leases=leases,
+                    workers=workers,
+                    seconds=seconds,
+                    config=config,
+                )
+            )
+        for _ in range(failover_runs):
+            results["failover"].append(
+                await measure_failover(
+                    kinesis,
+                    dynamodb,
+                    shards=failover_shards,
+                    workers=failover_workers,
+                    config=config,
+                )
+            )
+    return results
+
+
+def run(
+    *,
+    leases: int = 100,
+    workers: Sequence[int] = (1, 3),
+    seconds: float = 30.0,
+    failover_runs: int = 3,
+    failover_shards: int = 12,
+    failover_workers: int = 3,
+    config: LeaseConfig | None = None,
+) -> dict[str, Any]:
+    """Both benchmarks: ``cost``, a :func:`measure_cost` row per worker count, and
+    ``failover``, ``failover_runs`` rows of :func:`measure_failover`."""
+    return anyio.run(
+        _run,
+        leases,
+        list(workers),
+        seconds,
+        failover_runs,
+        failover_shards,
+        failover_workers,
+        config or LeaseConfig(),
+    )
+
+
+def render(results: Mapping[str, Any]) -> str:
+    """The report as text."""
+    config = results["config"]
+    lines = [
+        f"lease protocol: failover {config['failover_time']:g} s, renew every "
+        f"{config['renew_interval']:g} s, take round every {config['take_interval']:g} s",
+        "",
+        "DynamoDB requests per second (steady state; the KCL 2.x model at the same failover time):",
+        f"{'leases':>6} {'workers':>7} {'ours/s':>8} {'expected':>8} {'KCL/s':>7} {'ratio':>6}  "
+        "per operation/s; held",
+    ]
+    for row in results["cost"]:
+        ops = ", ".join(f"{op} {rate:g}" for op, rate in row["per_operation_per_s"].items())
+        even = "" if row["even_after_s"] is not None else " (shares not even)"
+        lines.append(
+            f"{row['leases']:>6} {row['workers']:>7} {row['calls_per_s']:>8.2f} "
+            f"{row['expected_calls_per_s']:>8.2f} {row['kcl']['calls_per_s']:>7.2f} "
+            f"{row['ratio_to_kcl']:>6.3f}  {ops}; {row['held']}{even}"
+        )
+        lines.extend(f"  failed: {failure}" for failure in row["failures"])
+    runs = results["failover"]
+    if not runs:
+        lines += ["", "failover: not measured"]
+    else:
+        first = runs[0]
+        low, high = first["kcl_window_s"]
+        lines += [
+            "",
+            f"failover: {first['workers']} workers share {first['shards']} shards, one stops "
+            f"silently; bound failover + renewal interval = {first['bound_s']:g} s; the KCL 2.x "
+            f"takes {low:g}-{high:g} s at the same failover time",
+        ]
+        for fo in runs:
+            took = "not done" if fo["failover_s"] is None else f"{fo['failover_s']:.2f} s"
+            lines.append(
+                f"  {fo['orphaned_leases']} leases orphaned: all taken over after {took} "
+                f"(first after {fo['first_take_s']} s), "
+                f"{'within' if fo['within_bound'] else 'NOT within'} the bound"
+            )
+            lines.extend(f"  failed: {failure}" for failure in fo["failures"])
+    return "\n".join(lines)
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"expected positive whole numbers like 1,3, got {text!r}")
+    return values
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--leases", type=int, default=100)
+    parser.add_argument("--workers", type=_counts, default=[1, 3])
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--failover-shards", type=int, default=12)
+    parser.add_argument("--failover-workers", type=int, default=3)
+    parser.add_argument("--failover-runs", type=int, default=3)
+    parser.add_argument("--no-failover", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if args.failover_workers < 2:
+        parser.error("--failover-workers must be at least 2: one dies, one takes over")
+    results = run(
+        leases=args.leases,
+        workers=args.workers,
+        seconds=args.seconds,
+        failover_runs=0 if args.no_failover else args.failover_runs,
+        failover_shards=args.failover_shards,
+        failover_workers=args.failover_workers,
+    )
+    print(json.dumps(results, indent=2) if args.json else render(results))
+    failed = any(row["failures"] for row in (*results["cost"], *results["failover"]))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,346 @@
+"""Which shards this worker reads, and when: discovery, the scheduler, readers, leases.
+
+:class:`ShardScheduler` is the base of :class:`~._consumer.Consumer` (inheritance, not
+delegation, as the producer's ``WaitingRoom`` under its ``Pipeline``): it owns the shard
+graph, the shards' pipelines and the readers' supervisor; it runs discovery (one paginated
+ListShards per stream per round, every ``shard_discovery_interval`` ±20 %, and early when a
+shard ends with children not seen yet) and the scheduler (a shard's pipeline and reader start
+once the shard is this worker's and its parents are released, ``_shards``); with a lease
+table it applies the coordinator's events (``_membership``). The facade adds how the
+application takes batches (iteration, ``run(handler)``), commit and positions, and supplies
+the three hooks below.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+import anyio
+from anyio.abc import TaskStatus
+
+from .. import errors
+from ..client import KinesisClient
+from ..records import Position
+from ..runtime import RestartIntensityExceeded, Supervisor
+from ._config import ConsumerConfig, StartingPosition
+from ._discovery import DiscoveryFailures, list_shards
+from ._efo import EfoReader, EfoSettings
+from ._group import default_worker_id, lease_event
+from ._pacing import PacingSettings, ReadPacer
+from ._pipeline import ShardPipeline
+from ._positions import SavedShard, ShardKey, parse_positions
+from ._reader import PollingReader, ShardReader
+from ._shards import ShardGraph, ShardInfo
+from ._supervision import reader_spec, shard_supervisor
+
+if TYPE_CHECKING:
+    from ._membership import LeaseMembership
+
+__all__ = ["ShardScheduler"]
+
+log = logging.getLogger("kinesis_actors.consumer")
+
+_JITTER = 0.2
+#: A clean close's final checkpoints and releases: one conditional write per held lease.
+_HANDOVER_TIMEOUT = 10.0
+
+
+class ShardScheduler:
+    """The shards of a consumer: what is listed, what is this worker's, what is read now."""
+
+    _rediscover: anyio.Event
+    _reschedule: anyio.Event
+
+    def __init__(
+        self, client: KinesisClient, streams: dict[str, str], config: ConsumerConfig
+    ) -> None:
+        self._client = client
+        # name → as given (an ARN for another account's stream): keyed by name throughout.
+        self._streams = streams
+        self._config = config
+        positions = config.positions
+        self._saved: dict[ShardKey, SavedShard] = (
+            parse_positions(positions, self._streams) if positions is not None else {}
+        )
+        self._group: LeaseMembership | None = None
+        if config.lease_table is not None:
+            from ._membership import LeaseMembership  # noqa: PLC0415 - the leases package
+
+            worker = config.worker_id if config.worker_id is not None else default_worker_id()
+            self._group = LeaseMembership(client, list(self._streams), config, worker)
+        self._graph = ShardGraph(
+            config.worker_index,
+            config.worker_count,
+            assignment=None if self._group is None else self._group.assignment,
+        )
+        self._pacing = PacingSettings(
+            max_calls_per_second=config.max_calls_per_second,
+            max_bytes_per_second=config.max_bytes_per_second,
+            idle_initial=config.idle_backoff_initial,
+            idle_max=config.idle_backoff_max,
+            throttle_initial=config.throttle_backoff_initial,
+            throttle_max=config.throttle_backoff_max,
+        )
+        self._pipelines: dict[ShardKey, ShardPipeline] = {}
+        self._initial: set[ShardKey] | None = None
+        self._mode: str | None = None
+        self._opened_at = datetime.now(UTC)
+        self._list_calls = 0
+        self._discoveries = 0
+        self._discovery_failures = DiscoveryFailures()
+        self._readers: Supervisor | None = None
+        self._processors: Supervisor | None = None
+        self._processing: set[ShardKey] = set()
+        self._consumer_arns: dict[str, str] = {}
+        self._efo = EfoSettings(
+            watchdog_timeout=config.efo_watchdog_timeout,
+            subscription_lifetime=config.efo_subscription_lifetime,
+            starvation_warning=config.efo_starvation_warning,
+        )
+
+    # -- the facade's hooks -----------------------------------------------------------------
+
+    def _fail(self, error: BaseException) -> None:
+        """Stop the consumer with ``error``, raised into the application's loop."""
+        raise NotImplementedError
+
+    def _arrival(self, pipeline: ShardPipeline) -> None:
+        """A batch of ``pipeline`` was buffered."""
+        raise NotImplementedError
+
+    async def _start_processor(self, pipeline: ShardPipeline) -> None:
+        """Under ``run()``: give ``pipeline`` its processor (if it has none)."""
+        raise NotImplementedError
+
+    # -- the background tasks ---------------------------------------------------------------
+
+    async def _supervise_readers(self, *, task_status: TaskStatus[None]) -> None:
+        try:
+            async with shard_supervisor("readers", self._config.restart_intensity) as supervisor:
+                self._readers = supervisor
+                task_status.started()
+                await anyio.sleep_forever()
+        except RestartIntensityExceeded as exc:
+            self._fail(exc)
+
+    async def _discovery_loop(self) -> None:
+        """Periodic discovery; failed rounds follow ``DiscoveryFailures`` (``_discovery``).
+        A stream that is gone fails the consumer at once."""
+        interval = self._config.shard_discovery_interval
+        while True:
+            delay = interval * random.uniform(1 - _JITTER, 1 + _JITTER)
+            with anyio.move_on_after(delay):
+                await self._rediscover.wait()
+            self._rediscover = anyio.Event()
+            try:
+                await self._discover()
+            except errors.ResourceNotFoundError as exc:
+                self._fail(exc)
+                return
+            except errors.KinesisError as exc:
+                if self._discovery_failures.failed():
+                    self._fail(exc)
+                    return
+                streak = self._discovery_failures.streak
+                log.warning("shard discovery failed (%d in a row), retrying: %s", streak, exc)
+                continue
+            except Exception as exc:  # a bug must not cancel the user's code: report it
+                self._fail(exc)
+                return
+            self._discovery_failures.succeeded()
+            self._reschedule.set()
+
+    async def _scheduler_loop(self) -> None:
+        while True:
+            await self._reschedule.wait()
+            self._reschedule = anyio.Event()
+            try:
+                await self._schedule()
+            except Exception as exc:  # as above: into the iterator or run(), not the task group
+                self._fail(exc)
+                return
+
+    async def _discover(self) -> None:
+        page_size = self._config.list_shards_page_size
+        for stream in self._streams:
+            shards, calls = await list_shards(self._client, self._streams[stream], page_size)
+            self._list_calls += calls
+            self._graph.update(stream, shards)
+        self._discoveries += 1
+        if self._initial is None:
+            # All of them: with a lease table, the shards this worker will hold come later.
+            self._initial = self._graph.keys()
+        # Shards no longer listed have expired: they count as finished, and leave positions.
+        for key in [key for key in self._saved if not self._graph.listed(key)]:
+            del self._saved[key]
+        for key, pipeline in list(self._pipelines.items()):
+            if pipeline.finished and not self._graph.listed(key):
+                del self._pipelines[key]
+
+    async def _schedule(self) -> None:
+        for shard in self._graph.shards():
+            if shard.key in self._pipelines or not self._graph.ready(shard, self._released):
+                continue
+            await self._start_shard(shard)
+        if self._mode == "run":
+            for pipeline in list(self._pipelines.values()):
+                await self._start_processor(pipeline)
+        group = self._group
+        if group is not None:
+            for key, pipeline in list(self._pipelines.items()):
+                if pipeline.finished and group.finishing(key):
+                    await group.finish(key)  # SHARD_END: any worker may read the children
+
+    # -- leases -----------------------------------------------------------------------------
+
+    async def _lease_events(self, group: LeaseMembership) -> None:
+        try:
+            await group.run_events(self._lease_acquired, self._lease_lost)
+        except Exception as exc:  # a worker id in use, the table gone: into the user's loop
+            self._fail(exc)
+
+    def _lease_acquired(self, key: ShardKey, saved: SavedShard, parents: tuple[str, ...]) -> None:
+        if saved.committed is not None or saved.start is not None or saved.finished:
+            self._saved[key] = saved
+        else:
+            self._saved.pop(key, None)  # never checkpointed: the consumer's start applies
+        if not self._graph.listed(key):
+            self._rediscover.set()  # created by another worker's shard sync: list it now
+        self._reschedule.set()
+
+    async def _lease_lost(self, key: ShardKey, reason: str) -> None:
+        """Stop reading ``key`` at once; what was buffered is dropped (the new owner reads it
+        again from the lease's checkpoint)."""
+        self._saved.pop(key, None)
+        pipeline = self._pipelines.get(key)
+        if pipeline is None or pipeline.finished:
+            return
+        del self._pipelines[key]
+        dropped = pipeline.drop()
+        if self._processors is not None and key in self._processing:
+            # A handler in progress is cancelled: its batch was not committed either.
+            with contextlib.suppress(KeyError):  # it may have returned already
+                await self._processors.stop_child(f"{key[0]}:{key[1]}")
+        self._processing.discard(key)
+        log.info(
+            "%s/%s: lease %s, stopped reading (%d batch(es) dropped)",
+            *key,
+            reason,
+            dropped,
+            extra=lease_event("stop", key, reason=reason),
+        )
+
+    async def _hand_over(self) -> None:
+        """Close, readers stopped: the final checkpoints, then release every lease.
+
+        Bounded and contained: a table that cannot be reached now must not replace the
+        application's own exit (or exception) with ours; the leases then expire after
+        ``failover_time`` and their last written checkpoints stand (at-least-once).
+        """
+        group = self._group
+        if group is None:
+            return
+        final: dict[ShardKey, Position] = {}
+        with anyio.move_on_after(_HANDOVER_TIMEOUT, shield=True) as bound:
+            try:
+                for key, pipeline in list(self._pipelines.items()):
+                    if not group.assignment.owns(key):
+                        continue
+                    if pipeline.finished:
+                        await group.finish(key)
+                        continue
+                    stop = lease_event("stop", key, reason="close")
+                    log.info("%s/%s: closing", *key, extra=stop)
+                    if pipeline.committed is not None:
+                        final[key] = pipeline.committed
+                await group.release(final)
+            except Exception as exc:
+                log.warning("handing the leases over failed, they will expire instead: %r", exc)
+        if bound.cancelled_caught:
+            log.warning("handing the leases over took more than %.0f s", _HANDOVER_TIMEOUT)
+
+    def _released(self, key: ShardKey) -> bool:
+        pipeline = self._pipelines.get(key)
+        if pipeline is not None:
+            return pipeline.released
+        saved = self._saved.get(key)
+        return saved is not None and saved.finished
+
+    def _start_for(self, shard: ShardInfo) -> StartingPosition:
+        """Where a shard with no saved position starts (see docs/consumer.md)."""
+        if (
+            self._initial is None
+            or shard.key not in self._initial
+            or self._config.positions is not None
+        ):
+            return StartingPosition.trim_horizon()  # new since we started (or since the save)
+        start = self._config.start
+        if start.type == "LATEST" and self._graph.has_parents(shard):
+            # Read only after its parents: "latest" must still mean "from when we opened".
+            return StartingPosition("AT_TIMESTAMP", timestamp=self._opened_at)
+        return start
+
+    async def _start_shard(self, shard: ShardInfo) -> None:
+        key = shard.key
+        saved = self._saved.get(key) or SavedShard(start=self._start_for(shard))
+        pipeline = ShardPipeline(
+            key,
+            saved,
+            self._config.prefetch_batches,
+            on_change=self._reschedule_soon,
+            on_arrival=self._arrival,
+            origin=self,
+        )
+        pipeline.run_mode = self._mode == "run"
+        if self._mode == "iterate":
+            pipeline.let_go.set()
+        self._pipelines[key] = pipeline
+        if self._group is None:
+            log.debug("starting %s/%s from %s", shard.stream, shard.shard_id, saved)
+        else:
+            log.info("reading %s/%s from %s", *key, saved, extra=lease_event("start", key))
+        if pipeline.end_reached:
+            self._reschedule_soon()
+            return
+        supervisor = self._readers
+        if supervisor is None:
+            raise RuntimeError("the readers' supervisor is not running")
+        spec = reader_spec(pipeline, self._make_reader, self._fail, self._config.mode)
+        await supervisor.start_child(spec)
+
+    def _make_reader(self, pipeline: ShardPipeline, start: StartingPosition) -> ShardReader:
+        if self._config.mode == "efo":
+            return EfoReader(
+                self._client,
+                self._streams[pipeline.stream],
+                pipeline.shard_id,
+                self._consumer_arns[pipeline.stream],
+                start,
+                metrics=pipeline.metrics,
+                settings=self._efo,
+                closed=lambda: getattr(self._graph.get(pipeline.key), "closed", False),
+                poison=self._config.poison_records,
+            )
+        return PollingReader(
+            self._client,
+            self._streams[pipeline.stream],
+            pipeline.shard_id,
+            start,
+            pacer=ReadPacer(self._pacing),
+            metrics=pipeline.metrics,
+            limit=self._config.max_records_per_call,
+            poison=self._config.poison_records,
+        )
+
+    def _reschedule_soon(self) -> None:
+        self._reschedule.set()
+        for pipeline in self._pipelines.values():
+            if pipeline.end_reached and any(
+                not self._graph.listed((pipeline.stream, child)) for child in pipeline.children
+            ):
+                self._rediscover.set()  # children we have not listed yet: look now
+                break

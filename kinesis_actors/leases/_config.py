@@ -1,0 +1,93 @@
+"""How the lease protocol runs: :class:`LeaseConfig`, validated on construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .._validate import check_positive, check_type
+from ..errors import ConfigError
+
+__all__ = ["LeaseConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseConfig:
+    """The lease protocol's timing and limits. Every option is checked at construction and a
+    bad one raises :class:`~kinesis_actors.errors.ConfigError` naming it.
+
+    - ``failover_time`` (10 s, the KCL's ``failoverTimeMillis``): a lease whose counter has not
+      changed for this long, on this worker's clock, is expired and may be taken. A worker that
+      could not renew a lease for this long drops it itself.
+    - ``renew_interval`` (None: ``failover_time / 3``, the KCL's renewer period): how often
+      held leases are renewed. Must be below ``failover_time``.
+    - ``take_interval`` (None: ``failover_time / 6``): how often the table is scanned to take
+      expired, free or (to balance) other workers' leases, and to open children whose parents
+      another worker finished. The KCL's taker runs every ``2 * failover_time``; a take comes
+      at most ``failover_time + 2 * take_interval`` after the owner's last renewal, so half the
+      renewal interval bounds a failover by ``failover_time + renew_interval`` (13.3 s with the
+      defaults, against the KCL's up to 30 s), for one Scan per worker per interval.
+    - ``shard_sync_interval`` (60 s, the KCL's ``shardSyncIntervalMillis``): how often
+      ListShards runs to create leases for new shards (also at start and when a held shard
+      ends).
+    - ``max_leases_to_steal`` (1, the KCL's ``maxLeasesToStealAtOneTime``): leases taken from
+      other live workers per take, when nothing is free and one of them holds more than its
+      share.
+    - ``max_leases`` (None: no limit, the KCL's ``maxLeasesForWorker``): the most leases this
+      worker holds.
+    - ``create_table`` (True): create the table (on-demand billing) when it does not exist;
+      False makes a missing table a :class:`~kinesis_actors.leases.LeaseTableError`.
+    - ``checkpoint_interval`` (None: with each renewal): the longest a checkpoint noted with
+      ``note_checkpoint`` waits before it is written. Writes ride on renewals (one
+      conditional UpdateItem renews and checkpoints), so the default costs no extra call; a
+      shorter interval writes dirty checkpoints between renewals. Must not exceed
+      ``renew_interval``.
+    """
+
+    failover_time: float = 10.0
+    renew_interval: float | None = None
+    take_interval: float | None = None
+    shard_sync_interval: float = 60.0
+    max_leases_to_steal: int = 1
+    max_leases: int | None = None
+    create_table: bool = True
+    checkpoint_interval: float | None = None
+
+    def __post_init__(self) -> None:
+        check_positive("LeaseConfig.failover_time", self.failover_time)
+        for option in ("renew_interval", "take_interval", "checkpoint_interval"):
+            value = getattr(self, option)
+            if value is not None:
+                check_positive(f"LeaseConfig.{option}", value)
+        check_positive("LeaseConfig.shard_sync_interval", self.shard_sync_interval)
+        check_positive("LeaseConfig.max_leases_to_steal", self.max_leases_to_steal, integer=True)
+        if self.max_leases is not None:
+            check_positive("LeaseConfig.max_leases", self.max_leases, integer=True)
+        check_type("LeaseConfig.create_table", self.create_table, bool, "True or False")
+        if self.renew_period >= self.failover_time:
+            raise ConfigError(
+                f"LeaseConfig.renew_interval must be below failover_time ({self.failover_time}),"
+                f" got {self.renew_interval!r}: leases would expire between renewals"
+            )
+        if self.checkpoint_period > self.renew_period:
+            raise ConfigError(
+                f"LeaseConfig.checkpoint_interval must not exceed renew_interval "
+                f"({self.renew_period}), got {self.checkpoint_interval!r}: checkpoints ride "
+                "on renewals"
+            )
+
+    @property
+    def renew_period(self) -> float:
+        """``renew_interval``, or its default ``failover_time / 3``."""
+        return self.renew_interval if self.renew_interval is not None else self.failover_time / 3
+
+    @property
+    def take_period(self) -> float:
+        """``take_interval``, or its default ``failover_time / 6``."""
+        return self.take_interval if self.take_interval is not None else self.failover_time / 6
+
+    @property
+    def checkpoint_period(self) -> float:
+        """``checkpoint_interval``, or its default: the renewal period."""
+        if self.checkpoint_interval is not None:
+            return self.checkpoint_interval
+        return self.renew_period

@@ -1,0 +1,617 @@
+"""The lease coordinator: one actor per worker that holds, renews, takes and hands over leases.
+
+The decisions are :mod:`._policy`'s and :mod:`._sync`'s; this module owns the state (the
+leases held, the last listing of the table) and does the I/O in three loops of one task
+group: renewals, take rounds (a consistent Scan, then takes, steals and opening children
+whose parents finished) and shard sync. Calls from the consumer's tasks (``checkpoint``,
+``finish``, ``release_all``) take the lease's lock, so a lease's writes never race each
+other and the counter held is always the last one written.
+
+A failed write condition on a held lease ends that lease at once (:class:`LeaseLost`); a
+lease that could not be renewed for ``failover_time`` (the table unreachable) is dropped too,
+before any other worker may take it. Transient errors of a round are logged and the round is
+retried at its next interval; a fatal one (:class:`WorkerIdConflictError`,
+:class:`LeaseTableError`) stops the coordinator and is raised by :meth:`next_event`,
+:meth:`checkpoint` and the ``async with`` block.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import TracebackType
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+
+from ..errors import ConfigError, KinesisError
+from ._config import LeaseConfig
+from ._errors import LeaseLostError, LeaseTableError, WorkerIdConflictError
+from ._events import LeaseAcquired, LeaseEvent, LeaseLost, LeaseStats
+from ._items import SHARD_END, TRIM_HORIZON, Lease
+from ._policy import ExpiryTracker, parents_finished, plan_takes, write_landed
+from ._streams import StreamRef, Streams, describe_stream, list_stream_shards
+from ._sync import INITIAL_POSITIONS, plan_new_leases
+from ._table import Caller, LeaseTable
+
+__all__ = ["LeaseCoordinator"]
+
+logger = logging.getLogger("kinesis_actors.leases")
+
+#: Renewals in flight at once (the KCL renews on a thread pool too).
+_RENEW_CONCURRENCY = 16
+#: How much earlier than ``failover_time`` a lease not renewed is dropped (the KCL's epsilon).
+_EPSILON = 0.025
+
+
+@dataclass(slots=True)
+class _Held:
+    """A held lease: owned by the coordinator, written under ``lock``."""
+
+    lease: Lease
+    stream: str
+    renewed_at: float
+    previous_owner: str | None = None
+    ready: bool = False
+    ready_at: float = 0.0
+    pending: tuple[str, int] | None = None
+    adopted_at: float | None = None
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+
+
+class LeaseCoordinator:
+    """Shares the shards of ``streams`` with the other workers of one lease table.
+
+    An async context manager: entering checks (or creates) the table, reads the streams'
+    identities, checks the table's leases are this application's and runs a first shard sync
+    and take round; then one task group renews held leases every ``renew_interval``, takes
+    leases every ``take_interval`` and syncs shards every ``shard_sync_interval``. Leaving
+    stops those tasks; leases not handed over with :meth:`release_all` first are left to
+    expire (the others take them after ``failover_time``).
+
+    What happens to leases is told through :meth:`next_event` (or ``async for event in
+    coordinator``): :class:`LeaseAcquired` when a shard may be read, :class:`LeaseLost` when it
+    must not be read any more. Pending events are bounded by twice the number of leases (a
+    loss cancels an acquisition not yet received).
+
+    One stream uses the KCL's single-stream lease keys (the shard id), so a KCL application's
+    table is resumed as it is; several streams (or ``multi_stream=True``) use the multi-stream
+    form ``account:stream:creationEpoch:shardId``.
+
+    ``initial_position`` is the checkpoint of leases created for shards that have no lease
+    yet and no leased parent: ``"TRIM_HORIZON"``, ``"LATEST"`` or ``"AT_TIMESTAMP"``.
+    ``clock`` (monotonic seconds; default the event loop's) and ``rng`` are injectable.
+    """
+
+    def __init__(
+        self,
+        dynamodb: Caller,
+        kinesis: Caller,
+        table: str,
+        streams: str | Sequence[str],
+        *,
+        worker_id: str,
+        initial_position: str = TRIM_HORIZON,
+        config: LeaseConfig | None = None,
+        multi_stream: bool | None = None,
+        clock: Callable[[], float] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        names = [streams] if isinstance(streams, str) else list(streams)
+        if not names or len(set(names)) != len(names):
+            raise ConfigError(f"streams must be one or more distinct names, got {streams!r}")
+        if not isinstance(worker_id, str) or not worker_id:
+            raise ConfigError(f"worker_id must be a non-empty string, got {worker_id!r}")
+        if initial_position not in INITIAL_POSITIONS:
+            raise ConfigError(
+                f"initial_position must be one of {', '.join(INITIAL_POSITIONS)}, "
+                f"got {initial_position!r}"
+            )
+        if not multi_stream and multi_stream is not None and len(names) > 1:
+            raise ConfigError("multi_stream=False needs exactly one stream")
+        self._table = LeaseTable(dynamodb, table)
+        self._kinesis = kinesis
+        self._names = names
+        self._worker_id = worker_id
+        self._initial = initial_position
+        self._config = config or LeaseConfig()
+        self._multi = len(names) > 1 if multi_stream is None else multi_stream
+        self._clock = clock or anyio.current_time
+        self._rng = rng or random.Random()
+        self._tracker = ExpiryTracker(self._config.failover_time)
+        self._streams: Streams | None = None
+        self._held: dict[str, _Held] = {}
+        self._by_key: dict[str, Lease] = {}
+        self._children: dict[tuple[str, str], tuple[str, ...]] = {}
+        self._events: deque[LeaseEvent] = deque()  # Bounded by 2 per lease (see _push).
+        self._changed = anyio.Event()
+        self._sync_wanted = anyio.Event()
+        self._failure: BaseException | None = None
+        self._releasing = False
+        self._scope: anyio.CancelScope | None = None
+        self._task_group: Any = None
+        self._stats = LeaseStats(worker_id=worker_id)
+
+    @property
+    def worker_id(self) -> str:
+        """This worker's id, the ``leaseOwner`` of its leases."""
+        return self._worker_id
+
+    @property
+    def table(self) -> LeaseTable:
+        """The lease table's I/O (for tools that list it)."""
+        return self._table
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> LeaseCoordinator:
+        await self._table.ensure(create=self._config.create_table)
+        refs = [await describe_stream(self._kinesis, name) for name in self._names]
+        self._streams = Streams(refs, multi=self._multi, table=self._table.name)
+        self._observe(await self._table.list())  # validates before anything is written
+        await self._sync_all()
+        await self._take_round()
+        self._task_group = anyio.create_task_group()
+        await self._task_group.__aenter__()
+        self._task_group.start_soon(self._run)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        task_group, self._task_group = self._task_group, None
+        if task_group is not None:
+            task_group.cancel_scope.cancel()  # the loops, started or not yet
+            await task_group.__aexit__(None, None, None)
+        if exc_type is None and self._failure is not None:
+            raise self._failure
+
+    async def _run(self) -> None:
+        with anyio.CancelScope() as self._scope:
+            async with anyio.create_task_group() as loops:
+                loops.start_soon(self._guard, self._renew_loop)
+                loops.start_soon(self._guard, self._take_loop)
+                loops.start_soon(self._guard, self._sync_loop)
+
+    async def _guard(self, loop: Callable[[], Any]) -> None:
+        try:
+            await loop()
+        except Exception as error:  # the coordinator's failure, told to its user
+            logger.exception("lease coordinator %s stopped", self._worker_id)
+            self._failure = error
+            self._wake()
+            if self._scope is not None:
+                self._scope.cancel()
+
+    # -- events ------------------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def _push(self, event: LeaseEvent) -> None:
+        if isinstance(event, LeaseLost):
+            for queued in self._events:
+                if isinstance(queued, LeaseAcquired) and (queued.stream, queued.shard_id) == (
+                    event.stream,
+                    event.shard_id,
+                ):
+                    self._events.remove(queued)  # never received: nothing to stop
+                    self._wake()
+                    return
+        self._events.append(event)
+        self._wake()
+
+    async def next_event(self) -> LeaseEvent:
+        """The next :class:`LeaseAcquired` or :class:`LeaseLost`, awaiting one.
+
+        Raises the coordinator's failure (for example
+        :class:`~kinesis_actors.leases.WorkerIdConflictError`) once it has stopped on one.
+        """
+        await anyio.lowlevel.checkpoint()
+        while True:
+            if self._failure is not None:
+                raise self._failure
+            if self._events:
+                return self._events.popleft()
+            await self._changed.wait()
+
+    def __aiter__(self) -> AsyncIterator[LeaseEvent]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[LeaseEvent]:
+        while True:
+            yield await self.next_event()
+
+    # -- the user's calls --------------------------------------------------------------------
+
+    def held(self) -> frozenset[tuple[str, str]]:
+        """``(stream, shard_id)`` of every lease handed to the reader and still held."""
+        return frozenset((h.stream, h.lease.shard_id) for h in self._held.values() if h.ready)
+
+    def _holding(self, stream: str, shard_id: str) -> tuple[str, _Held]:
+        if self._failure is not None:
+            raise self._failure
+        key = self._known().key(stream, shard_id)
+        held = self._held.get(key)
+        if held is None or not held.ready:
+            raise LeaseLostError(
+                f"{self._worker_id} does not hold the lease of {stream}/{shard_id}",
+                stream=stream,
+                shard_id=shard_id,
+            )
+        return key, held
+
+    def note_checkpoint(
+        self, stream: str, shard_id: str, sequence: str, sub_sequence: int = 0
+    ) -> None:
+        """Remember a checkpoint, written with the lease's next renewal (or within
+        ``checkpoint_interval``): the batched form of :meth:`checkpoint`, for every commit.
+
+        Raises :class:`~kinesis_actors.leases.LeaseLostError` if the lease is not held.
+        """
+        _, held = self._holding(stream, shard_id)
+        held.pending = (sequence, sub_sequence)
+
+    async def checkpoint(
+        self, stream: str, shard_id: str, sequence: str, sub_sequence: int = 0
+    ) -> None:
+        """Write the lease's checkpoint now: a conditional update on this worker's ownership
+        and the counter it holds (the KCL's condition), which also renews the lease.
+
+        Raises :class:`~kinesis_actors.leases.LeaseLostError` if another worker holds the lease
+        (nothing is written; :class:`LeaseLost` is sent too).
+        """
+        key, held = self._holding(stream, shard_id)
+        async with held.lock:
+            if await self._write(key, held, (sequence, sub_sequence)) is None:
+                raise LeaseLostError(
+                    f"the lease of {stream}/{shard_id} was taken by another worker; the "
+                    "checkpoint was not written",
+                    stream=stream,
+                    shard_id=shard_id,
+                )
+
+    async def finish(self, stream: str, shard_id: str) -> None:
+        """The shard was read to its end: checkpoint ``SHARD_END`` (with the shard's children,
+        as the KCL does) and release the lease, so its children may be read by any worker.
+
+        Raises :class:`~kinesis_actors.leases.LeaseLostError` if the lease was lost first.
+        """
+        key, held = self._holding(stream, shard_id)
+        async with held.lock:
+            children = self._children.get((stream, shard_id), ())
+            new = await self._release(key, held, (SHARD_END, 0), children)
+        if new is None:
+            raise LeaseLostError(
+                f"the lease of {stream}/{shard_id} was taken before it was finished",
+                stream=stream,
+                shard_id=shard_id,
+            )
+        self._by_key[key] = new
+        self._open_ready()
+        self._sync_wanted.set()
+
+    async def release_all(
+        self, final_checkpoints: Mapping[tuple[str, str], tuple[str, int]] | None = None
+    ) -> None:
+        """Hand every held lease over for a clean stop: write the final checkpoint of each
+        (``(stream, shard_id) -> (sequence, sub_sequence)``, else the last noted one) and
+        remove this worker as owner, in one conditional write per lease, so another worker
+        takes it at its next scan, without waiting for ``failover_time`` and with no
+        duplicate. A lease lost meanwhile is skipped (and reported as :class:`LeaseLost`).
+        The coordinator takes nothing more afterwards.
+        """
+        self._releasing = True
+        finals = dict(final_checkpoints or {})
+
+        async def release(key: str, held: _Held) -> None:
+            async with held.lock:
+                if self._held.get(key) is not held:
+                    return
+                checkpoint = finals.get((held.stream, held.lease.shard_id), held.pending)
+                new = await self._release(key, held, checkpoint, ())
+            if new is not None:
+                self._stats = replace(self._stats, released=self._stats.released + 1)
+                if held.ready:
+                    self._push(LeaseLost(held.stream, held.lease.shard_id, "released"))
+
+        async with anyio.create_task_group() as group:
+            for key, held in list(self._held.items()):
+                group.start_soon(release, key, held)
+
+    def snapshot(self) -> LeaseStats:
+        """The protocol's statistics now, a frozen :class:`LeaseStats`."""
+        return replace(
+            self._stats,
+            held=len(self._held),
+            ready=sum(1 for h in self._held.values() if h.ready),
+            table_calls=self._table.calls,
+        )
+
+    def _known(self) -> Streams:
+        if self._streams is None:
+            raise RuntimeError("the coordinator is not open: use 'async with'")
+        return self._streams
+
+    # -- take rounds -------------------------------------------------------------------------
+
+    def _observe(self, leases: list[Lease]) -> list[Lease]:
+        streams = self._known()
+        ours = [lease for lease in leases if streams.owner_of(lease) is not None]
+        now = self._clock()
+        self._tracker.observe(ours, now)
+        self._by_key = {lease.key: lease for lease in ours}
+        for lease in ours:
+            if (
+                lease.owner == self._worker_id
+                and lease.key not in self._held
+                and self._tracker.changes_by_same_owner(lease.key) >= 2
+            ):
+                raise WorkerIdConflictError(
+                    f"lease {lease.key!r} is owned by this worker's id {self._worker_id!r} "
+                    "and keeps being renewed, but not by this process: another process uses "
+                    "the same worker_id",
+                    worker_id=self._worker_id,
+                    lease_key=lease.key,
+                )
+        return ours
+
+    async def _take_round(self) -> None:
+        ours = self._observe(await self._table.list())
+        if not self._releasing:
+            now = self._clock()
+            plan = plan_takes(
+                ours,
+                worker_id=self._worker_id,
+                held=self._held.keys(),
+                expired=lambda lease: self._tracker.expired(lease, now),
+                max_leases=self._config.max_leases,
+                max_leases_to_steal=self._config.max_leases_to_steal,
+                rng=self._rng,
+            )
+            live = sum(1 for lease in ours if not lease.finished)
+            self._stats = replace(self._stats, workers=plan.workers, leases=live)
+            for lease in plan.take:
+                await self._take(lease, stolen=False)
+            for lease in plan.steal:
+                await self._take(lease, stolen=True)
+        self._open_ready()
+
+    async def _take(self, lease: Lease, *, stolen: bool) -> None:
+        info = self._known().owner_of(lease)
+        if info is None:
+            return
+        started = self._clock()
+        new = await self._table.take(lease, self._worker_id)
+        if new is None:
+            return  # someone else was faster, or its owner renewed it
+        self._tracker.forget(lease.key)
+        # A stolen lease's reader stops at its owner's next renewal: wait that long before
+        # reading, so that no shard is read twice at once.
+        ready_at = started + self._config.renew_period + _EPSILON if stolen else 0.0
+        previous = lease.owner if lease.owner != self._worker_id else None
+        self._held[lease.key] = _Held(new, info.name, started, previous, ready_at=ready_at)
+        self._by_key[lease.key] = new
+        if stolen:
+            self._stats = replace(self._stats, stolen=self._stats.stolen + 1)
+        else:
+            self._stats = replace(self._stats, taken=self._stats.taken + 1)
+        logger.info(
+            "%s %s lease %s (from %s)",
+            self._worker_id,
+            "stole" if stolen else "took",
+            lease.key,
+            lease.owner,
+        )
+
+    def _open_ready(self) -> None:
+        now = self._clock()
+        for key, held in self._held.items():
+            if held.ready or now < held.ready_at or held.lease.finished:
+                continue
+            if not parents_finished(self._known().parents_of(held.lease), self._by_key):
+                continue
+            held.ready = True
+            logger.debug("%s may read %s", self._worker_id, key)
+            self._push(
+                LeaseAcquired(
+                    held.stream,
+                    held.lease.shard_id,
+                    held.lease.checkpoint,
+                    held.lease.sub_sequence,
+                    held.lease.parent_shard_ids,
+                    held.previous_owner,
+                )
+            )
+
+    async def _take_loop(self) -> None:
+        period = self._config.take_period
+        next_round = self._clock() + period
+        while True:
+            # Rounds start every period, not a period after the last one ended: the failover
+            # bound counts on it.
+            await anyio.sleep(max(0.0, next_round - self._clock()))
+            next_round = max(next_round + period, self._clock())
+            try:
+                await self._take_round()
+            except (LeaseTableError, WorkerIdConflictError):
+                raise
+            except KinesisError as error:
+                logger.warning("take round of %s failed, retried: %s", self._worker_id, error)
+
+    # -- renewals ----------------------------------------------------------------------------
+
+    async def _renew_loop(self) -> None:
+        tick = self._config.checkpoint_period
+        renew = self._config.renew_period
+        limit = anyio.CapacityLimiter(_RENEW_CONCURRENCY)
+        valid = self._config.failover_time - _EPSILON
+        # Rounds keep their cadence whatever a round takes (100 renewals take a few hundred
+        # milliseconds), and a lease not renewed for a failover time is dropped on time.
+        next_round = self._clock() + tick
+        while True:
+            wake = next_round
+            for held in self._held.values():
+                wake = min(wake, held.renewed_at + valid)
+            await anyio.sleep(max(0.0, wake - self._clock()))
+            now = self._clock()
+            for key, held in list(self._held.items()):
+                if now - held.renewed_at >= valid:
+                    self._drop(key, held, "expired")
+            if now < next_round:
+                continue
+            next_round = max(next_round + tick, now)
+            async with anyio.create_task_group() as group:
+                for key, held in list(self._held.items()):
+                    if held.pending is not None or now - held.renewed_at >= renew - tick / 2:
+                        group.start_soon(self._renew, key, held, limit)
+
+    async def _renew(self, key: str, held: _Held, limit: anyio.CapacityLimiter) -> None:
+        # A renewal retried against an unreachable table gives up when the lease would
+        # expire, so that the round ends and the lease is dropped on time (a write that
+        # landed all the same is adopted by the next one, see _adopt).
+        left = held.renewed_at + self._config.failover_time - _EPSILON - self._clock()
+        with anyio.move_on_after(max(0.0, left)):
+            async with limit, held.lock:
+                if self._held.get(key) is not held:
+                    return
+                try:
+                    await self._write(key, held, held.pending)
+                except (LeaseTableError, WorkerIdConflictError):
+                    raise
+                except KinesisError as error:
+                    logger.warning("renewal of %s failed: %s", key, error)
+
+    async def _write(
+        self, key: str, held: _Held, checkpoint: tuple[str, int] | None
+    ) -> Lease | None:
+        """Renew ``held`` (with ``checkpoint``), under its lock; None if it was lost."""
+        for _ in range(2):
+            started = self._clock()
+            new = await self._table.renew(held.lease, self._worker_id, checkpoint)
+            if new is not None:
+                latency = self._clock() - started
+                worst = max(latency, self._stats.renewal_latency_max or 0.0)
+                self._stats = replace(
+                    self._stats,
+                    renewals=self._stats.renewals + 1,
+                    checkpoints=self._stats.checkpoints + (checkpoint is not None),
+                    renewal_latency_last=latency,
+                    renewal_latency_max=worst,
+                )
+                held.lease, held.renewed_at = new, started
+                if checkpoint is not None and held.pending == checkpoint:
+                    held.pending = None
+                self._by_key[key] = new
+                return new
+            if not await self._adopt(key, held, checkpoint):
+                return None
+        return None
+
+    async def _adopt(self, key: str, held: _Held, checkpoint: tuple[str, int] | None) -> bool:
+        """After a failed condition: whether the lease is still ours (a write of ours landed
+        after its reply was lost, and the retry found it applied), adopting it; drops it
+        (LeaseLost) if another worker has it; WorkerIdConflictError if another process wrote
+        it in our name."""
+        current = await self._table.get(key)
+        if current is None or current.owner != self._worker_id:
+            self._drop(key, held, "taken")
+            return False
+        now = self._clock()
+        sequence = None if checkpoint is None else checkpoint[0]
+        recent = held.adopted_at is not None and now - held.adopted_at < self._config.failover_time
+        if not recent and write_landed(held.lease, current, self._worker_id, sequence):
+            held.lease, held.adopted_at = current, now
+            return True
+        self._drop(key, held, "taken")
+        raise WorkerIdConflictError(
+            f"lease {key!r} was renewed by another process under this worker's id "
+            f"{self._worker_id!r} (counter {current.counter}, expected "
+            f"{held.lease.counter}): every worker needs its own worker_id",
+            worker_id=self._worker_id,
+            lease_key=key,
+        )
+
+    async def _release(
+        self,
+        key: str,
+        held: _Held,
+        checkpoint: tuple[str, int] | None,
+        children: tuple[str, ...],
+    ) -> Lease | None:
+        """Release ``held`` (with ``checkpoint``), under its lock; None if it was lost."""
+        for _ in range(2):
+            new = await self._table.release(held.lease, self._worker_id, checkpoint, children)
+            if new is None:  # lost, unless this very release landed and its reply did not
+                current = await self._table.get(key)
+                sequence = None if checkpoint is None else checkpoint[0]
+                if current is not None and write_landed(held.lease, current, None, sequence):
+                    new = current
+            if new is not None:
+                if checkpoint is not None:
+                    self._stats = replace(self._stats, checkpoints=self._stats.checkpoints + 1)
+                self._held.pop(key, None)
+                self._tracker.forget(key)
+                self._by_key[key] = new
+                return new
+            if not await self._adopt(key, held, checkpoint):
+                return None
+        return None
+
+    def _drop(self, key: str, held: _Held, reason: str) -> None:
+        if self._held.get(key) is not held:
+            return
+        del self._held[key]
+        self._tracker.forget(key)
+        self._stats = replace(self._stats, lost=self._stats.lost + 1)
+        logger.warning("%s lost lease %s (%s)", self._worker_id, key, reason)
+        if held.ready:
+            self._push(LeaseLost(held.stream, held.lease.shard_id, reason))
+
+    # -- shard sync --------------------------------------------------------------------------
+
+    async def _sync_loop(self) -> None:
+        while True:
+            with anyio.move_on_after(self._config.shard_sync_interval):
+                await self._sync_wanted.wait()
+            self._sync_wanted = anyio.Event()
+            try:
+                await self._sync_all()
+            except KinesisError as error:
+                logger.warning("shard sync of %s failed, retried: %s", self._worker_id, error)
+
+    async def _sync_all(self) -> None:
+        for ref in self._known().by_name.values():
+            await self._sync(ref)
+        self._stats = replace(self._stats, shard_syncs=self._stats.shard_syncs + 1)
+
+    async def _sync(self, ref: StreamRef) -> None:
+        shards = await list_stream_shards(self._kinesis, ref.name)
+        for shard in shards:
+            for parent in shard.parents:
+                known = self._children.get((ref.name, parent), ())
+                if shard.shard_id not in known:
+                    self._children[(ref.name, parent)] = tuple(sorted((*known, shard.shard_id)))
+        existing = {
+            lease.shard_id
+            for lease in self._by_key.values()
+            if lease.stream_identifier in (None, ref.identifier)
+        }
+        streams = self._known()
+        for lease in plan_new_leases(
+            shards,
+            existing,
+            initial_position=self._initial,
+            make_lease=lambda shard, checkpoint: streams.new_lease(ref, shard, checkpoint),
+        ):
+            if await self._table.create(lease):
+                self._stats = replace(self._stats, leases_created=self._stats.leases_created + 1)
+                logger.info("created lease %s at %s", lease.key, lease.checkpoint)

@@ -1,0 +1,77 @@
+"""What the coordinator tells its user, and its statistics: frozen values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["LeaseAcquired", "LeaseEvent", "LeaseLost", "LeaseStats"]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseAcquired:
+    """This worker holds the shard's lease and may read the shard now (its parents, if any,
+    are finished).
+
+    ``checkpoint`` and ``sub_sequence`` are the lease's checkpoint, the KCL's extended
+    sequence number of the last processed user record: a sequence number (resume after it;
+    with a ``sub_sequence`` above 0 inside a KPL aggregate, after that user record), or
+    ``TRIM_HORIZON`` / ``LATEST`` / ``AT_TIMESTAMP`` for a shard not read yet (the timestamp
+    is the consumer's own configuration, as in the KCL). Never ``SHARD_END``: finished
+    shards are not handed out. ``parents`` are the shard's parents; ``previous_owner`` the
+    worker it was taken from, if any.
+    """
+
+    stream: str
+    shard_id: str
+    checkpoint: str
+    sub_sequence: int
+    parents: tuple[str, ...] = ()
+    previous_owner: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseLost:
+    """This worker no longer holds the shard's lease: stop reading it at once.
+
+    ``reason`` is ``"taken"`` (a renewal's or a checkpoint's condition failed: another worker
+    took it), ``"expired"`` (no renewal succeeded for ``failover_time``: others may take it)
+    or ``"released"`` (handed over by :meth:`LeaseCoordinator.release_all`).
+    """
+
+    stream: str
+    shard_id: str
+    reason: str = "taken"
+
+
+LeaseEvent = LeaseAcquired | LeaseLost
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseStats:
+    """A snapshot of one coordinator's lease protocol.
+
+    ``held`` leases now (``ready`` of them handed to the reader, the others waiting on their
+    parents); counts since start: ``taken`` (free or expired leases taken), ``stolen`` (taken
+    from a live worker to balance), ``lost``, ``released``, ``renewals`` (successful),
+    ``checkpoints`` (written), ``leases_created`` (by shard sync), ``shard_syncs``,
+    ``table_calls`` (every DynamoDB request); ``renewal_latency_last`` / ``_max`` in seconds
+    (None before the first renewal); ``workers``: distinct live owners seen at the last scan,
+    this worker included; ``leases``: unfinished leases of our streams at the last scan.
+    """
+
+    worker_id: str
+    held: int = 0
+    ready: int = 0
+    taken: int = 0
+    stolen: int = 0
+    lost: int = 0
+    released: int = 0
+    renewals: int = 0
+    checkpoints: int = 0
+    leases_created: int = 0
+    shard_syncs: int = 0
+    table_calls: int = 0
+    renewal_latency_last: float | None = None
+    renewal_latency_max: float | None = None
+    workers: int = 1
+    leases: int = 0

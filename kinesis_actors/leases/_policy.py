@@ -1,0 +1,177 @@
+"""The lease protocol's decisions, sans-IO: expiry, what to take, what to steal, the gate.
+
+Nothing here awaits or reads a clock: the coordinator passes ``now`` (monotonic seconds, its
+own clock) and a random generator, and does the I/O.
+
+**Expiry (the KCL's rule).** Clocks of different machines are never compared. A lease is
+expired when its ``leaseCounter`` has not changed for ``failover_time`` on *this* worker's
+clock since this worker last saw it change; a lease seen for the first time counts as just
+changed (a worker that starts waits one failover time before taking a silent owner's leases).
+A lease without an owner is free at once.
+
+**Balance.** ``workers`` are the distinct owners of leases that are not expired, this worker
+included; the target share is ``ceil(leases / workers)`` (capped by ``max_leases``). A worker
+below its target takes expired and free leases first, in random order so that workers
+starting together spread out. Only when none is left does it steal, from the most loaded
+worker, and only when that worker holds at least two more than this one (more than the
+target, or the target while this worker needs two or more: the KCL's rule, which avoids
+ping-pong between two workers one lease apart), at most ``max_leases_to_steal`` at a time.
+
+**The gate.** A child shard's lease is handed to the reader only when every parent's lease
+is finished (checkpoint ``SHARD_END``) or gone: per-key order across a split or a merge holds
+whichever worker read the parent.
+
+**Worker id used twice.** A lease owned by this worker's id that this process does not hold
+is either left from an earlier run with the same id (its counter stands still: it expires and
+is taken again) or renewed by another live process using the id. Two counter changes seen
+while it stays so make it a conflict (one change may be a write of ours that landed after we
+gave up on it).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ._items import Lease
+
+__all__ = ["ExpiryTracker", "TakePlan", "parents_finished", "plan_takes", "write_landed"]
+
+
+@dataclass(slots=True)
+class _Seen:
+    counter: int
+    changed_at: float
+    owner: str | None
+    changes: int = 0
+
+
+class ExpiryTracker:
+    """When each lease's counter was last seen to change, on this worker's clock."""
+
+    def __init__(self, failover_time: float) -> None:
+        self.failover_time = failover_time
+        self._seen: dict[str, _Seen] = {}
+
+    def observe(self, leases: Iterable[Lease], now: float) -> None:
+        """Record a complete listing of the table, seen at ``now``."""
+        present: set[str] = set()
+        for lease in leases:
+            present.add(lease.key)
+            seen = self._seen.get(lease.key)
+            if seen is None:
+                self._seen[lease.key] = _Seen(lease.counter, now, lease.owner)
+            elif seen.counter != lease.counter:
+                same_owner = seen.owner == lease.owner
+                seen.changes = seen.changes + 1 if same_owner else 0
+                seen.counter, seen.changed_at, seen.owner = lease.counter, now, lease.owner
+        for key in self._seen.keys() - present:
+            del self._seen[key]
+
+    def expired(self, lease: Lease, now: float) -> bool:
+        """Whether ``lease`` may be taken without stealing: free, or silent for too long."""
+        if lease.owner is None:
+            return True
+        seen = self._seen.get(lease.key)
+        if seen is None or seen.counter != lease.counter:
+            return False  # not observed yet in this form: it just changed
+        return now - seen.changed_at > self.failover_time
+
+    def changes_by_same_owner(self, key: str) -> int:
+        """How often the counter changed under one owner since that owner was first seen."""
+        seen = self._seen.get(key)
+        return 0 if seen is None else seen.changes
+
+    def forget(self, key: str) -> None:
+        """Drop what is known of ``key`` (it changed hands through us)."""
+        self._seen.pop(key, None)
+
+
+@dataclass(frozen=True, slots=True)
+class TakePlan:
+    """What one take round does: ``take`` free or expired leases, ``steal`` live ones."""
+
+    take: tuple[Lease, ...]
+    steal: tuple[Lease, ...]
+    target: int
+    workers: int
+
+
+def plan_takes(
+    leases: Sequence[Lease],
+    *,
+    worker_id: str,
+    held: Collection[str],
+    expired: Callable[[Lease], bool],
+    max_leases: int | None = None,
+    max_leases_to_steal: int = 1,
+    rng: random.Random | None = None,
+) -> TakePlan:
+    """Decide a take round from a listing of the (unfinished) leases this worker may hold.
+
+    ``held`` are the lease keys this worker holds; ``expired`` says whether a lease is free or
+    expired (see :class:`ExpiryTracker`). Finished leases (``SHARD_END``) need no owner and
+    are left out of the count and the plan.
+    """
+    rng = rng or random.Random()
+    live = [lease for lease in leases if not lease.finished]
+    owners: Counter[str] = Counter()
+    candidates: list[Lease] = []
+    for lease in live:
+        if lease.key in held:
+            continue
+        if expired(lease):
+            candidates.append(lease)
+        elif lease.owner is not None and lease.owner != worker_id:
+            owners[lease.owner] += 1
+    workers = len(owners) + 1
+    target = math.ceil(len(live) / workers) if live else 0
+    if max_leases is not None:
+        target = min(target, max_leases)
+    ours = sum(1 for lease in live if lease.key in held)
+    need = target - ours
+    if need <= 0:
+        return TakePlan((), (), target, workers)
+    if candidates:
+        rng.shuffle(candidates)
+        return TakePlan(tuple(candidates[:need]), (), target, workers)
+    if not owners:
+        return TakePlan((), (), target, workers)
+    most = max(owners.values())
+    if most - ours < 2:
+        return TakePlan((), (), target, workers)
+    victim = rng.choice(sorted(owner for owner, count in owners.items() if count == most))
+    theirs = [lease for lease in live if lease.owner == victim and not expired(lease)]
+    count = min(need, max_leases_to_steal, max(1, most - target))
+    return TakePlan((), tuple(rng.sample(theirs, count)), target, workers)
+
+
+def parents_finished(parent_keys: Iterable[str], by_key: Mapping[str, Lease]) -> bool:
+    """Whether every parent lease (``parent_keys``, the parents' lease keys) is finished
+    (``SHARD_END``) or absent from ``by_key``, a listing of the table."""
+    for key in parent_keys:
+        found = by_key.get(key)
+        if found is not None and not found.finished:
+            return False
+    return True
+
+
+def write_landed(held: Lease, current: Lease, owner: str | None, checkpoint: str | None) -> bool:
+    """Whether ``current`` is exactly what one write of ours to ``held`` makes: the counter one
+    more, the owner the write leaves (``owner``: ours for a renewal, None for a release) and
+    the checkpoint it wrote (``checkpoint``, or unchanged when None).
+
+    A write whose reply was lost may have landed, and the client's retry then fails its
+    condition; this tells that case from a lease taken by another worker. Another process
+    renewing under our id can look the same once, so the caller adopts at most once per
+    failover time (see the module doc).
+    """
+    expected = held.checkpoint if checkpoint is None else checkpoint
+    return (
+        current.counter == held.counter + 1
+        and current.owner == owner
+        and current.checkpoint == expected
+    )

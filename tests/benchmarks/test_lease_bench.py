@@ -1,0 +1,49 @@
+"""The lease benchmark: the KCL model's arithmetic, and a smoke run of both measurements
+against the real local servers (a failover time of 1 s: figures meaningless, shape checked)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import lease_bench
+from kinesis_actors.leases import LeaseConfig
+
+
+def test_the_kcl_model_follows_its_default_intervals() -> None:
+    model = lease_bench.kcl_calls_per_s(100, 3)
+    assert model["renewals_per_s"] == pytest.approx(100 / (10 / 3 - 0.025))  # 30.23
+    assert model["scans_per_s"] == pytest.approx(3 / 20.05 + 1 / 60)
+    assert model["calls_per_s"] == pytest.approx(model["renewals_per_s"] + model["scans_per_s"])
+    low, high = lease_bench.kcl_failover_window()
+    assert (low, high) == pytest.approx((20.05 - (10 / 3 - 0.025), 40.1))
+
+
+def test_a_smoke_run_counts_every_request_and_fails_over() -> None:
+    results = lease_bench.run(
+        leases=6,
+        workers=(2,),
+        seconds=1.0,
+        failover_runs=1,
+        failover_shards=4,
+        failover_workers=2,
+        config=LeaseConfig(failover_time=1.0),
+    )
+    (cost,) = results["cost"]
+    assert cost["failures"] == []
+    assert (cost["leases"], cost["workers"]) == (6, 2)
+    assert sum(cost["held"]) == 6
+    assert {"UpdateItem", "Scan"} <= set(cost["calls"])  # renewals and take rounds
+    assert cost["calls_per_s"] == pytest.approx(
+        sum(cost["calls"].values()) / cost["seconds"], rel=0.01
+    )
+    assert cost["ratio_to_kcl"] == pytest.approx(
+        cost["calls_per_s"] / cost["kcl"]["calls_per_s"], rel=0.01
+    )
+    (failover,) = results["failover"]
+    assert failover["failures"] == []
+    assert failover["orphaned_leases"] == 2
+    assert failover["failover_s"] is not None  # every orphaned lease was taken over
+    assert failover["first_take_s"] <= failover["failover_s"]
+    text = lease_bench.render(results)
+    assert "DynamoDB requests per second" in text
+    assert "all taken over after" in text

@@ -1,0 +1,348 @@
+"""A consumer with a lease table, in this process: real local Kinesis and DynamoDB.
+
+What one worker does with its leases: it reads exactly the shards it holds, its commits become
+the leases' checkpoints (mid-aggregate included), a clean close hands every lease over, a lease
+taken from under it stops that shard at once without breaking the user's loop, and a bad
+table or worker id fails the ``async with`` as a typed error. The multi-process acceptance
+runs (failover, rebalancing, resharding across workers) are in ``test_group_local.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+import anyio
+import pytest
+
+from kinesis_actors import KinesisClient, LocalDynamoDB, LocalKinesis, errors
+from kinesis_actors.client import DynamoDBClient
+from kinesis_actors.consumer import Consumer, ConsumerConfig, RecordBatch, StartingPosition
+from kinesis_actors.leases import LeaseConfig, LeaseTableError, WorkerIdConflictError
+
+from .helpers import Row, aggregate_per_shard, put_aggregated, put_plain, rows, shard_map
+
+pytestmark = [pytest.mark.anyio, pytest.mark.local_kinesis]
+
+FAST = LeaseConfig(failover_time=2.0, renew_interval=0.4, take_interval=0.2)
+
+
+@pytest.fixture
+def table() -> str:
+    return f"app-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(params=["polling", "efo"])
+async def reading(
+    request: pytest.FixtureRequest, local_kinesis: LocalKinesis
+) -> AsyncIterator[tuple[Literal["polling", "efo"], KinesisClient]]:
+    mode: Literal["polling", "efo"] = "efo" if request.param == "efo" else "polling"
+    async with local_kinesis.client(tls=mode == "efo") as kinesis:
+        yield mode, kinesis
+
+
+def leased(
+    local_dynamodb: LocalDynamoDB, table: str, worker: str, **options: Any
+) -> ConsumerConfig:
+    return ConsumerConfig(
+        start=StartingPosition.trim_horizon(),
+        lease_table=table,
+        worker_id=worker,
+        dynamodb_endpoint_url=local_dynamodb.endpoint_url,
+        leases=FAST,
+        idle_backoff_initial=0.05,
+        idle_backoff_max=0.1,
+        **options,
+    )
+
+
+async def items(dynamodb: DynamoDBClient, table: str) -> dict[str, dict[str, Any]]:
+    """The lease items by lease key, attribute values unwrapped."""
+    found: dict[str, dict[str, Any]] = {}
+    params: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
+    while True:
+        page = await dynamodb.call("Scan", params)
+        for item in page["Items"]:
+            plain = {name: next(iter(value.values())) for name, value in item.items()}
+            found[plain["leaseKey"]] = plain
+        if "LastEvaluatedKey" not in page:
+            return found
+        params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+async def read_until(consumer: Consumer, count: int, *, commit: bool = True) -> list[Row]:
+    seen: list[Row] = []
+    async for batch in consumer:
+        seen.extend(rows(batch))
+        if commit:
+            consumer.commit(batch)
+        if len(seen) >= count:
+            break
+    return seen
+
+
+async def test_one_worker_reads_every_shard_and_its_commits_become_the_leases_checkpoints(
+    reading: tuple[Literal["polling", "efo"], KinesisClient],
+    local_dynamodb: LocalDynamoDB,
+    dynamodb: DynamoDBClient,
+    stream_name: str,
+    table: str,
+) -> None:
+    mode, client = reading
+    await client.create_stream(stream_name, 3)
+    await put_plain(client, stream_name, [(f"r{i}".encode(), f"k{i}") for i in range(300)])
+    config = leased(local_dynamodb, table, "solo", mode=mode)
+    async with Consumer(client, stream_name, config) as consumer:
+        with anyio.fail_after(30):
+            seen = await read_until(consumer, 300)
+        stats = consumer.leases
+        assert consumer.worker_id == "solo"
+        assert stats is not None and stats.held == 3 and stats.taken == 3
+        assert consumer.metrics["leases"]["held"] == 3
+    assert sorted(row.data for row in seen) == sorted(f"r{i}".encode() for i in range(300))
+    last = {row.shard_id: row.sequence_number for row in seen}
+    leases = await items(dynamodb, table)
+    assert set(leases) == set(last)
+    for shard_id, lease in leases.items():
+        assert lease["checkpoint"] == last[shard_id]  # the final checkpoint, written on close
+        assert "leaseOwner" not in lease or lease["leaseOwner"] in ("", "NULL", None)
+
+
+async def test_a_new_owner_resumes_after_the_last_checkpoint_in_the_middle_of_an_aggregate(
+    local_kinesis: LocalKinesis,
+    local_dynamodb: LocalDynamoDB,
+    stream_name: str,
+    table: str,
+) -> None:
+    async with local_kinesis.client(tls=False) as client:
+        await client.create_stream(stream_name, 1)
+        shards = await shard_map(client, stream_name)
+        records = [(f"u{i}".encode(), f"key-{i}") for i in range(40)]
+        await put_aggregated(client, stream_name, aggregate_per_shard(records, shards, 10))
+        first: list[Row] = []
+        async with Consumer(client, stream_name, leased(local_dynamodb, table, "a")) as consumer:
+            with anyio.fail_after(30):
+                async for batch in consumer:
+                    part = batch.slice(0, 15)  # 1.5 aggregates: stop inside the second one
+                    first.extend(rows(part))
+                    consumer.commit(part)
+                    break
+        second: list[Row] = []
+        async with Consumer(client, stream_name, leased(local_dynamodb, table, "b")) as consumer:
+            with anyio.fail_after(30):
+                second = await read_until(consumer, 25)
+    assert [row.data for row in first + second] == [data for data, _ in records]
+    assert second[0].sub_sequence_number == 5  # the rest of the aggregate, nothing repeated
+
+
+async def test_a_lease_taken_from_under_a_worker_stops_its_shard_and_a_late_commit_is_harmless(
+    reading: tuple[Literal["polling", "efo"], KinesisClient],
+    local_dynamodb: LocalDynamoDB,
+    dynamodb: DynamoDBClient,
+    stream_name: str,
+    table: str,
+) -> None:
+    mode, client = reading
+    await client.create_stream(stream_name, 1)
+    await put_plain(client, stream_name, [(f"r{i}".encode(), "k") for i in range(50)])
+    config = leased(local_dynamodb, table, "victim", max_records_per_call=10, mode=mode)
+    async with Consumer(client, stream_name, config) as consumer:
+        with anyio.fail_after(30):
+            batch = await consumer.__anext__()  # taken, not committed yet
+            shard_id = batch.shard_id
+            # Another worker takes the lease (what a steal writes: owner and counter).
+            await dynamodb.call(
+                "UpdateItem",
+                {
+                    "TableName": table,
+                    "Key": {"leaseKey": {"S": shard_id}},
+                    "UpdateExpression": "SET leaseOwner = :o ADD leaseCounter :one",
+                    "ExpressionAttributeValues": {":o": {"S": "thief"}, ":one": {"N": "1"}},
+                },
+            )
+            while consumer.leases is None or consumer.leases.lost == 0:
+                await anyio.sleep(0.05)
+            consumer.commit(batch)  # the lease is gone: ignored, not an error
+            metrics = consumer.metrics
+            assert f"{stream_name}/{shard_id}" not in metrics["shards"]  # its reader is gone
+            assert metrics["buffered_batches"] == 0  # and what it had read, undelivered
+            assert consumer.leases.held == 0
+    leases = await items(dynamodb, table)
+    lease = leases[shard_id]
+    assert lease["leaseOwner"] == "thief"  # nothing written over the new owner
+    assert lease["checkpoint"] == "TRIM_HORIZON"  # and no checkpoint of the old one
+
+
+async def test_a_table_with_another_key_schema_fails_the_block_and_is_left_as_it_was(
+    local_kinesis: LocalKinesis,
+    local_dynamodb: LocalDynamoDB,
+    dynamodb: DynamoDBClient,
+    stream_name: str,
+    table: str,
+) -> None:
+    await dynamodb.create_table(
+        {
+            "TableName": table,
+            "KeySchema": [{"AttributeName": "id", "KeyType": "HASH"}],
+            "AttributeDefinitions": [{"AttributeName": "id", "AttributeType": "S"}],
+            "BillingMode": "PAY_PER_REQUEST",
+        }
+    )
+    async with local_kinesis.client(tls=False) as client:
+        await client.create_stream(stream_name, 1)
+        with pytest.raises(LeaseTableError):
+            async with Consumer(client, stream_name, leased(local_dynamodb, table, "w")):
+                pass
+    assert await items_by(dynamodb, table, "id") == {}
+
+
+async def items_by(dynamodb: DynamoDBClient, table: str, key: str) -> dict[str, Any]:
+    page = await dynamodb.call("Scan", {"TableName": table})
+    return {item[key]["S"]: item for item in page["Items"]}
+
+
+async def test_bad_lease_options_fail_before_any_call(
+    local_kinesis: LocalKinesis, stream_name: str
+) -> None:
+    async with local_kinesis.client(tls=False) as client:
+        calls = client.stats.calls
+        with pytest.raises(errors.ConfigError, match="worker_count"):
+            Consumer(client, stream_name, ConsumerConfig(lease_table="app", worker_count=2))
+        assert client.stats.calls == calls
+
+
+async def test_with_latest_a_lease_never_checkpointed_skips_what_was_written_before_opening(
+    local_kinesis: LocalKinesis,
+    local_dynamodb: LocalDynamoDB,
+    stream_name: str,
+    table: str,
+) -> None:
+    async with local_kinesis.client(tls=False) as client:
+        await client.create_stream(stream_name, 1)
+        await put_plain(client, stream_name, [(f"old{i}".encode(), "k") for i in range(10)])
+        config = leased(local_dynamodb, table, "w")
+        config = dataclasses.replace(config, start=StartingPosition.latest())
+        async with Consumer(client, stream_name, config) as consumer:
+            with anyio.fail_after(30):
+                # The iterator exists once the shard was read (empty): LATEST is pinned there.
+                while not any(s["reads"] for s in consumer.metrics["shards"].values()):
+                    await anyio.sleep(0.05)
+                await put_plain(client, stream_name, [(f"new{i}".encode(), "k") for i in range(10)])
+                seen = await read_until(consumer, 10)
+    assert [row.data for row in seen] == [f"new{i}".encode() for i in range(10)]
+
+
+async def test_a_worker_id_used_twice_fails_the_second_consumers_loop_as_a_typed_error(
+    local_kinesis: LocalKinesis,
+    local_dynamodb: LocalDynamoDB,
+    stream_name: str,
+    table: str,
+) -> None:
+    async with local_kinesis.client(tls=False) as client:
+        await client.create_stream(stream_name, 2)
+        config = leased(local_dynamodb, table, "twin")
+        async with Consumer(client, stream_name, config) as first:
+            with anyio.fail_after(30):
+                while first.leases is None or first.leases.held < 2:
+                    await anyio.sleep(0.05)
+                with pytest.raises(WorkerIdConflictError) as raised:
+                    async with Consumer(client, stream_name, config) as second:
+                        async for _ in second:
+                            pass
+            assert raised.value.worker_id == "twin"
+            stats = first.leases
+            assert stats is not None and stats.held == 2 and stats.lost == 0
+
+
+async def test_run_handlers_commit_to_the_leases_and_a_second_run_resumes_after_them(
+    local_kinesis: LocalKinesis,
+    local_dynamodb: LocalDynamoDB,
+    dynamodb: DynamoDBClient,
+    stream_name: str,
+    table: str,
+) -> None:
+    async with local_kinesis.client(tls=False) as client:
+        await client.create_stream(stream_name, 2)
+        await put_plain(client, stream_name, [(f"a{i}".encode(), f"k{i}") for i in range(100)])
+        seen: list[Row] = []
+        async with Consumer(client, stream_name, leased(local_dynamodb, table, "a")) as consumer:
+
+            async def handler(batch: RecordBatch) -> None:
+                seen.extend(rows(batch))
+                if len(seen) >= 100:
+                    consumer.stop()
+
+            with anyio.fail_after(30):
+                await consumer.run(handler)
+        await put_plain(client, stream_name, [(f"b{i}".encode(), f"k{i}") for i in range(50)])
+        async with Consumer(client, stream_name, leased(local_dynamodb, table, "b")) as consumer:
+            with anyio.fail_after(30):
+                again = await read_until(consumer, 50)
+    assert sorted(row.data for row in seen) == sorted(f"a{i}".encode() for i in range(100))
+    assert sorted(row.data for row in again) == sorted(f"b{i}".encode() for i in range(50))
+
+
+async def test_a_table_gone_at_close_leaves_the_users_exception_as_itself(
+    local_kinesis: LocalKinesis, stream_name: str, table: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The handover is contained: the leases expire instead, and the block's own exception
+    is what leaves it (not ours, not a group)."""
+    async with local_kinesis.client(tls=False) as client:
+        await client.create_stream(stream_name, 1)
+        with LocalDynamoDB() as private:
+            config = leased(private, table, "w")
+            with anyio.fail_after(60), pytest.raises(KeyError, match="the user's"):
+                async with Consumer(client, stream_name, config) as consumer:
+                    while consumer.leases is None or consumer.leases.held < 1:
+                        await anyio.sleep(0.05)
+                    private.stop()
+                    raise KeyError("the user's")
+    assert "will expire instead" in caplog.text
+
+
+async def test_under_run_a_lost_lease_cancels_its_handler_and_run_goes_on(
+    local_kinesis: LocalKinesis,
+    local_dynamodb: LocalDynamoDB,
+    dynamodb: DynamoDBClient,
+    stream_name: str,
+    table: str,
+) -> None:
+    async with local_kinesis.client(tls=False) as client:
+        await client.create_stream(stream_name, 1)
+        await put_plain(client, stream_name, [(f"r{i}".encode(), "k") for i in range(20)])
+        handling = anyio.Event()
+        cancelled = anyio.Event()
+        async with Consumer(client, stream_name, leased(local_dynamodb, table, "w")) as consumer:
+
+            async def handler(batch: RecordBatch) -> None:
+                handling.set()
+                try:
+                    await anyio.sleep_forever()  # a handler still busy when the lease goes
+                except anyio.get_cancelled_exc_class():
+                    cancelled.set()
+                    raise
+
+            async def steal_then_stop() -> None:
+                await handling.wait()
+                await dynamodb.call(
+                    "UpdateItem",
+                    {
+                        "TableName": table,
+                        "Key": {"leaseKey": {"S": "shardId-000000000000"}},
+                        "UpdateExpression": "SET leaseOwner = :o ADD leaseCounter :one",
+                        "ExpressionAttributeValues": {":o": {"S": "thief"}, ":one": {"N": "1"}},
+                    },
+                )
+                await cancelled.wait()
+                consumer.stop()
+
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(steal_then_stop)
+                    await consumer.run(handler)  # returns after stop(): no error
+            stats = consumer.leases
+        assert stats is not None and stats.lost == 1 and stats.held == 0
+        leases = await items(dynamodb, table)
+    assert leases["shardId-000000000000"]["leaseOwner"] == "thief"

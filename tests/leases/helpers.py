@@ -1,0 +1,54 @@
+"""Shared pieces of the lease tests that run against the local DynamoDB and Kinesis."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+
+from kinesis_actors.leases import LeaseConfig, LeaseCoordinator, LeaseEvent
+
+#: A fast protocol for tests: fail over after 1 s; renew, scan and sync often.
+FAST = LeaseConfig(
+    failover_time=1.0, renew_interval=0.25, take_interval=0.1, shard_sync_interval=0.3
+)
+#: Bound on any wait for the protocol to converge (not a timing assertion: a hang guard).
+PATIENCE = 30.0
+
+
+def coordinator(
+    dynamodb: Any,
+    kinesis: Any,
+    table: str,
+    streams: str | list[str],
+    worker_id: str,
+    config: LeaseConfig = FAST,
+    **options: Any,
+) -> LeaseCoordinator:
+    return LeaseCoordinator(
+        dynamodb, kinesis, table, streams, worker_id=worker_id, config=config, **options
+    )
+
+
+async def events_until(
+    coordinator: LeaseCoordinator,
+    done: Callable[[list[LeaseEvent]], bool],
+    seen: list[LeaseEvent] | None = None,
+) -> list[LeaseEvent]:
+    """Receive events into ``seen`` until ``done(seen)``."""
+    seen = [] if seen is None else seen
+    with anyio.fail_after(PATIENCE):
+        while not done(seen):
+            seen.append(await coordinator.next_event())
+    return seen
+
+
+async def put_items(dynamodb: Any, table: str, items: list[dict[str, Any]]) -> None:
+    for item in items:
+        await dynamodb.call("PutItem", {"TableName": table, "Item": item})
+
+
+async def scan(dynamodb: Any, table: str) -> list[dict[str, Any]]:
+    reply = await dynamodb.call("Scan", {"TableName": table, "ConsistentRead": True})
+    return sorted(reply["Items"], key=lambda item: item["leaseKey"]["S"])

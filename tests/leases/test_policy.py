@@ -1,0 +1,190 @@
+"""The lease protocol's decisions without a loop or a table: expiry, taking, stealing, the gate."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+from kinesis_actors.leases import SHARD_END, Lease
+from kinesis_actors.leases._policy import (
+    ExpiryTracker,
+    parents_finished,
+    plan_takes,
+    write_landed,
+)
+
+
+def lease(n: int, owner: str | None = None, counter: int = 1, **fields: object) -> Lease:
+    return Lease(key=f"shard-{n}", shard_id=f"shard-{n}", owner=owner, counter=counter, **fields)  # type: ignore[arg-type]
+
+
+def test_a_lease_seen_for_the_first_time_is_not_expired_until_a_failover_time_passes() -> None:
+    tracker = ExpiryTracker(10.0)
+    held = lease(1, "a")
+    tracker.observe([held], now=100.0)
+    assert not tracker.expired(held, 105.0)
+    assert not tracker.expired(held, 110.0)
+    assert tracker.expired(held, 110.1)
+
+
+def test_a_counter_change_restarts_the_failover_time_on_our_clock() -> None:
+    tracker = ExpiryTracker(10.0)
+    tracker.observe([lease(1, "a", counter=1)], now=0.0)
+    renewed = lease(1, "a", counter=2)
+    tracker.observe([renewed], now=9.0)
+    assert not tracker.expired(renewed, 18.0)
+    assert tracker.expired(renewed, 19.5)
+
+
+def test_a_lease_without_owner_is_free_at_once() -> None:
+    tracker = ExpiryTracker(10.0)
+    free = lease(1)
+    tracker.observe([free], now=0.0)
+    assert tracker.expired(free, 0.0)
+
+
+def test_a_lease_not_yet_observed_in_its_current_form_is_not_expired() -> None:
+    tracker = ExpiryTracker(1.0)
+    tracker.observe([lease(1, "a", counter=1)], now=0.0)
+    assert not tracker.expired(lease(1, "a", counter=5), 100.0)
+
+
+def test_changes_under_one_owner_are_counted_and_an_owner_change_resets_them() -> None:
+    tracker = ExpiryTracker(10.0)
+    for now, counter in enumerate([1, 2, 3]):
+        tracker.observe([lease(1, "me", counter=counter)], now=float(now))
+    assert tracker.changes_by_same_owner("shard-1") == 2
+    tracker.observe([lease(1, "other", counter=4)], now=4.0)
+    assert tracker.changes_by_same_owner("shard-1") == 0
+
+
+def always(_: Lease) -> bool:
+    return True
+
+
+def never(_: Lease) -> bool:
+    return False
+
+
+def test_a_new_worker_takes_all_free_leases_when_alone() -> None:
+    leases = [lease(n) for n in range(6)]
+    plan = plan_takes(leases, worker_id="me", held=(), expired=always, rng=random.Random(1))
+    assert len(plan.take) == 6 and plan.steal == ()
+    assert (plan.target, plan.workers) == (6, 1)
+
+
+def test_workers_share_free_leases_toward_ceil_of_the_even_share() -> None:
+    leases = [lease(n) for n in range(10)] + [lease(n, "b") for n in range(10, 13)]
+    expired = {f"shard-{n}" for n in range(10)}
+    plan = plan_takes(
+        leases,
+        worker_id="me",
+        held=(),
+        expired=lambda lease: lease.key in expired,
+        rng=random.Random(1),
+    )
+    assert (plan.workers, plan.target) == (2, 7)
+    assert len(plan.take) == 7
+
+
+def test_max_leases_caps_the_target() -> None:
+    leases = [lease(n) for n in range(10)]
+    plan = plan_takes(leases, worker_id="me", held=(), expired=always, max_leases=3)
+    assert len(plan.take) == 3
+
+
+def test_nothing_is_taken_at_the_target() -> None:
+    leases = [lease(n, "me") for n in range(4)] + [lease(n, "b") for n in range(4, 8)]
+    plan = plan_takes(leases, worker_id="me", held={f"shard-{n}" for n in range(4)}, expired=never)
+    assert plan.take == () and plan.steal == ()
+
+
+def test_finished_leases_are_neither_counted_nor_taken() -> None:
+    leases = [lease(n, checkpoint=SHARD_END) for n in range(5)] + [lease(9)]
+    plan = plan_takes(leases, worker_id="me", held=(), expired=always)
+    assert [taken.key for taken in plan.take] == ["shard-9"]
+    assert plan.target == 1
+
+
+def test_a_worker_steals_one_lease_from_the_most_loaded_when_nothing_is_free() -> None:
+    leases = [lease(n, "a") for n in range(4)] + [lease(n, "b") for n in range(4, 12)]
+    plan = plan_takes(leases, worker_id="me", held=(), expired=never, rng=random.Random(3))
+    assert (plan.workers, plan.target) == (3, 4)
+    assert plan.take == ()
+    assert len(plan.steal) == 1 and plan.steal[0].owner == "b"
+
+
+def test_max_leases_to_steal_allows_more_at_once_but_never_below_the_victims_share() -> None:
+    leases = [lease(n, "a") for n in range(4)] + [lease(n, "b") for n in range(4, 12)]
+    plan = plan_takes(leases, worker_id="me", held=(), expired=never, max_leases_to_steal=10)
+    assert len(plan.steal) == 4  # b keeps its target of 4
+
+
+def test_expired_leases_are_taken_before_anything_is_stolen() -> None:
+    leases = [lease(0, "dead")] + [lease(n, "b") for n in range(1, 9)]
+    plan = plan_takes(leases, worker_id="me", held=(), expired=lambda lease: lease.owner == "dead")
+    assert [taken.key for taken in plan.take] == ["shard-0"] and plan.steal == ()
+
+
+def test_no_stealing_between_workers_one_lease_apart() -> None:
+    # 7 leases, 2 workers: target 4; we hold 3, b holds 4. Stealing would only swap roles.
+    leases = [lease(n, "me") for n in range(3)] + [lease(n, "b") for n in range(3, 7)]
+    plan = plan_takes(leases, worker_id="me", held={f"shard-{n}" for n in range(3)}, expired=never)
+    assert plan.steal == ()
+
+
+def test_a_worker_two_behind_steals_from_one_at_the_target() -> None:
+    # 13 leases, 4 workers: target 4; a, b, c hold 4, 4, 4 and we hold 1: steal (KCL's rule).
+    leases = (
+        [lease(0, "me")]
+        + [lease(n, "a") for n in range(1, 5)]
+        + [lease(n, "b") for n in range(5, 9)]
+        + [lease(n, "c") for n in range(9, 13)]
+    )
+    plan = plan_takes(leases, worker_id="me", held={"shard-0"}, expired=never)
+    assert plan.target == 4 and len(plan.steal) == 1
+
+
+def test_repeated_rounds_converge_to_an_even_share() -> None:
+    """Four workers, twelve leases, one at a time: a model of the take rounds."""
+    owners = ["a"] * 6 + ["b"] * 6
+    rng = random.Random(7)
+    workers = ["a", "b", "c", "d"]
+    for _ in range(40):
+        for worker in workers:
+            leases = [lease(n, owner) for n, owner in enumerate(owners)]
+            held = {f"shard-{n}" for n, owner in enumerate(owners) if owner == worker}
+            plan = plan_takes(leases, worker_id=worker, held=held, expired=never, rng=rng)
+            for taken in plan.take + plan.steal:
+                owners[int(taken.key.split("-")[1])] = worker
+    assert Counter(owners) == {"a": 3, "b": 3, "c": 3, "d": 3}
+
+
+def test_a_child_waits_for_every_parent_to_reach_shard_end() -> None:
+    child = lease(3, parent_shard_ids=("shard-1", "shard-2"))
+    parents = {"shard-1": lease(1, checkpoint=SHARD_END), "shard-2": lease(2, "a")}
+    assert not parents_finished(child.parent_shard_ids, parents)
+    parents["shard-2"] = lease(2, checkpoint=SHARD_END)
+    assert parents_finished(child.parent_shard_ids, parents)
+
+
+def test_a_parent_without_lease_counts_as_finished() -> None:
+    child = lease(3, parent_shard_ids=("shard-1",))
+    assert parents_finished(child.parent_shard_ids, {})
+
+
+def test_a_renewal_that_landed_is_told_from_a_take() -> None:
+    held = lease(1, "me", counter=7)
+    assert write_landed(held, lease(1, "me", counter=8), "me", None)
+    assert not write_landed(held, lease(1, "me", counter=9), "me", None)  # two writes since
+    assert not write_landed(held, lease(1, "other", counter=8), "me", None)
+
+
+def test_a_checkpoint_or_release_that_landed_carries_what_it_wrote() -> None:
+    held = lease(1, "me", counter=7)
+    written = lease(1, "me", counter=8, checkpoint="42")
+    assert write_landed(held, written, "me", "42")
+    assert not write_landed(held, lease(1, "me", counter=8), "me", "42")  # a bare renewal
+    released = lease(1, None, counter=8, checkpoint=SHARD_END)
+    assert write_landed(held, released, None, SHARD_END)
+    assert not write_landed(held, released, "me", SHARD_END)

@@ -1,0 +1,89 @@
+"""LocalDynamoDB: starts, answers, keeps its promises on conditional writes, stops, and never
+outlives the process that started it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from kinesis_actors import LocalDynamoDB, errors
+from kinesis_actors.local import (
+    DYNALITE_INSTALL_COMMAND,
+    LocalDynamoDBError,
+    find_dynalite_dir,
+)
+from tests.test_local import alive, server_dies_with_a_killed_parent
+
+
+def test_a_missing_install_names_the_command(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("DYNALITE_DIR", str(tmp_path))
+    with pytest.raises(LocalDynamoDBError, match="not installed") as caught:
+        LocalDynamoDB().start()
+    assert DYNALITE_INSTALL_COMMAND in str(caught.value)
+    assert isinstance(caught.value, errors.KinesisError)
+
+
+def test_missing_node_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    find_dynalite_dir()  # the server is installed; only Node is missing here
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(LocalDynamoDBError, match=r"Node\.js"):
+        LocalDynamoDB().start()
+
+
+def test_bad_arguments_are_config_errors() -> None:
+    with pytest.raises(errors.ConfigError, match="table_delay"):
+        LocalDynamoDB(table_delay=-1)
+    with pytest.raises(errors.ConfigError, match="start_timeout"):
+        LocalDynamoDB(start_timeout=0)
+
+
+def test_starts_on_a_free_loopback_port_and_stops_its_process_group() -> None:
+    server = LocalDynamoDB()
+    with server:
+        assert server.running
+        assert server.endpoint_url == f"http://127.0.0.1:{server.port}"
+        pid = server._process.pid  # type: ignore[union-attr]
+        assert os.getpgid(pid) == pid  # a group of its own, signalled as one at stop
+        assert alive(pid)
+    assert not server.running
+    assert not alive(pid)
+    server.stop()  # idempotent
+
+
+def test_two_servers_run_side_by_side() -> None:
+    with LocalDynamoDB() as first, LocalDynamoDB() as second:
+        assert first.port != second.port
+        assert first.running
+        assert second.running
+
+
+def test_the_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
+    """No orphan server even when the process that started it is SIGKILLed (no cleanup runs)."""
+    server_dies_with_a_killed_parent(tmp_path, "LocalDynamoDB")
+
+
+@pytest.mark.anyio
+async def test_async_context_manager_answers_and_checks_conditions(anyio_backend: str) -> None:
+    async with LocalDynamoDB() as server, server.client() as ddb:
+        assert (await ddb.call("ListTables", {}))["TableNames"] == []
+        await ddb.create_table(
+            {
+                "TableName": "leases",
+                "KeySchema": [{"AttributeName": "leaseKey", "KeyType": "HASH"}],
+                "AttributeDefinitions": [{"AttributeName": "leaseKey", "AttributeType": "S"}],
+                "BillingMode": "PAY_PER_REQUEST",
+            }
+        )
+        put = {
+            "TableName": "leases",
+            "Item": {"leaseKey": {"S": "shardId-000000000000"}},
+            "ConditionExpression": "attribute_not_exists(leaseKey)",
+        }
+        await ddb.call("PutItem", put)
+        with pytest.raises(errors.ConditionalCheckFailedError):
+            await ddb.call("PutItem", put)
+    assert not server.running
