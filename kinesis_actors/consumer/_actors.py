@@ -1,7 +1,8 @@
 """The per-shard actors: a reader that fills a shard's buffer, a processor that runs a handler.
 
-Both are supervised (``_consumer``), and both keep their state in the shard's
-:class:`~kinesis_actors.consumer._pipeline.ShardPipeline`, which outlives them: a restarted
+Both are supervised (``_supervision``), and both keep their state in the shard's
+:class:`~kinesis_actors.consumer._pipeline.ShardPipeline`, which owns it (they change it only
+through its methods) and outlives them: a restarted
 reader resumes after the last batch it delivered, a restarted processor rewinds the shard to
 its last committed position.
 """
@@ -56,45 +57,35 @@ class ReaderActor(Actor[None]):
         pipeline = self._pipeline
         while True:
             with anyio.CancelScope() as scope:
-                pipeline.reader_scope = scope
                 if not pipeline.end_reached:
                     try:
-                        await self._read_to_end(pipeline)
+                        await self._read_to_end(pipeline, scope)
                     except (errors.ShardUnreadableError, errors.PoisonRecordError) as exc:
                         # Named and final: a restart would meet it again and end in an
                         # anonymous RestartIntensityExceeded. The consumer surfaces it; the
                         # shard's position stays where it was.
-                        pipeline.metrics.state = "failed"
+                        pipeline.failed()
                         self._fail(exc)
                         return
-                await pipeline.let_go.wait()
+                await pipeline.wait_let_go()
                 return
             if pipeline.dropped:
                 return  # the shard's lease was lost: another worker reads it now
             # Cancelled by a rewind (an outer cancellation does not get here): read again.
 
-    async def _read_to_end(self, pipeline: ShardPipeline) -> None:
-        generation = pipeline.generation
-        start, skip = pipeline.cursor()
+    async def _read_to_end(self, pipeline: ShardPipeline, scope: anyio.CancelScope) -> None:
+        generation, start, skip = pipeline.begin_generation(scope)
         reader = self._make_reader(pipeline, start)
-        pipeline.metrics.state = "reading"
         try:
             while not pipeline.end_reached:
-                gate = pipeline.gate
-                if not gate.try_acquire():
-                    pipeline.backpressured_since = anyio.current_time()
-                    try:
-                        await gate.acquire()
-                    finally:
-                        pipeline.backpressure_ended()
+                if not pipeline.try_credit():
+                    await pipeline.wait_credit()
                 try:
                     read = await reader.read()  # the end only on proof (lessons 29, 30)
                 except BaseException:
-                    if generation == pipeline.generation:
-                        gate.withdraw()  # the credit must not leak with a crashed read
+                    pipeline.withdraw_credit(generation)  # it must not leak with a crashed read
                     raise
-                if pipeline.start.type == "LATEST":
-                    pipeline.start = reader.start  # pinned to the first iterator's time
+                pipeline.pin_start(reader.start)
                 pipeline.accept(read, skip, generation)
                 if read.records:
                     skip = None

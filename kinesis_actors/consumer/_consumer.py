@@ -207,9 +207,7 @@ class Consumer(ShardScheduler):
             raise RuntimeError("a Consumer is either iterated or run(handler), not both")
         self._mode = mode
         for pipeline in self._pipelines.values():
-            pipeline.run_mode = mode == "run"
-            if mode == "iterate":
-                pipeline.let_go.set()
+            pipeline.set_mode(mode)
         if mode == "run":
             self._arrivals.clear()
 
@@ -340,9 +338,7 @@ class Consumer(ShardScheduler):
         """A snapshot: per shard (``"stream/shard_id"``) counters, plus discovery counters."""
         shards: dict[str, dict[str, Any]] = {}
         for (stream, shard_id), pipeline in self._pipelines.items():
-            pipeline.metrics.buffer_depth = len(pipeline.buffer)
-            shard = shards[f"{stream}/{shard_id}"] = pipeline.metrics.to_dict()
-            shard["backpressured_seconds"] = pipeline.backpressured_seconds()
+            shards[f"{stream}/{shard_id}"] = pipeline.snapshot()
         leases = self.leases
         return {
             "shards": shards,
@@ -350,7 +346,7 @@ class Consumer(ShardScheduler):
             "discoveries": self._discoveries,
             "list_shards_calls": self._list_calls,
             "discovery_failures": self._discovery_failures.total,
-            "buffered_batches": sum(len(p.buffer) for p in self._pipelines.values()),
+            "buffered_batches": sum(p.depth for p in self._pipelines.values()),
             "waiting_shards": sorted(
                 f"{shard.stream}/{shard.shard_id}"
                 for shard in self._graph.shards()

@@ -1,4 +1,4 @@
-"""One shard's state between its reader and whoever takes its batches.
+"""One shard's state between its reader and whoever takes its batches, with one owner.
 
 A :class:`ShardPipeline` owns the shard's bounded buffer and credit gate (the runtime's
 protocol: the reader takes a credit before each read and offers without waiting, the taker
@@ -11,11 +11,19 @@ returns the credit), and the shard's three positions:
 It also decides when the shard is *released* (its children may be read) and *finished*
 (positions say ``finished``). ``rewind()`` starts the shard over from its committed position:
 a new buffer and gate (stale batches are dropped with them) and a new reader generation.
+
+Every piece of its state is private and changes only through its methods, each named for the
+side that calls it: the reader actor (:meth:`begin_generation`, :meth:`try_credit`,
+:meth:`wait_credit`, :meth:`accept`, ...), the taker (:meth:`take`, :meth:`take_nowait`), the
+application (:meth:`commit`), and the consumer (:meth:`set_mode`, :meth:`rewind`,
+:meth:`drop`). Everyone else reads properties or :meth:`snapshot` (plain data). All callers
+run on the consumer's event loop, so no method is interrupted by another.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 
@@ -43,67 +51,177 @@ class ShardPipeline:
         on_arrival: Callable[[ShardPipeline], None] = lambda _: None,
         origin: object = None,
     ) -> None:
-        self.key = key
+        self._key = key
         self._origin = origin  # the consumer, stamped on every batch (``RecordBatch.origin``)
-        self.stream, self.shard_id = key
-        self.metrics = ShardMetrics()
+        self._stream, self._shard_id = key
+        self._metrics = ShardMetrics()
         self._prefetch = prefetch
         self._on_change = on_change
         self._on_arrival = on_arrival
-        self.committed: Position | None = saved.committed
-        self.delivered: Position | None = saved.committed
-        self.taken: Position | None = saved.committed
-        self.start: StartingPosition = saved.start or StartingPosition.trim_horizon()
-        self.end_reached = saved.finished
-        self.children: tuple[str, ...] = ()
-        self.run_mode = False
-        self.generation = 0
-        self.reader_scope: anyio.CancelScope | None = None
-        self.dropped = False
-        """Set by :meth:`drop`: the lease is lost, the reader returns for good."""
-        self.backpressured_since: float | None = None
-        """When the reader began waiting for a credit (None: it is not waiting)."""
-        self.let_go = anyio.Event()
-        """Set when the reader may end for good: the shard is finished, or nobody can rewind
-        it (the consumer is iterated, not run)."""
+        self._committed: Position | None = saved.committed
+        self._delivered: Position | None = saved.committed
+        self._taken: Position | None = saved.committed
+        self._start: StartingPosition = saved.start or StartingPosition.trim_horizon()
+        self._end_reached = saved.finished
+        self._children: tuple[str, ...] = ()
+        self._run_mode = False
+        self._generation = 0
+        self._reader_scope: anyio.CancelScope | None = None
+        self._dropped = False  # set by drop(): the lease is lost, the reader returns for good
+        self._backpressured_since: float | None = None  # when the reader began waiting
+        # Set when the reader may end for good: the shard is finished, or nobody can rewind
+        # it (the consumer is iterated, not run).
+        self._let_go = anyio.Event()
         self._new_generation()
         if saved.finished:
-            self.buffer.close()
-            self.metrics.state = "finished"
-            self.let_go.set()
+            self._buffer.close()
+            self._metrics.state = "finished"
+            self._let_go.set()
 
     def _new_generation(self) -> None:
-        name = f"{self.stream}/{self.shard_id}"
-        self.gate = CreditGate(self._prefetch, name=name)
+        name = f"{self._stream}/{self._shard_id}"
+        self._gate = CreditGate(self._prefetch, name=name)
         # FAIL: if a credit ever lied about room, the offer raises instead of waiting.
-        self.buffer: Mailbox[RecordBatch] = Mailbox(self._prefetch, FullPolicy.FAIL, name=name)
+        self._buffer: Mailbox[RecordBatch] = Mailbox(self._prefetch, FullPolicy.FAIL, name=name)
 
-    # -- reader side ------------------------------------------------------------------------
+    # -- what anyone may read ---------------------------------------------------------------
 
-    def backpressure_ended(self) -> None:
-        if self.backpressured_since is not None:
-            self.metrics.backpressured_seconds += anyio.current_time() - self.backpressured_since
-            self.backpressured_since = None
+    @property
+    def key(self) -> ShardKey:
+        return self._key
+
+    @property
+    def stream(self) -> str:
+        return self._stream
+
+    @property
+    def shard_id(self) -> str:
+        return self._shard_id
+
+    @property
+    def committed(self) -> Position | None:
+        return self._committed
+
+    @property
+    def end_reached(self) -> bool:
+        """The reader met the shard's end (proved, lessons 29 and 30)."""
+        return self._end_reached
+
+    @property
+    def children(self) -> tuple[str, ...]:
+        """The shard's children, as its last read named them (empty before the end)."""
+        return self._children
+
+    @property
+    def generation(self) -> int:
+        """Incremented by every rewind and drop: a read of an older one is ignored."""
+        return self._generation
+
+    @property
+    def dropped(self) -> bool:
+        """The shard's lease was lost (:meth:`drop`): its reader returns for good."""
+        return self._dropped
+
+    @property
+    def depth(self) -> int:
+        """Batches buffered now, not yet taken."""
+        return len(self._buffer)
+
+    @property
+    def metrics(self) -> ShardMetrics:
+        """The shard's counters. The pipeline writes its own; the reader it is handed to
+        (``_reader``, ``_efo``) writes the reader's (throttles, iterators, subscriptions...).
+        Everyone else reads :meth:`snapshot`."""
+        return self._metrics
+
+    def snapshot(self) -> dict[str, Any]:
+        """The shard's counters now, as plain data (``Consumer.metrics``)."""
+        shard = self._metrics.to_dict()
+        shard["buffer_depth"] = len(self._buffer)
+        shard["backpressured_seconds"] = self.backpressured_seconds()
+        return shard
 
     def backpressured_seconds(self) -> float:
         """Time the reader waited for credits so far, including a wait in progress."""
-        since = self.backpressured_since
+        since = self._backpressured_since
         ongoing = 0.0 if since is None else anyio.current_time() - since
-        return self.metrics.backpressured_seconds + ongoing
+        return self._metrics.backpressured_seconds + ongoing
+
+    # -- the consumer's side ----------------------------------------------------------------
+
+    def set_mode(self, mode: str | None) -> None:
+        """How the application takes batches: ``"run"`` (a processor that commits, and may
+        rewind the shard) or ``"iterate"`` (nobody rewinds: the reader may end at the end)."""
+        self._run_mode = mode == "run"
+        if mode == "iterate":
+            self._let_go.set()
+
+    # -- reader side ------------------------------------------------------------------------
+
+    def begin_generation(
+        self, scope: anyio.CancelScope
+    ) -> tuple[int, StartingPosition, Position | None]:
+        """A reader starts reading under ``scope`` (cancelled by a rewind or a drop): the
+        generation it reads for, where it begins, and the user records to drop there."""
+        self._reader_scope = scope
+        self._metrics.state = "reading"
+        return (self._generation, *self.cursor())
 
     def cursor(self) -> tuple[StartingPosition, Position | None]:
         """Where a (re)started reader begins, and the user records to drop there."""
-        if self.delivered is not None:
+        if self._delivered is not None:
             return StartingPosition.at_sequence_number(
-                self.delivered.sequence_number
-            ), self.delivered
-        return self.start, None
+                self._delivered.sequence_number
+            ), self._delivered
+        return self._start, None
+
+    def try_credit(self) -> bool:
+        """Take a credit for one read if the buffer has room for its batch."""
+        return self._gate.try_acquire()
+
+    async def wait_credit(self) -> None:
+        """Wait for a credit (the taker returns one per batch taken); counted as backpressure."""
+        gate = self._gate  # a rewind replaces it: the wait is cancelled with its generation
+        self._backpressured_since = anyio.current_time()
+        try:
+            await gate.acquire()
+        finally:
+            self._backpressure_ended()
+
+    def withdraw_credit(self, generation: int) -> None:
+        """A read of ``generation`` failed: its credit must not leak (a rewind since took it)."""
+        if generation == self._generation:
+            self._gate.withdraw()
+
+    def pin_start(self, start: StartingPosition) -> None:
+        """``LATEST`` is pinned to the first iterator's time, so a restart does not skip."""
+        if self._start.type == "LATEST":
+            self._start = start
+
+    def failed(self) -> None:
+        """The reader stopped the consumer with a typed, final error."""
+        self._metrics.state = "failed"
+
+    @property
+    def reader_may_end(self) -> bool:
+        """The reader may end for good (see ``wait_let_go``)."""
+        return self._let_go.is_set()
+
+    async def wait_let_go(self) -> None:
+        """Until the reader may end for good (see ``set_mode``, ``drop``)."""
+        await self._let_go.wait()
+
+    def _backpressure_ended(self) -> None:
+        if self._backpressured_since is not None:
+            elapsed = anyio.current_time() - self._backpressured_since
+            self._metrics.backpressured_seconds += elapsed
+            self._backpressured_since = None
 
     def accept(self, read: ShardRead, skip: Position | None, generation: int) -> None:
         """Turn one read into a batch and offer it (the reader holds a credit for it)."""
-        if generation != self.generation:
+        if generation != self._generation:
             return  # a rewind happened while this read was in flight: its credit is gone too
-        metrics = self.metrics
+        metrics = self._metrics
         metrics.reads += 1
         metrics.millis_behind_latest = read.millis_behind_latest
         metrics.last_read_records = len(read.records)
@@ -112,31 +230,31 @@ class ShardPipeline:
         metrics.bytes += read.size
         if not read.records:
             metrics.empty_reads += 1
-        built = build_record_batch(self.stream, self.shard_id, read.records, after=skip)
+        built = build_record_batch(self._stream, self._shard_id, read.records, after=skip)
         rows = int(built.batch.num_rows)
         if rows and built.last_position is not None:
             metrics.user_records += rows
             metrics.aggregated_records += _aggregates(read, rows)
             metrics.batches += 1
             batch = RecordBatch(
-                self.stream,
-                self.shard_id,
+                self._stream,
+                self._shard_id,
                 built.batch,
                 built.last_position,
                 read.millis_behind_latest,
                 origin=self._origin,
             )
-            self.gate.delivered()
-            self.buffer.send_nowait(batch)
-            self.delivered = built.last_position
+            self._gate.delivered()
+            self._buffer.send_nowait(batch)
+            self._delivered = built.last_position
             self._on_arrival(self)
         else:
-            self.gate.withdraw()
+            self._gate.withdraw()
         if read.finished:
-            self.end_reached = True
-            self.children = read.child_shards
-            self.buffer.close()
-            self.metrics.state = "ended"
+            self._end_reached = True
+            self._children = read.child_shards
+            self._buffer.close()
+            metrics.state = "ended"
             self._check_settled()
             self._on_change()
 
@@ -144,45 +262,45 @@ class ShardPipeline:
 
     def take_nowait(self) -> RecordBatch:
         """Take the next buffered batch (:class:`anyio.WouldBlock` if none)."""
-        batch = self.buffer.receive_nowait()
+        batch = self._buffer.receive_nowait()
         self._took(batch)
         return batch
 
     async def take(self) -> RecordBatch | None:
         """Wait for the next batch; None once the shard has ended and everything was taken."""
         try:
-            batch = await self.buffer.receive()
+            batch = await self._buffer.receive()
         except anyio.EndOfStream:
             return None
         self._took(batch)
         return batch
 
     def _took(self, batch: RecordBatch) -> None:
-        self.gate.consumed()
-        self.taken = batch.last_position
-        if self.end_reached and len(self.buffer) == 0:
+        self._gate.consumed()
+        self._taken = batch.last_position
+        if self._end_reached and len(self._buffer) == 0:
             self._on_change()
 
     def commit(self, position: Position) -> None:
         """Everything up to ``position`` is processed (positions never move backwards)."""
-        self.committed = later(self.committed, position)
+        self._committed = later(self._committed, position)
         self._check_settled()
-        if self.end_reached:
+        if self._end_reached:
             self._on_change()
 
     def rewind(self) -> None:
         """Start over from the committed position: drop what is buffered, restart the reader."""
-        self.generation += 1
-        self.metrics.restarts += 1
-        self.buffer.close()
-        self.buffer.purge()
+        self._generation += 1
+        self._metrics.restarts += 1
+        self._buffer.close()
+        self._buffer.purge()
         self._new_generation()
-        self.delivered = self.committed
-        self.taken = self.committed
-        self.end_reached = False
-        self.metrics.state = "reading"
-        if self.reader_scope is not None:
-            self.reader_scope.cancel()
+        self._delivered = self._committed
+        self._taken = self._committed
+        self._end_reached = False
+        self._metrics.state = "reading"
+        if self._reader_scope is not None:
+            self._reader_scope.cancel()
 
     def drop(self) -> int:
         """The shard's lease was lost: stop here for good and drop what was not taken.
@@ -191,49 +309,49 @@ class ShardPipeline:
         (at-least-once). A read in flight is ignored when it lands (a new generation), and a
         taker meets the end of the buffer. Returns how many batches were dropped.
         """
-        self.generation += 1
-        self.dropped = True
-        dropped = len(self.buffer)
-        self.buffer.close()
-        self.buffer.purge()
-        self.metrics.state = "lost"
-        self.let_go.set()
-        if self.reader_scope is not None:
-            self.reader_scope.cancel()  # its actor sees ``dropped`` and returns
+        self._generation += 1
+        self._dropped = True
+        dropped = len(self._buffer)
+        self._buffer.close()
+        self._buffer.purge()
+        self._metrics.state = "lost"
+        self._let_go.set()
+        if self._reader_scope is not None:
+            self._reader_scope.cancel()  # its actor sees ``dropped`` and returns
         return dropped
 
     def delivered_through(self, position: Position) -> bool:
         """Whether this pipeline delivered ``position`` (a commit of a batch it never delivered,
         read under an earlier lease of the same shard, must not move it)."""
-        return self.delivered is not None and order(position) <= order(self.delivered)
+        return self._delivered is not None and order(position) <= order(self._delivered)
 
     # -- state ------------------------------------------------------------------------------
 
     @property
     def finished(self) -> bool:
         """Read to the end and everything delivered committed: positions say ``finished``."""
-        return self.end_reached and _same(self.committed, self.delivered)
+        return self._end_reached and _same(self._committed, self._delivered)
 
     @property
     def released(self) -> bool:
         """Children may be read: ended, everything taken, and under ``run()`` committed too."""
-        if not self.end_reached or len(self.buffer) or self.gate.credits.outstanding:
+        if not self._end_reached or len(self._buffer) or self._gate.credits.outstanding:
             return False
-        if self.run_mode:
+        if self._run_mode:
             return self.finished
-        return _same(self.taken, self.delivered)
+        return _same(self._taken, self._delivered)
 
     def _check_settled(self) -> None:
         if self.finished:
-            self.metrics.state = "finished"
-            self.let_go.set()
+            self._metrics.state = "finished"
+            self._let_go.set()
 
     def saved(self) -> SavedShard:
         if self.finished:
             return SavedShard(finished=True)
-        if self.committed is not None:
-            return SavedShard(committed=self.committed)
-        return SavedShard(start=self.start)
+        if self._committed is not None:
+            return SavedShard(committed=self._committed)
+        return SavedShard(start=self._start)
 
 
 def _same(a: Position | None, b: Position | None) -> bool:

@@ -295,9 +295,7 @@ class ShardScheduler:
             on_arrival=self._arrival,
             origin=self,
         )
-        pipeline.run_mode = self._mode == "run"
-        if self._mode == "iterate":
-            pipeline.let_go.set()
+        pipeline.set_mode(self._mode)
         self._pipelines[key] = pipeline
         if self._group is None:
             log.debug("starting %s/%s from %s", shard.stream, shard.shard_id, saved)

@@ -178,11 +178,11 @@ def _records(sequence_numbers: list[int], aggregate_of: int = 0) -> list[dict[st
 @pytest.mark.anyio
 async def test_a_pipeline_delivers_under_credit_and_finishes_when_committed() -> None:
     pipeline = ShardPipeline(("s", "shard"), SavedShard(start=StartingPosition.trim_horizon()), 2)
-    assert pipeline.gate.try_acquire()
+    assert pipeline.try_credit()
     pipeline.accept(ShardRead(_records([1, 2])), None, pipeline.generation)
-    assert pipeline.gate.try_acquire()
+    assert pipeline.try_credit()
     pipeline.accept(ShardRead(_records([3], aggregate_of=4), finished=True), None, 0)
-    assert not pipeline.gate.try_acquire()  # two batches buffered: no credit left
+    assert not pipeline.try_credit()  # two batches buffered: no credit left
     assert pipeline.end_reached and not pipeline.released and not pipeline.finished
     first = pipeline.take_nowait()
     second = pipeline.take_nowait()
@@ -195,7 +195,7 @@ async def test_a_pipeline_delivers_under_credit_and_finishes_when_committed() ->
     pipeline.commit(second.slice(0, 2).last_position)
     assert pipeline.saved() == SavedShard(committed=Position("3", 1))
     pipeline.commit(second.last_position)
-    assert pipeline.finished and pipeline.let_go.is_set()
+    assert pipeline.finished and pipeline.reader_may_end
     assert pipeline.saved() == SavedShard(finished=True)
     assert await pipeline.take() is None
 
@@ -203,28 +203,28 @@ async def test_a_pipeline_delivers_under_credit_and_finishes_when_committed() ->
 @pytest.mark.anyio
 async def test_a_rewind_drops_the_buffer_and_resumes_after_the_commit() -> None:
     pipeline = ShardPipeline(("s", "shard"), SavedShard(start=StartingPosition.latest()), 2)
-    pipeline.gate.try_acquire()
+    pipeline.try_credit()
     pipeline.accept(ShardRead(_records([5], aggregate_of=3)), None, 0)
     batch = pipeline.take_nowait()
     pipeline.commit(batch.slice(0, 2).last_position)
-    pipeline.gate.try_acquire()
+    pipeline.try_credit()
     stale_generation = pipeline.generation
     pipeline.rewind()
     # A read that was in flight during the rewind is ignored.
     pipeline.accept(ShardRead(_records([6])), None, stale_generation)
-    assert len(pipeline.buffer) == 0
+    assert pipeline.depth == 0
     start, skip = pipeline.cursor()
     assert start == StartingPosition.at_sequence_number("5")
     assert skip == Position("5", 1)
     assert pipeline.metrics.restarts == 1
-    assert pipeline.gate.try_acquire()  # the new generation's credits are all free
+    assert pipeline.try_credit()  # the new generation's credits are all free
 
 
 @pytest.mark.anyio
 async def test_under_run_a_shard_is_released_only_once_committed() -> None:
     pipeline = ShardPipeline(("s", "shard"), SavedShard(), 1)
-    pipeline.run_mode = True
-    pipeline.gate.try_acquire()
+    pipeline.set_mode("run")
+    pipeline.try_credit()
     pipeline.accept(ShardRead(_records([1]), finished=True, child_shards=("c",)), None, 0)
     batch = await pipeline.take()
     assert batch is not None
