@@ -296,7 +296,7 @@ class Consumer(ShardScheduler):
             # Read under a lease lost since (a pipeline of a re-taken lease has not delivered
             # it): the new owner delivers these records again.
             if group is not None:
-                group.stale_commits += 1
+                group.stale_commit()
             log.debug("%s/%s: commit after the lease was lost, ignored", *key)
             return
         pipeline.commit(position)
