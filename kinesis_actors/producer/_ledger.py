@@ -1,7 +1,7 @@
 """The producer's ledger: what was accepted, and how each record ended.
 
-Every record ends here exactly once: acknowledged (:meth:`Ledger._acknowledge`, a Kinesis
-record's user records together) or failed (:meth:`Ledger._settle`). Settling gives the
+Every record ends here exactly once: acknowledged (:meth:`Ledger._acknowledge`, a PutRecords
+answer's written records together) or failed (:meth:`Ledger._settle`). Settling gives the
 record's room back to the queue, counts it, and counts it off its flush epoch, so a ``flush``
 knows when everything accepted before it has settled. A failure with ``fail_on_error`` is kept
 as the producer's failure; the senders' supervisor giving up is kept apart, as ``_broken``.
@@ -43,25 +43,36 @@ class Ledger:
         self._broken: RestartIntensityExceeded | None = None  # the senders' supervisor gave up
         self._last_failure_log = -math.inf
 
-    def _acknowledge(self, entries: list[Entry], shard_id: str, sequence_number: str) -> None:
-        """One Kinesis record's user records were written: settle them together (the
-        acknowledged path: one release of their room and one count, not one per record)."""
-        aggregated = len(entries) > 1
-        nbytes = 0
-        epoch, count = entries[0].epoch, 0
-        for index, entry in enumerate(entries):
-            entry.handle._set_result(
-                PutResult(shard_id, sequence_number, index if aggregated else 0)
-            )
-            nbytes += entry.size
-            if entry.epoch != epoch:
-                self._settled_in(epoch, count)
-                epoch, count = entry.epoch, 0
-            count += 1
-        self._settled_in(epoch, count)
-        self._counters["records_sent"] += len(entries)
+    def _acknowledge(self, written: list[tuple[list[Entry], str, str]]) -> None:
+        """A PutRecords answer's written Kinesis records, each ``(entries, shard_id,
+        sequence_number)``: settle their user records together (one release of their room and
+        one count per answer, not one per record)."""
+        records = nbytes = 0
+        epoch, count = written[0][0][0].epoch, 0
+        settled_in = self._settled_in
+        for entries, shard_id, sequence_number in written:
+            if len(entries) == 1:
+                entry = entries[0]
+                entry.handle._set_result(PutResult(shard_id, sequence_number, 0))
+                nbytes += entry.size
+                if entry.epoch != epoch:
+                    settled_in(epoch, count)
+                    epoch, count = entry.epoch, 0
+                count += 1
+                records += 1
+                continue
+            for index, entry in enumerate(entries):
+                entry.handle._set_result(PutResult(shard_id, sequence_number, index))
+                nbytes += entry.size
+                if entry.epoch != epoch:
+                    settled_in(epoch, count)
+                    epoch, count = entry.epoch, 0
+                count += 1
+            records += len(entries)
+        settled_in(epoch, count)
+        self._counters["records_sent"] += records
         assert self._queue is not None
-        self._queue.release(len(entries), nbytes)
+        self._queue.release(records, nbytes)
 
     def _settled_in(self, epoch: int, count: int) -> None:
         remaining = self._epoch_outstanding[epoch] - count

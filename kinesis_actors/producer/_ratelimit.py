@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from .._validate import check_non_negative, check_positive
 from ..errors import ConfigError
 
-__all__ = ["ShardRateLimiter", "ShardStats", "TokenBucket"]
+__all__ = ["Grant", "ShardRateLimiter", "ShardStats", "TokenBucket"]
 
 # Float arithmetic must not make a caller that waited exactly ``time_until`` wait again: the
 # slack covers rounding in the token count and in ``now - updated`` on a large clock value.
@@ -110,6 +110,10 @@ class TokenBucket:
         self._capacity = float(capacity)
         self._tokens = min(self._tokens, self._capacity)
 
+    def slack(self, now: float) -> float:
+        """The rounding slack :meth:`time_until` allows for any amount at ``now`` (its least)."""
+        return self._slack(1.0, now)
+
     def _slack(self, amount: float, now: float) -> float:
         return _EPSILON * max(1.0, amount) + 4 * self._rate * math.ulp(now)
 
@@ -141,6 +145,38 @@ class ShardStats:
     bytes_per_s: float
     throttles: int
     decreases: int
+
+
+class Grant:
+    """What one shard's buckets hold at one instant, spent record by record and charged once.
+
+    Building a call takes many Kinesis records from a shard at the same ``now``; asking the
+    buckets for each (two lookups, two refills and a charge per record) was a third of the
+    call's building (measured). A grant reads the buckets once: :meth:`allows` says yes only
+    where :meth:`ShardRateLimiter.delay` would also say 0 at that instant (its slack is the
+    smallest the buckets use), :meth:`spend` counts down, and
+    :meth:`ShardRateLimiter.charge_grant` takes what was spent from the buckets.
+    """
+
+    __slots__ = ("nbytes", "records", "shard_id", "spent_bytes", "spent_records")
+
+    def __init__(self, shard_id: str, records: float, nbytes: float) -> None:
+        self.shard_id = shard_id
+        self.records = records  # tokens left, the slack included
+        self.nbytes = nbytes
+        self.spent_records = 0
+        self.spent_bytes = 0
+
+    def allows(self, nbytes: int) -> bool:
+        """Whether one more record of ``nbytes`` may go now."""
+        return self.records >= 1 and self.nbytes >= nbytes
+
+    def spend(self, nbytes: int) -> None:
+        """One record of ``nbytes`` goes (whether or not :meth:`allows` said so: debt)."""
+        self.records -= 1
+        self.nbytes -= nbytes
+        self.spent_records += 1
+        self.spent_bytes += nbytes
 
 
 class _Shard:
@@ -243,6 +279,22 @@ class ShardRateLimiter:
         shard = self._shard(shard_id)
         shard.records.charge(records, now)
         shard.bytes.charge(nbytes, now)
+
+    def grant(self, shard_id: str, now: float) -> Grant:
+        """The shard's tokens at ``now``, to spend locally; see :class:`Grant`."""
+        shard = self._shard(shard_id)
+        records, nbytes = shard.records, shard.bytes
+        return Grant(
+            shard_id,
+            records.tokens(now) + records.slack(now),
+            nbytes.tokens(now) + nbytes.slack(now),
+        )
+
+    def charge_grant(self, grant: Grant, now: float) -> None:
+        """Charge what ``grant`` spent (as :meth:`charge` would) and start it afresh."""
+        if grant.spent_records or grant.spent_bytes:
+            self.charge(grant.shard_id, grant.spent_records, grant.spent_bytes, now)
+            grant.spent_records = grant.spent_bytes = 0
 
     def batch_delay(self, shard_id: str, seconds: float, now: float) -> float:
         """Seconds until both buckets hold ``seconds`` worth of their rate (capped at their

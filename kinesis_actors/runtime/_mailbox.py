@@ -29,7 +29,7 @@ import contextlib
 import enum
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -299,6 +299,63 @@ class Mailbox(Generic[T]):
             return False
         self._rejected += 1
         return False
+
+    def try_send_many(
+        self, items: Sequence[T], start: int, stop: int, weight: Callable[[T], int]
+    ) -> int:
+        """Queue ``items[start:stop]`` in order while they fit, without waiting; return how many.
+
+        For ``BLOCK`` and ``FAIL`` mailboxes (the others take :meth:`try_send` one by one): the
+        same room as that many :meth:`try_send` calls, for a batch's cost of one call (measured
+        on the producer's ``put_many``). Stops at the first item that does not fit.
+
+        :raises MailboxClosed: when the mailbox is closed.
+        """
+        if self._closed:
+            raise MailboxClosed(self._name)
+        if self._senders or self._policy not in (FullPolicy.BLOCK, FullPolicy.FAIL):
+            sent = 0
+            for index in range(start, stop):
+                if not self.try_send(items[index], weight(items[index])):
+                    break
+                sent += 1
+            return sent
+        data, weights = self._data, self._weights
+        room = self._capacity - (len(data) + self._held + self._reserved)
+        limit, total = self._max_weight, self._weight
+        index, wanted = start, stop
+        stop = min(stop, start + max(room, 0))
+        while index < stop:
+            item = items[index]
+            item_weight = weight(item)
+            # As in _fits: one item heavier than the bound goes alone, into an empty mailbox.
+            if (
+                limit is not None
+                and total + item_weight > limit
+                and (data or self._held or self._reserved)
+            ):
+                break
+            data.append(item)
+            if weights is not None:
+                weights.append(item_weight)
+            total += item_weight
+            index += 1
+        sent = index - start
+        if index < wanted:
+            self._rejected += 1  # the item that did not fit, as try_send counts it
+        if sent == 0:
+            return 0
+        self._sent += sent
+        self._weight = total
+        depth = len(data)
+        if depth > self._peak:  # noqa: PLR1730
+            self._peak = depth
+        if depth + self._held > self._peak_occupied:  # noqa: PLR1730
+            self._peak_occupied = depth + self._held
+        if total > self._peak_weight:  # noqa: PLR1730
+            self._peak_weight = total
+        self._notify_receivers()
+        return sent
 
     def send_control(self, item: T) -> None:
         """Queue ``item`` on the control lane, delivered before any data.

@@ -7,7 +7,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from kinesis_actors.runtime import DeadLetter, DropReason, FullPolicy, Mailbox
+from kinesis_actors.runtime import DeadLetter, DropReason, FullPolicy, Mailbox, MailboxClosed
 
 pytestmark = pytest.mark.anyio
 
@@ -109,3 +109,24 @@ def test_weights_need_a_policy_that_waits_or_refuses() -> None:
         Mailbox(4, max_weight=0)
     with pytest.raises(RuntimeError, match="does not hold"):
         Mailbox[int](4).release()
+
+
+async def test_try_send_many_queues_in_order_while_count_and_weight_allow() -> None:
+    mailbox: Mailbox[int] = Mailbox(4, max_weight=100, hold=True)
+    items = [10, 20, 30, 50, 5]
+    assert mailbox.try_send_many(items, 0, 5, lambda item: item) == 3  # 60 + 50 > 100
+    assert mailbox.try_send_many(items, 3, 5, lambda item: item) == 0
+    stats = mailbox.stats()
+    assert (stats.weight, stats.peak_weight, stats.rejected, stats.sent) == (60, 60, 2, 3)
+    assert [mailbox.receive_nowait() for _ in range(3)] == [10, 20, 30]
+    mailbox.release(3, 60)
+    assert mailbox.try_send_many(items, 3, 5, lambda item: item) == 2
+    assert mailbox.try_send_many([1, 1, 1], 0, 3, lambda item: item) == 2  # full by count
+
+
+async def test_try_send_many_lets_an_overweight_item_alone_into_an_empty_mailbox() -> None:
+    mailbox: Mailbox[int] = Mailbox(4, max_weight=100)
+    assert mailbox.try_send_many([500, 1], 0, 2, lambda item: item) == 1
+    mailbox.close()
+    with pytest.raises(MailboxClosed):
+        mailbox.try_send_many([1], 0, 1, lambda item: item)
