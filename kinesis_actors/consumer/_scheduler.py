@@ -71,7 +71,7 @@ class ShardScheduler:
             from ._membership import LeaseMembership  # noqa: PLC0415 - the leases package
 
             worker = config.worker_id if config.worker_id is not None else default_worker_id()
-            self._group = LeaseMembership(client, list(self._streams), config, worker)
+            self._group = LeaseMembership(client, list(self._streams.values()), config, worker)
         self._graph = ShardGraph(
             config.worker_index,
             config.worker_count,

@@ -28,13 +28,14 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
+from ..client import StreamRef
 from ..errors import ConfigError, KinesisError
 from ._config import LeaseConfig
 from ._errors import LeaseLostError, LeaseTableError, WorkerIdConflictError
 from ._events import LeaseAcquired, LeaseEvent, LeaseLost, LeaseStats
 from ._items import SHARD_END, TRIM_HORIZON, Lease
 from ._policy import ExpiryTracker, parents_finished, plan_takes, write_landed
-from ._streams import StreamRef, Streams, describe_stream, list_stream_shards
+from ._streams import LeasedStream, Streams, describe_stream, list_stream_shards
 from ._sync import INITIAL_POSITIONS, plan_new_leases
 from ._table import Caller, LeaseTable
 
@@ -102,8 +103,13 @@ class LeaseCoordinator:
         rng: random.Random | None = None,
     ) -> None:
         names = [streams] if isinstance(streams, str) else list(streams)
-        if not names or len(set(names)) != len(names):
-            raise ConfigError(f"streams must be one or more distinct names, got {streams!r}")
+        # Names or stream ARNs (another account's); one stream of each name, as in a Consumer.
+        if not names or len({StreamRef.parse(n, option="streams").name for n in names}) != len(
+            names
+        ):
+            raise ConfigError(
+                f"streams must be one or more distinct stream names or ARNs, got {streams!r}"
+            )
         if not isinstance(worker_id, str) or not worker_id:
             raise ConfigError(f"worker_id must be a non-empty string, got {worker_id!r}")
         if initial_position not in INITIAL_POSITIONS:
@@ -593,8 +599,8 @@ class LeaseCoordinator:
             await self._sync(ref)
         self._stats = replace(self._stats, shard_syncs=self._stats.shard_syncs + 1)
 
-    async def _sync(self, ref: StreamRef) -> None:
-        shards = await list_stream_shards(self._kinesis, ref.name)
+    async def _sync(self, ref: LeasedStream) -> None:
+        shards = await list_stream_shards(self._kinesis, ref.given)
         for shard in shards:
             for parent in shard.parents:
                 known = self._children.get((ref.name, parent), ())

@@ -13,38 +13,43 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..client import StreamRef, stream_params
 from ._errors import LeaseLostError, LeaseTableError
 from ._items import Lease, lease_key, stream_identifier
 from ._sync import Shard, parse_shards
 from ._table import Caller
 
-__all__ = ["StreamRef", "Streams", "describe_stream", "list_stream_shards"]
+__all__ = ["LeasedStream", "Streams", "describe_stream", "list_stream_shards"]
 
 
 @dataclass(frozen=True, slots=True)
-class StreamRef:
-    """One stream: its name, ARN, creation time (epoch seconds) and KCL identifier."""
+class LeasedStream:
+    """One stream: its name, ARN, creation time (epoch seconds) and KCL identifier, and how
+    the user named it (``given``: the name, or the ARN of another account's stream, which
+    its calls send as ``StreamARN``). Its lease keys are the same whichever form was given."""
 
     name: str
     arn: str
     created: int
     identifier: str
+    given: str
 
 
-async def describe_stream(kinesis: Caller, name: str) -> StreamRef:
-    """The stream's identity, from DescribeStreamSummary."""
-    reply = await kinesis.call("DescribeStreamSummary", {"StreamName": name})
+async def describe_stream(kinesis: Caller, given: str) -> LeasedStream:
+    """The stream's identity, from DescribeStreamSummary (``given``: its name or ARN)."""
+    name = StreamRef.parse(given, option="streams").name
+    reply = await kinesis.call("DescribeStreamSummary", stream_params(given))
     summary = reply["StreamDescriptionSummary"]
     arn = str(summary["StreamARN"])
     created = int(summary["StreamCreationTimestamp"].timestamp())
     account = arn.split(":")[4] if arn.count(":") >= 5 else ""
-    return StreamRef(name, arn, created, stream_identifier(account, name, created))
+    return LeasedStream(name, arn, created, stream_identifier(account, name, created), given)
 
 
-async def list_stream_shards(kinesis: Caller, name: str) -> list[Shard]:
-    """Every shard ListShards lists for the stream, every page followed."""
+async def list_stream_shards(kinesis: Caller, given: str) -> list[Shard]:
+    """Every shard ListShards lists for the stream (its name or ARN), every page followed."""
     shards: list[Shard] = []
-    params: dict[str, Any] = {"StreamName": name}
+    params: dict[str, Any] = stream_params(given)
     while True:
         reply = await kinesis.call("ListShards", params)
         shards.extend(parse_shards(reply.get("Shards") or []))
@@ -57,7 +62,7 @@ async def list_stream_shards(kinesis: Caller, name: str) -> list[Shard]:
 class Streams:
     """Lease keys and lease ownership for a set of streams (sans-IO)."""
 
-    def __init__(self, refs: Sequence[StreamRef], *, multi: bool, table: str) -> None:
+    def __init__(self, refs: Sequence[LeasedStream], *, multi: bool, table: str) -> None:
         self.multi = multi
         self.table = table
         self.by_name = {ref.name: ref for ref in refs}
@@ -70,7 +75,7 @@ class Streams:
             raise LeaseLostError(f"{stream!r} is not read here", stream=stream, shard_id=shard_id)
         return lease_key(shard_id, ref.identifier if self.multi else None)
 
-    def new_lease(self, ref: StreamRef, shard: Shard, checkpoint: str) -> Lease:
+    def new_lease(self, ref: LeasedStream, shard: Shard, checkpoint: str) -> Lease:
         """A lease for a shard that has none, in this table's form."""
         identifier = ref.identifier if self.multi else None
         return Lease(
@@ -85,7 +90,7 @@ class Streams:
             stream_created=None if self.multi else ref.created,
         )
 
-    def owner_of(self, lease: Lease) -> StreamRef | None:
+    def owner_of(self, lease: Lease) -> LeasedStream | None:
         """The stream of ``lease`` if it is one of ours, None for a stream of another
         application in a multi-stream table; :class:`LeaseTableError` for a lease that must
         not be touched."""

@@ -346,3 +346,32 @@ async def test_under_run_a_lost_lease_cancels_its_handler_and_run_goes_on(
         assert stats is not None and stats.lost == 1 and stats.held == 0
         leases = await items(dynamodb, table)
     assert leases["shardId-000000000000"]["leaseOwner"] == "thief"
+
+
+async def test_a_stream_given_by_arn_shares_its_leases_with_one_given_by_name(
+    local_kinesis: LocalKinesis,
+    local_dynamodb: LocalDynamoDB,
+    dynamodb: DynamoDBClient,
+    stream_name: str,
+    table: str,
+) -> None:
+    """Issue 17 with issue 15: a lease key names the stream the same way whichever form the
+    worker was given, so a worker started by ARN resumes the checkpoints a worker by name wrote
+    (neither repeating nor skipping), and its ListShards and reads send StreamARN."""
+    async with local_kinesis.client(tls=False) as client:
+        await client.create_stream(stream_name, 2)
+        summary = await client.call("DescribeStreamSummary", {"StreamName": stream_name})
+        arn = summary["StreamDescriptionSummary"]["StreamARN"]
+        await put_plain(client, stream_name, [(f"a{i}".encode(), f"k{i}") for i in range(100)])
+        async with Consumer(client, stream_name, leased(local_dynamodb, table, "by-name")) as first:
+            with anyio.fail_after(30):
+                before = await read_until(first, 100)
+        keys_by_name = set(await items(dynamodb, table))
+        await put_plain(client, stream_name, [(f"b{i}".encode(), f"k{i}") for i in range(100)])
+        async with Consumer(client, arn, leased(local_dynamodb, table, "by-arn")) as second:
+            assert second.streams == [stream_name]
+            with anyio.fail_after(30):
+                after = await read_until(second, 100)
+        assert set(await items(dynamodb, table)) == keys_by_name  # no second set of leases
+    assert sorted(row.data for row in before) == sorted(f"a{i}".encode() for i in range(100))
+    assert sorted(row.data for row in after) == sorted(f"b{i}".encode() for i in range(100))
