@@ -20,7 +20,6 @@ __all__ = [
     "check_non_negative",
     "check_positive",
     "check_sequence_number",
-    "check_stream_name",
     "check_type",
 ]
 
@@ -65,15 +64,6 @@ def check_type(option: str, value: Any, expected: type | tuple[type, ...], what:
     """``value`` must be an instance of ``expected``; ``what`` describes it for the message."""
     if not isinstance(value, expected):
         raise ConfigError(f"{option} must be {what}, got {value!r}")
-
-
-def check_stream_name(option: str, value: Any) -> None:
-    """``value`` must be a stream name the service accepts: 1-128 of ``[a-zA-Z0-9_.-]``."""
-    if not isinstance(value, str) or not STREAM_NAME_PATTERN.fullmatch(value):
-        raise ConfigError(
-            f"{option} must be a stream name of 1 to 128 characters from a-z, A-Z, 0-9, "
-            f"'_', '.' and '-', got {value!r}"
-        )
 
 
 def check_sequence_number(option: str, value: Any) -> None:
