@@ -413,7 +413,18 @@ class LocalDynamoDB(_LocalServer):
         return command, server_dir, dict(os.environ)
 
     def _answering(self) -> bool:
+        # Its own "listening" line first: a server of another process that took the same free
+        # port in the meantime also answers ListTables, while ours is failing to bind.
+        if f":{self.port}".encode() not in self._listening_line():
+            return False
         return _answers(self.port, "DynamoDB_20120810.ListTables", "application/x-amz-json-1.0")
+
+    def _listening_line(self) -> bytes:
+        if self._log is None:
+            return b""
+        # pread: the server writes through the same open file, so its offset must not move.
+        head = os.pread(self._log.fileno(), 4096, 0)
+        return next((line for line in head.splitlines() if b"listening at" in line), b"")
 
     def client(self, *, config: ClientConfig | None = None) -> DynamoDBClient:
         """A :class:`~kinesis_actors.client.DynamoDBClient` for this server."""

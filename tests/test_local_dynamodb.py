@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import kinesis_actors.local as local_module
 from kinesis_actors import LocalDynamoDB, errors
 from kinesis_actors.local import (
     DYNALITE_INSTALL_COMMAND,
@@ -87,3 +88,17 @@ async def test_async_context_manager_answers_and_checks_conditions(anyio_backend
         with pytest.raises(errors.ConditionalCheckFailedError):
             await ddb.call("PutItem", put)
     assert not server.running
+
+
+def test_a_port_taken_by_another_server_is_an_error_not_that_server(
+    monkeypatch: pytest.MonkeyPatch, local_dynamodb: LocalDynamoDB
+) -> None:
+    """Two runs on one machine can be handed the same free port: the second server then fails
+    to bind while the first one answers on it. Starting must fail, not adopt the other
+    process's server (which would vanish with that process, mid-run)."""
+    monkeypatch.setattr(local_module, "_free_port", lambda: local_dynamodb.port)
+    second = LocalDynamoDB(start_timeout=20)
+    with pytest.raises(LocalDynamoDBError, match="exited at start"):
+        second.start()
+    assert not second.running
+    assert local_dynamodb.running
