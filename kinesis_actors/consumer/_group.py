@@ -24,6 +24,7 @@ import os
 import secrets
 import socket
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 from ..records import Position
 from ._config import StartingPosition
@@ -70,15 +71,26 @@ class LeaseAssignment:
         return len(self._held)
 
 
-def saved_from_lease(checkpoint: str, sub_sequence: int, parents: tuple[str, ...]) -> SavedShard:
+def saved_from_lease(
+    checkpoint: str,
+    sub_sequence: int,
+    parents: tuple[str, ...],
+    latest_pinned_at: int | None = None,
+    *,
+    now: datetime | None = None,
+) -> SavedShard:
     """Where a shard whose lease was just acquired resumes.
 
     A sequence-number checkpoint resumes exactly after (sequence, sub-sequence): the user
     records of that Kinesis record up to the sub-sequence number are dropped, as with
     ``positions``. ``SHARD_END`` is finished. ``TRIM_HORIZON``, and any start of a child
     shard (its parents finished, so everything in it is new to the application), read from
-    the trim horizon. ``LATEST`` and ``AT_TIMESTAMP`` of a root shard return a
-    :class:`SavedShard` without a start: the consumer's own ``start`` applies.
+    the trim horizon. ``LATEST`` of a root shard that an earlier owner started reading
+    (``latest_pinned_at``, epoch millis, see ``LeaseAcquired``) reads from that time, so
+    that nothing that arrived since is skipped; a pin ahead of ``now`` (another host's clock
+    ahead of ours) is taken as ``now``. ``LATEST`` without a pin and ``AT_TIMESTAMP`` of a
+    root shard return a :class:`SavedShard` without a start: the consumer's own ``start``
+    applies.
     """
     if checkpoint == "SHARD_END":
         return SavedShard(finished=True)
@@ -86,6 +98,10 @@ def saved_from_lease(checkpoint: str, sub_sequence: int, parents: tuple[str, ...
         return SavedShard(committed=Position(checkpoint, sub_sequence))
     if checkpoint == "TRIM_HORIZON" or parents:
         return SavedShard(start=StartingPosition.trim_horizon())
+    if checkpoint == "LATEST" and latest_pinned_at is not None:
+        pinned = datetime.fromtimestamp(latest_pinned_at / 1000, UTC)
+        stamp = min(pinned, now or datetime.now(UTC))
+        return SavedShard(start=StartingPosition.at_timestamp(stamp))
     return SavedShard()
 
 

@@ -109,7 +109,9 @@ class LeaseMembership:
             event = await coordinator.next_event()
             key = (event.stream, event.shard_id)
             if isinstance(event, LeaseAcquired):
-                saved = saved_from_lease(event.checkpoint, event.sub_sequence, event.parents)
+                # A pin is a LATEST start of ours: a consumer started elsewhere keeps its own.
+                pin = event.latest_pinned_at if self._initial == "LATEST" else None
+                saved = saved_from_lease(event.checkpoint, event.sub_sequence, event.parents, pin)
                 log.info(
                     "lease of %s/%s acquired at %s:%d (from %s)",
                     *key,

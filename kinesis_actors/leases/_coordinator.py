@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -33,7 +34,7 @@ from ..errors import ConfigError, KinesisError
 from ._config import LeaseConfig
 from ._errors import LeaseLostError, LeaseTableError, WorkerIdConflictError
 from ._events import LeaseAcquired, LeaseEvent, LeaseLost, LeaseStats
-from ._items import SHARD_END, TRIM_HORIZON, Lease
+from ._items import LATEST, SHARD_END, TRIM_HORIZON, Lease
 from ._policy import ExpiryTracker, parents_finished, plan_takes, write_landed
 from ._streams import LeasedStream, Streams, describe_stream, list_stream_shards
 from ._sync import INITIAL_POSITIONS, plan_new_leases
@@ -47,6 +48,10 @@ logger = logging.getLogger("kinesis_actors.leases")
 _RENEW_CONCURRENCY = 16
 #: How much earlier than ``failover_time`` a lease not renewed is dropped (the KCL's epsilon).
 _EPSILON = 0.025
+#: How much earlier than this worker's clock a LATEST lease's start is pinned: a later owner
+#: reads from the pin, and the service's arrival timestamps may run behind our clock (a few
+#: records read twice are allowed, one skipped is not).
+PIN_MARGIN_MS = 2000
 
 
 @dataclass(slots=True)
@@ -61,6 +66,8 @@ class _Held:
     ready_at: float = 0.0
     pending: tuple[str, int] | None = None
     adopted_at: float | None = None
+    needs_pin: bool = False
+    pinned_before: int | None = None
     lock: anyio.Lock = field(default_factory=anyio.Lock)
 
 
@@ -389,6 +396,9 @@ class LeaseCoordinator:
                 await self._take(lease, stolen=False)
             for lease in plan.steal:
                 await self._take(lease, stolen=True)
+            for key, held in list(self._held.items()):
+                if held.needs_pin:
+                    await self._pin(key, held)
         self._open_ready()
 
     async def _take(self, lease: Lease, *, stolen: bool) -> None:
@@ -404,7 +414,11 @@ class LeaseCoordinator:
         # reading, so that no shard is read twice at once.
         ready_at = started + self._config.renew_period + _EPSILON if stolen else 0.0
         previous = lease.owner if lease.owner != self._worker_id else None
-        self._held[lease.key] = _Held(new, info.name, started, previous, ready_at=ready_at)
+        held = _Held(new, info.name, started, previous, ready_at=ready_at)
+        if new.checkpoint == LATEST and not new.parent_shard_ids:
+            held.pinned_before = new.latest_pinned_at
+            held.needs_pin = new.latest_pinned_at is None and self._initial == LATEST
+        self._held[lease.key] = held
         self._by_key[lease.key] = new
         if stolen:
             self._stats = replace(self._stats, stolen=self._stats.stolen + 1)
@@ -418,10 +432,29 @@ class LeaseCoordinator:
             lease.owner,
         )
 
+    async def _pin(self, key: str, held: _Held) -> None:
+        """Pin a LATEST lease's start (``latestPinnedAt``, our clock minus a margin) before
+        its first reader takes its iterator, so that a later owner reads from there: written
+        like a renewal, and retried next take round if it fails (the lease is not handed out
+        until it is pinned)."""
+        async with held.lock:
+            if self._held.get(key) is not held or not held.needs_pin:
+                return
+            pin = int(time.time() * 1000) - PIN_MARGIN_MS
+            try:
+                new = await self._write(key, held, None, pin=pin)
+            except (LeaseTableError, WorkerIdConflictError):
+                raise
+            except KinesisError as error:
+                logger.warning("pinning the start of %s failed, retried: %s", key, error)
+                return
+            if new is not None:
+                held.needs_pin = False
+
     def _open_ready(self) -> None:
         now = self._clock()
         for key, held in self._held.items():
-            if held.ready or now < held.ready_at or held.lease.finished:
+            if held.ready or held.needs_pin or now < held.ready_at or held.lease.finished:
                 continue
             if not parents_finished(self._known().parents_of(held.lease), self._by_key):
                 continue
@@ -435,6 +468,7 @@ class LeaseCoordinator:
                     held.lease.sub_sequence,
                     held.lease.parent_shard_ids,
                     held.previous_owner,
+                    held.pinned_before,
                 )
             )
 
@@ -497,12 +531,13 @@ class LeaseCoordinator:
                     logger.warning("renewal of %s failed: %s", key, error)
 
     async def _write(
-        self, key: str, held: _Held, checkpoint: tuple[str, int] | None
+        self, key: str, held: _Held, checkpoint: tuple[str, int] | None, pin: int | None = None
     ) -> Lease | None:
-        """Renew ``held`` (with ``checkpoint``), under its lock; None if it was lost."""
+        """Renew ``held`` (with ``checkpoint``, and ``pin`` as its ``latestPinnedAt``), under
+        its lock; None if it was lost."""
         for _ in range(2):
             started = self._clock()
-            new = await self._table.renew(held.lease, self._worker_id, checkpoint)
+            new = await self._table.renew(held.lease, self._worker_id, checkpoint, pin=pin)
             if new is not None:
                 latency = self._clock() - started
                 worst = max(latency, self._stats.renewal_latency_max or 0.0)

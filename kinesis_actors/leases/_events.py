@@ -19,6 +19,11 @@ class LeaseAcquired:
     is the consumer's own configuration, as in the KCL). Never ``SHARD_END``: finished
     shards are not handed out. ``parents`` are the shard's parents; ``previous_owner`` the
     worker it was taken from, if any.
+
+    ``latest_pinned_at`` (epoch milliseconds) is set for a ``LATEST`` lease that an earlier
+    owner started reading without checkpointing: read from that time (AT_TIMESTAMP), not
+    the tip, or the records that arrived since are skipped. None for the lease's first
+    reader (the coordinator pinned the lease to its start before handing it out).
     """
 
     stream: str
@@ -27,6 +32,7 @@ class LeaseAcquired:
     sub_sequence: int
     parents: tuple[str, ...] = ()
     previous_owner: str | None = None
+    latest_pinned_at: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,9 @@ attribute                              type  meaning
 ``streamArn``, ``streamCreationEpoch``  S, N  ours, ignored by the KCL: which stream (and
                                              which incarnation of it) a single-stream lease
                                              is for (see :class:`Lease`)
+``latestPinnedAt``                     N     ours, ignored by the KCL: for a ``LATEST``
+                                             lease, when its first reader started (epoch
+                                             millis, minus a clock-skew margin)
 =====================================  ====  ===============================================
 """
 
@@ -78,6 +81,7 @@ SHARD_ID = "shardId"
 # Ours; the KCL ignores attributes it does not know and keeps them through its updates.
 STREAM_ARN = "streamArn"
 STREAM_CREATED = "streamCreationEpoch"
+LATEST_PINNED = "latestPinnedAt"
 
 
 def stream_identifier(account: str, stream: str, creation_epoch: int) -> str:
@@ -102,6 +106,11 @@ class Lease:
     stream, or of a deleted stream created again under the same name (same ARN), which would
     otherwise be resumed as ours because shard ids repeat from stream to stream, is then
     detected. KCL-written leases have neither.
+
+    ``latest_pinned_at`` (epoch milliseconds) is written by the first worker that reads a
+    ``LATEST`` lease, before it reads: a later owner of the lease, still never checkpointed,
+    reads from that time instead of the tip, so records that arrived in between are not
+    skipped. The checkpoint stays ``LATEST`` (a KCL application reads the item as before).
     """
 
     key: str
@@ -120,6 +129,7 @@ class Lease:
     stream_identifier: str | None = None
     stream_arn: str | None = None
     stream_created: int | None = None
+    latest_pinned_at: int | None = None
 
     @property
     def finished(self) -> bool:
@@ -200,6 +210,7 @@ def decode_lease(item: Mapping[str, Any]) -> Lease:
         stream_identifier=identifier,
         stream_arn=_string(item, STREAM_ARN),
         stream_created=_number(item, STREAM_CREATED),
+        latest_pinned_at=_number(item, LATEST_PINNED),
     )
 
 
@@ -232,4 +243,6 @@ def encode_lease(lease: Lease) -> dict[str, Any]:
         item[STREAM_ARN] = {"S": lease.stream_arn}
     if lease.stream_created is not None:
         item[STREAM_CREATED] = {"N": str(lease.stream_created)}
+    if lease.latest_pinned_at is not None:
+        item[LATEST_PINNED] = {"N": str(lease.latest_pinned_at)}
     return item

@@ -21,6 +21,7 @@ from ._items import (
     CHILDREN,
     COUNTER,
     KEY,
+    LATEST_PINNED,
     OWNER,
     OWNER_SWITCHES,
     PENDING,
@@ -251,15 +252,24 @@ class LeaseTable:
         )
 
     async def renew(
-        self, lease: Lease, owner: str, checkpoint: tuple[str, int] | None = None
+        self,
+        lease: Lease,
+        owner: str,
+        checkpoint: tuple[str, int] | None = None,
+        *,
+        pin: int | None = None,
     ) -> Lease | None:
         """Renew a held lease (condition: ``owner`` and the counter held), writing
-        ``checkpoint`` ``(sequence, sub_sequence)`` with it if given. The new lease, or None if
-        it was lost."""
+        ``checkpoint`` ``(sequence, sub_sequence)`` with it if given, and ``pin`` as the
+        lease's ``latestPinnedAt`` (epoch millis) if given. The new lease, or None if it was
+        lost."""
+        values = self._checkpoint_values(checkpoint)
+        if pin is not None:
+            values[LATEST_PINNED] = {"N": str(pin)}
         return await self._update(
             lease,
             owner_condition=owner,
-            set_values=self._checkpoint_values(checkpoint),
+            set_values=values,
             remove=(PENDING, PENDING_SUB_SEQUENCE) if checkpoint else (),
         )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -91,6 +92,21 @@ def test_special_checkpoints_start_where_the_kcl_means_and_children_from_the_tri
     # A child: everything in it is after its parents, whatever the initial position said.
     assert saved_from_lease("LATEST", 0, ("shardId-0",)).start == StartingPosition.trim_horizon()
     assert saved_from_lease("SHARD_END", 0, ()).finished
+
+
+def test_a_pinned_latest_root_resumes_at_its_pin_and_a_pin_ahead_of_our_clock_at_now() -> None:
+    now = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+    pin = int((now - timedelta(seconds=30)).timestamp() * 1000)
+    saved = saved_from_lease("LATEST", 0, (), pin, now=now)
+    assert saved.start == StartingPosition.at_timestamp(now - timedelta(seconds=30))
+    ahead = int((now + timedelta(seconds=30)).timestamp() * 1000)
+    assert saved_from_lease("LATEST", 0, (), ahead, now=now).start == (
+        StartingPosition.at_timestamp(now)
+    )
+    # A checkpoint, or a child, wins over the pin.
+    assert saved_from_lease("42", 0, (), pin, now=now).committed is not None
+    child = saved_from_lease("LATEST", 0, ("shardId-0",), pin, now=now)
+    assert child.start == StartingPosition.trim_horizon()
 
 
 def test_with_leases_the_graph_reads_exactly_the_held_shards_and_leaves_the_gate_to_the_table() -> (

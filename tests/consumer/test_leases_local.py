@@ -21,6 +21,7 @@ from kinesis_actors import KinesisClient, LocalDynamoDB, LocalKinesis, errors
 from kinesis_actors.client import DynamoDBClient
 from kinesis_actors.consumer import Consumer, ConsumerConfig, RecordBatch, StartingPosition
 from kinesis_actors.leases import LeaseConfig, LeaseTableError, WorkerIdConflictError
+from tests.faults import FaultProxy, Reply, Request
 
 from .helpers import Row, aggregate_per_shard, put_aggregated, put_plain, rows, shard_map
 
@@ -232,6 +233,58 @@ async def test_with_latest_a_lease_never_checkpointed_skips_what_was_written_bef
                 await put_plain(client, stream_name, [(f"new{i}".encode(), "k") for i in range(10)])
                 seen = await read_until(consumer, 10)
     assert [row.data for row in seen] == [f"new{i}".encode() for i in range(10)]
+
+
+async def test_with_latest_a_worker_lost_before_its_first_checkpoint_loses_no_record(
+    local_kinesis: LocalKinesis,
+    local_dynamodb: LocalDynamoDB,
+    dynamodb: DynamoDBClient,
+    stream_name: str,
+    table: str,
+) -> None:
+    """The first owner pins its LATEST start in the lease; its successor reads from there."""
+    lost = False
+
+    def decide(request: Request) -> Reply | None:
+        # Worker 1's table goes away: its renewals and its release fail, its lease expires.
+        return Reply.error("AccessDeniedException") if lost else None
+
+    async with local_kinesis.client(tls=False) as client:
+        await client.create_stream(stream_name, 1)
+        await put_plain(client, stream_name, [(f"old{i}".encode(), "k") for i in range(5)])
+        first: list[Row] = []
+        with FaultProxy(local_dynamodb.port, decide) as proxy:
+            config = dataclasses.replace(
+                leased(local_dynamodb, table, "w1"),
+                start=StartingPosition.latest(),
+                dynamodb_endpoint_url=proxy.endpoint_url,
+            )
+            async with Consumer(client, stream_name, config) as consumer:
+                with anyio.fail_after(30):
+                    while not any(s["reads"] for s in consumer.metrics["shards"].values()):
+                        await anyio.sleep(0.05)
+                    before = [(f"a{i}".encode(), "k") for i in range(10)]
+                    await put_plain(client, stream_name, before)
+                    first = await read_until(consumer, 10, commit=False)
+                lost = True
+        (lease,) = (await items(dynamodb, table)).values()
+        assert lease["leaseOwner"] == "w1"  # not released: the worker was lost
+        assert lease["checkpoint"] == "LATEST" and "latestPinnedAt" in lease
+        after = [(f"b{i}".encode(), "k") for i in range(10)]
+        await put_plain(client, stream_name, after)
+        wanted = {data for data, _ in before + after}
+        second: set[bytes] = set()
+        config = leased(local_dynamodb, table, "w2")
+        config = dataclasses.replace(config, start=StartingPosition.latest())
+        async with Consumer(client, stream_name, config) as consumer:
+            with anyio.fail_after(30):
+                async for batch in consumer:
+                    second.update(row.data for row in rows(batch))
+                    consumer.commit(batch)
+                    if wanted <= second:
+                        break
+    assert {row.data for row in first} == {data for data, _ in before}
+    assert wanted <= second  # worker 1 committed nothing: worker 2 reads it all again
 
 
 async def test_a_worker_id_used_twice_fails_the_second_consumers_loop_as_a_typed_error(

@@ -6,6 +6,7 @@ sleeps.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 
@@ -14,6 +15,7 @@ import pytest
 
 from kinesis_actors import DynamoDBClient, KinesisClient
 from kinesis_actors.leases import (
+    LATEST,
     SHARD_END,
     TRIM_HORIZON,
     LeaseAcquired,
@@ -24,6 +26,7 @@ from kinesis_actors.leases import (
     LeaseTable,
     decode_lease,
 )
+from kinesis_actors.leases._coordinator import PIN_MARGIN_MS
 
 from .helpers import FAST, PATIENCE, coordinator, events_until, scan
 
@@ -122,6 +125,30 @@ async def test_a_stopped_workers_leases_are_taken_after_the_failover_time(
         assert stats.taken + stats.stolen == 4 and stats.taken >= 2
     items = await scan(dynamodb, lease_table_name)
     assert {item["ownerSwitchesSinceCheckpoint"]["N"] for item in items} == {"1"}
+
+
+async def test_a_latest_lease_is_pinned_before_it_is_handed_out_and_its_heir_gets_the_pin(
+    dynamodb: DynamoDBClient, client: KinesisClient, stream: str, lease_table_name: str
+) -> None:
+    before = int(time.time() * 1000)
+    options = {"initial_position": LATEST}
+    async with coordinator(dynamodb, client, lease_table_name, stream, "dead", **options) as one:
+        events = await events_until(one, lambda seen: len(acquired(seen)) == 4)
+        # The first reader reads from LATEST as asked: no pin handed to it...
+        assert {e.latest_pinned_at for e in events if isinstance(e, LeaseAcquired)} == {None}
+        # ...but every lease was pinned before it was handed out.
+        items = await scan(dynamodb, lease_table_name)
+        pins = {item["leaseKey"]["S"]: int(item["latestPinnedAt"]["N"]) for item in items}
+    after = int(time.time() * 1000)
+    assert all(before - PIN_MARGIN_MS <= pin <= after - PIN_MARGIN_MS for pin in pins.values())
+    assert {item["checkpoint"]["S"] for item in items} == {LATEST}  # the KCL's view unchanged
+    async with coordinator(dynamodb, client, lease_table_name, stream, "heir", **options) as heir:
+        events = await events_until(heir, lambda seen: len(acquired(seen)) == 4)
+        heirs = {e.shard_id: e.latest_pinned_at for e in events if isinstance(e, LeaseAcquired)}
+        assert heirs == pins  # the pin is kept, not moved to the heir's start
+    assert {int(i["latestPinnedAt"]["N"]) for i in await scan(dynamodb, lease_table_name)} == set(
+        pins.values()
+    )
 
 
 async def test_a_new_worker_steals_toward_an_even_share(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from kinesis_actors.leases import (
@@ -111,6 +113,18 @@ def test_our_stream_attributes_round_trip_and_name_the_stream() -> None:
     assert "streamName" not in item  # that attribute would make it a multi-stream lease
     assert decode_lease(item) == lease
     assert lease.stream_name == "orders"
+
+
+def test_the_latest_pin_round_trips_and_a_kcl_latest_lease_without_it_decodes() -> None:
+    lease = Lease(key="shardId-1", shard_id="shardId-1", checkpoint="LATEST", owner="w1")
+    pinned = dataclasses.replace(lease, latest_pinned_at=1764049000123)
+    item = encode_lease(pinned)
+    assert item["latestPinnedAt"] == {"N": "1764049000123"}
+    assert item["checkpoint"] == {"S": "LATEST"}  # what a KCL application reads is unchanged
+    assert decode_lease(item) == pinned
+    kcl = encode_lease(lease)
+    assert "latestPinnedAt" not in kcl
+    assert decode_lease(kcl).latest_pinned_at is None
 
 
 def test_empty_sets_are_left_out_because_dynamodb_refuses_them() -> None:
