@@ -4,6 +4,9 @@ outlives the process that started it."""
 from __future__ import annotations
 
 import os
+import socket
+import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -102,3 +105,24 @@ def test_a_port_taken_by_another_server_is_an_error_not_that_server(
         second.start()
     assert not second.running
     assert local_dynamodb.running
+
+
+def test_a_client_that_goes_away_mid_request_does_not_kill_the_server() -> None:
+    """dynalite throws from a request's error handler: a call cancelled after its headers
+    were sent (a killed lease worker does that) took the whole server down, and every lease
+    test after it failed on ConnectError. The server must survive it."""
+    with LocalDynamoDB() as server:
+        for _ in range(2):
+            with socket.create_connection(("127.0.0.1", server.port)) as sock:
+                sock.sendall(
+                    b"POST / HTTP/1.1\r\nHost: local\r\nContent-Length: 1000\r\n"
+                    b"Content-Type: application/x-amz-json-1.0\r\n"
+                    b'X-Amz-Target: DynamoDB_20120810.ListTables\r\n\r\n{"Lim'
+                )
+                # RST instead of FIN: the server sees ECONNRESET mid-body.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            deadline = time.monotonic() + 1
+            while time.monotonic() < deadline and server.running:
+                time.sleep(0.05)  # the crash, when it comes, comes within milliseconds
+            assert server.running, server._output()
+        assert server._answering()
