@@ -23,8 +23,13 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def local_kinesis() -> Iterator[LocalKinesis]:
-    """One local Kinesis server for the whole run, on free loopback ports."""
-    with LocalKinesis() as server:
+    """One local Kinesis server for the whole run, on free loopback ports.
+
+    Its account-wide shard limit is raised far above LocalKinesis's default (1,000): the run
+    creates more shards than that in all (streams are not deleted after each test), and the
+    late tests then failed on LimitExceeded at CreateStream and SplitShard.
+    """
+    with LocalKinesis(shard_limit=50_000) as server:
         yield server
 
 
