@@ -32,6 +32,9 @@ ReaderFactory = Callable[[ShardPipeline, StartingPosition], ShardReader]
 class ReaderActor(Actor[None]):
     """Reads one shard into its pipeline: a credit first, then a read, then a non-blocking offer.
 
+    A source actor (``ChildSpec(source=True)``): its input is the shard, not a mailbox, and a
+    rewind or a lost lease reaches it as a cancellation of its generation's scope.
+
     It never awaits the buffer, so a shard nobody takes from holds only its own reader (lesson
     1). After the shard's end it stays until the shard is finished (everything committed),
     because a processor's restart may rewind the shard and need it again; a rewind cancels the
@@ -101,7 +104,7 @@ class ReaderActor(Actor[None]):
                 )
 
 
-class ProcessorActor(Actor[None]):
+class ProcessorActor(Actor[RecordBatch]):
     """Calls the handler for one shard's batches, one at a time, in order, committing each.
 
     A restarted incarnation first rewinds the shard to its last committed position, so the
@@ -118,14 +121,16 @@ class ProcessorActor(Actor[None]):
         self._handler = handler
         self._commit = commit
 
-    async def on_start(self, ctx: ActorContext[None]) -> None:
+    async def on_start(self, ctx: ActorContext[RecordBatch]) -> None:
         if ctx.incarnation > 0:
             self._pipeline.rewind()
 
-    async def run(self, ctx: ActorContext[None]) -> None:
-        while True:
-            batch = await self._pipeline.take()
-            if batch is None:
-                return  # the shard ended and everything was handled
+    async def run(self, ctx: ActorContext[RecordBatch]) -> None:
+        # The mailbox is the shard's buffer (``_supervision.processor_spec``). A crash
+        # mid-batch dead-letters the batch in flight; the restart's rewind reads it again.
+        pipeline = self._pipeline
+        async for batch in ctx:  # ends once the shard ended and everything was handled
+            pipeline.took(batch)
             await self._handler(batch)
             self._commit(batch)
+            ctx.done()

@@ -33,7 +33,12 @@ from .. import errors
 from .._validate import check_type
 from ..client import KinesisClient
 from ..errors import ConfigError
-from ..runtime import RestartIntensityExceeded, raise_as_itself, unwrap_sole
+from ..runtime import (
+    RestartIntensityExceeded,
+    SupervisorSnapshot,
+    raise_as_itself,
+    unwrap_sole,
+)
 from ._actors import Handler
 from ._batch import RecordBatch
 from ._config import ConsumerConfig, stream_names
@@ -327,6 +332,18 @@ class Consumer(ShardScheduler):
     def leases(self) -> LeaseStats | None:
         """The lease protocol's statistics now (None without ``lease_table`` or before open)."""
         return None if self._group is None else self._group.snapshot()
+
+    @property
+    def supervision(self) -> tuple[SupervisorSnapshot, ...]:
+        """The consumer's actors as plain data, in the shape of ``Producer.supervision``: the
+        readers' supervisor (one source actor per shard: its input is the shard, it has no
+        mailbox) and, while :meth:`run` runs, the processors' (each one's mailbox is its
+        shard's bounded buffer). Empty before the consumer is open."""
+        return tuple(
+            supervisor.snapshot()
+            for supervisor in (self._readers, self._processors)
+            if supervisor is not None
+        )
 
     @property
     def consumer_arns(self) -> dict[str, str]:

@@ -10,11 +10,17 @@ returns the credit), and the shard's three positions:
 
 It also decides when the shard is *released* (its children may be read) and *finished*
 (positions say ``finished``). ``rewind()`` starts the shard over from its committed position:
-a new buffer and gate (stale batches are dropped with them) and a new reader generation.
+the buffer is purged (stale batches are dropped), the credit gate replaced and a new reader
+generation begins.
+
+The buffer is one mailbox for the shard's life, so it can be the mailbox of whoever takes
+from it: under :meth:`Consumer.run` it is lent to the shard's processor actor
+(``ChildSpec(mailbox=...)``), which receives batches from it as its own messages.
 
 Every piece of its state is private and changes only through its methods, each named for the
 side that calls it: the reader actor (:meth:`begin_generation`, :meth:`try_credit`,
-:meth:`wait_credit`, :meth:`accept`, ...), the taker (:meth:`take`, :meth:`take_nowait`), the
+:meth:`wait_credit`, :meth:`accept`, ...), the taker (:meth:`took` after the processor
+received from :attr:`buffer`, :meth:`take`, :meth:`take_nowait`), the
 application (:meth:`commit`), and the consumer (:meth:`set_mode`, :meth:`rewind`,
 :meth:`drop`). Everyone else reads properties or :meth:`snapshot` (plain data). All callers
 run on the consumer's event loop, so no method is interrupted by another.
@@ -72,17 +78,17 @@ class ShardPipeline:
         # Set when the reader may end for good: the shard is finished, or nobody can rewind
         # it (the consumer is iterated, not run).
         self._let_go = anyio.Event()
-        self._new_generation()
+        name = f"{self._stream}/{self._shard_id}"
+        # The shard's buffer, one for its life: the mailbox of whoever takes from it (the
+        # processor actor under run(), which receives from it as its own; the iterator under
+        # ``async for``). FAIL: if a credit ever lied about room, the offer raises instead of
+        # waiting. A rewind purges it and gives it a new credit gate.
+        self._buffer: Mailbox[RecordBatch] = Mailbox(self._prefetch, FullPolicy.FAIL, name=name)
+        self._gate = CreditGate(self._prefetch, name=name)
         if saved.finished:
             self._buffer.close()
             self._metrics.state = "finished"
             self._let_go.set()
-
-    def _new_generation(self) -> None:
-        name = f"{self._stream}/{self._shard_id}"
-        self._gate = CreditGate(self._prefetch, name=name)
-        # FAIL: if a credit ever lied about room, the offer raises instead of waiting.
-        self._buffer: Mailbox[RecordBatch] = Mailbox(self._prefetch, FullPolicy.FAIL, name=name)
 
     # -- what anyone may read ---------------------------------------------------------------
 
@@ -121,6 +127,13 @@ class ShardPipeline:
     def dropped(self) -> bool:
         """The shard's lease was lost (:meth:`drop`): its reader returns for good."""
         return self._dropped
+
+    @property
+    def buffer(self) -> Mailbox[RecordBatch]:
+        """The shard's bounded buffer, lent as the processor actor's mailbox
+        (``ChildSpec(mailbox=...)``): the processor receives from it, then reports each batch
+        with :meth:`took`. Only this pipeline sends to it, purges, closes or reopens it."""
+        return self._buffer
 
     @property
     def depth(self) -> int:
@@ -275,6 +288,11 @@ class ShardPipeline:
         self._took(batch)
         return batch
 
+    def took(self, batch: RecordBatch) -> None:
+        """The processor actor received ``batch`` from :attr:`buffer`: its credit goes back
+        to the reader."""
+        self._took(batch)
+
     def _took(self, batch: RecordBatch) -> None:
         self._gate.consumed()
         self._taken = batch.last_position
@@ -292,9 +310,9 @@ class ShardPipeline:
         """Start over from the committed position: drop what is buffered, restart the reader."""
         self._generation += 1
         self._metrics.restarts += 1
-        self._buffer.close()
         self._buffer.purge()
-        self._new_generation()
+        self._buffer.reopen()  # closed if the reader had met the end: it reads again
+        self._gate = CreditGate(self._prefetch, name=self._buffer.name)  # old credits die
         self._delivered = self._committed
         self._taken = self._committed
         self._end_reached = False

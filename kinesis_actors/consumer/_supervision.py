@@ -72,7 +72,7 @@ def reader_spec(
         f"{pipeline.stream}:{pipeline.shard_id}",
         factory,
         restart=Restart.TRANSIENT,
-        capacity=1,
+        source=True,  # its input is the shard; stopping it is a cancellation
         shutdown_timeout=0.0,
         cleanup_timeout=close,
     )
@@ -100,8 +100,10 @@ def last_failure(gave_up: RestartIntensityExceeded) -> BaseException:
 
 def processor_spec(
     pipeline: ShardPipeline, handler: Handler, commit: Callable[[RecordBatch], None]
-) -> ChildSpec[None]:
-    """The child spec of a shard's processor under :meth:`Consumer.run`."""
+) -> ChildSpec[RecordBatch]:
+    """The child spec of a shard's processor under :meth:`Consumer.run`: its mailbox is the
+    shard's buffer, which the pipeline owns (it outlives the processor: batches read before
+    ``run()`` and across its restarts stay there)."""
 
     def factory() -> ProcessorActor:
         return ProcessorActor(pipeline, handler, commit)
@@ -110,7 +112,7 @@ def processor_spec(
         f"{pipeline.stream}:{pipeline.shard_id}",
         factory,
         restart=Restart.TRANSIENT,
-        capacity=1,
-        shutdown_timeout=0.0,
+        mailbox=pipeline.buffer,
+        shutdown_timeout=0.0,  # stopping is a cancellation: the batch in hand is not committed
         cleanup_timeout=1.0,
     )

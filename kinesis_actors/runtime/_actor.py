@@ -3,6 +3,10 @@
 The mailbox belongs to the :class:`ActorRef` (as in Akka), so when a supervisor restarts the
 behaviour, queued messages stay and senders never notice. The shell tracks the message being
 handled so that, if the behaviour dies, exactly that message is reported as lost.
+
+A *source* actor has no mailbox at all (``ChildSpec(source=True)``): its input is outside the
+runtime, a network stream for instance, and nothing sends to it. Its context and reference
+say so (``TypeError``) rather than hand out a mailbox nobody fills.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ class ActorLog(logging.LoggerAdapter[logging.Logger]):
 class ActorContext(Generic[T]):
     """What an actor incarnation sees: its name, mailbox, incarnation number and logger."""
 
-    def __init__(self, path: str, mailbox: Mailbox[T], incarnation: int = 0) -> None:
+    def __init__(self, path: str, mailbox: Mailbox[T] | None, incarnation: int = 0) -> None:
         self._path = path
         self._mailbox = mailbox
         self._incarnation = incarnation
@@ -54,7 +58,13 @@ class ActorContext(Generic[T]):
 
     @property
     def mailbox(self) -> Mailbox[T]:
-        return self._mailbox
+        """What this actor receives from. :raises TypeError: for a source actor."""
+        return _mailbox_of(self._path, self._mailbox)
+
+    @property
+    def has_mailbox(self) -> bool:
+        """False for a source actor (``ChildSpec(source=True)``)."""
+        return self._mailbox is not None
 
     @property
     def incarnation(self) -> int:
@@ -63,8 +73,9 @@ class ActorContext(Generic[T]):
 
     @property
     def stop_requested(self) -> bool:
-        """True once a graceful stop closed the mailbox: finish up and return."""
-        return self._mailbox.closed
+        """True once a graceful stop closed the mailbox: finish up and return. A source
+        actor is stopped by cancellation only: always False."""
+        return self._mailbox is not None and self._mailbox.closed
 
     @property
     def in_flight(self) -> tuple[T, ...]:
@@ -76,8 +87,9 @@ class ActorContext(Generic[T]):
 
         :raises anyio.EndOfStream: when the mailbox is closed and drained.
         """
+        mailbox = self.mailbox
         self._in_flight.clear()
-        item = await self._mailbox.receive()
+        item = await mailbox.receive()
         self._in_flight.append(item)
         return item
 
@@ -152,9 +164,12 @@ def actor(handler: Callable[[T], Awaitable[None]]) -> Callable[[], Actor[T]]:
 
 
 class ActorRef(Generic[T]):
-    """The stable address of a supervised actor: it outlives restarts, and so does its mailbox."""
+    """The stable address of a supervised actor: it outlives restarts, and so does its mailbox.
 
-    def __init__(self, path: str, mailbox: Mailbox[T]) -> None:
+    A source actor's reference has no mailbox: sending to it raises :class:`TypeError`.
+    """
+
+    def __init__(self, path: str, mailbox: Mailbox[T] | None) -> None:
         self._path = path
         self._mailbox = mailbox
 
@@ -168,25 +183,33 @@ class ActorRef(Generic[T]):
 
     @property
     def mailbox(self) -> Mailbox[T]:
-        return self._mailbox
+        """:raises TypeError: for a source actor."""
+        return _mailbox_of(self._path, self._mailbox)
 
     async def send(self, message: T) -> None:
-        await self._mailbox.send(message)
+        await self.mailbox.send(message)
 
     def try_send(self, message: T) -> bool:
-        return self._mailbox.try_send(message)
+        return self.mailbox.try_send(message)
 
     def send_nowait(self, message: T) -> None:
-        self._mailbox.send_nowait(message)
+        self.mailbox.send_nowait(message)
 
     def send_control(self, message: T) -> None:
-        self._mailbox.send_control(message)
+        self.mailbox.send_control(message)
 
-    def stats(self) -> MailboxStats:
-        return self._mailbox.stats()
+    def stats(self) -> MailboxStats | None:
+        """The mailbox's statistics; None for a source actor."""
+        return None if self._mailbox is None else self._mailbox.stats()
 
     def __repr__(self) -> str:
         return f"<ActorRef {self._path!r}>"
+
+
+def _mailbox_of(path: str, mailbox: Mailbox[T] | None) -> Mailbox[T]:
+    if mailbox is None:
+        raise TypeError(f"actor {path!r} is a source: it has no mailbox and takes no messages")
+    return mailbox
 
 
 async def serve(

@@ -439,6 +439,18 @@ class Mailbox(Generic[T]):
             self._senders.popleft().event.set()
         self._notify_receivers()
 
+    def reopen(self) -> None:
+        """Accept items again after :meth:`close`, for a stream that starts over (a shard
+        rewound to its last commit after its reader met the shard's end). Statistics carry
+        on.
+
+        :raises RuntimeError: unless the mailbox is empty and holds nothing: a stream starts
+            over from a purged mailbox, never on top of what the old one left.
+        """
+        if self._control or self._data or self._held or self._weight:
+            raise RuntimeError(f"mailbox {self._name!r}: reopen needs an empty mailbox")
+        self._closed = False
+
     def release(self, count: int = 1, weight: int = 0) -> None:
         """``hold`` mailboxes: ``count`` received items of ``weight`` in total are done; their
         room goes to the senders waiting for it, first come first served.

@@ -27,7 +27,8 @@ class ChildSnapshot:
     incarnation: int
     last_failure: str | None
     """``repr`` of the last exception that took the child down, if any."""
-    mailbox: MailboxStats
+    mailbox: MailboxStats | None
+    """None for a source actor, which has no mailbox."""
     subtree: SupervisorSnapshot | None = None
     """The nested supervisor's snapshot, for a child that runs one."""
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from ._actor import Actor
-from ._mailbox import DeadLetter, FullPolicy
+from ._mailbox import DeadLetter, FullPolicy, Mailbox
 
 T = TypeVar("T")
 
@@ -59,6 +59,20 @@ class ChildSpec(Generic[T]):
     stop closes the mailbox and gives the actor ``shutdown_timeout``
     seconds to drain before it is cancelled; ``on_stop`` is always bounded by
     ``cleanup_timeout``.
+
+    Two other kinds of child have no mailbox of the supervisor's making:
+
+    * ``mailbox=`` a mailbox made by the caller, for messages that exist before the child
+      and outlive it (a shard's buffer: filled by the shard's reader, kept across the
+      processor's restarts and across a ``run()`` that ends and starts again). The child
+      receives from it as from its own; the supervisor never closes or purges it (its maker
+      does), so stopping such a child is a cancellation after ``shutdown_timeout``.
+      ``capacity``, ``policy``, ``on_drop``, ``max_weight`` and ``hold`` are then the
+      mailbox's own and must be left at their defaults.
+    * ``source=True``: a child that receives no messages, whose input is outside the runtime
+      (a network stream). It gets no mailbox: its :class:`ActorRef` refuses sends
+      (``TypeError``), its snapshot's ``mailbox`` is None, and it is stopped by
+      cancellation.
     """
 
     name: str
@@ -71,12 +85,29 @@ class ChildSpec(Generic[T]):
     cleanup_timeout: float = 1.0
     max_weight: int | None = None
     hold: bool = False
+    mailbox: Mailbox[T] | None = None
+    source: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:
             raise ValueError(f"a child name must be non-empty and contain no '/': {self.name!r}")
         if self.shutdown_timeout < 0 or self.cleanup_timeout < 0:
             raise ValueError("timeouts must be >= 0")
+        if self.mailbox is not None and self.source:
+            raise ValueError("a source child has no mailbox: give mailbox= or source=True")
+        if self.mailbox is not None or self.source:
+            own = (self.capacity, self.policy, self.on_drop, self.max_weight, self.hold)
+            if own != (64, FullPolicy.BLOCK, None, None, False):
+                raise ValueError(
+                    f"child {self.name!r}: capacity, policy, on_drop, max_weight and hold "
+                    "describe a mailbox the supervisor makes; this child brings its own "
+                    "(mailbox=) or has none (source=True)"
+                )
+
+    @property
+    def own_mailbox(self) -> bool:
+        """The supervisor makes this child's mailbox (and closes and purges it)."""
+        return self.mailbox is None and not self.source
 
 
 GRACE = 0.5

@@ -78,14 +78,17 @@ class _Slot(Generic[T]):
     def __init__(self, spec: ChildSpec[T], path: str, backoff: RestartBackoff) -> None:
         self.spec = spec
         self.path = path
-        self.mailbox: Mailbox[T] = Mailbox(
-            spec.capacity,
-            spec.policy,
-            name=path,
-            on_drop=spec.on_drop,
-            max_weight=spec.max_weight,
-            hold=spec.hold,
-        )
+        # None for a source; the caller's for a child that brings its own (not ours to close).
+        self.mailbox: Mailbox[T] | None = spec.mailbox
+        if spec.own_mailbox:
+            self.mailbox = Mailbox(
+                spec.capacity,
+                spec.policy,
+                name=path,
+                on_drop=spec.on_drop,
+                max_weight=spec.max_weight,
+                hold=spec.hold,
+            )
         self.ref = ActorRef(path, self.mailbox)
         self.backoff = backoff
         self.log = ActorLog(logger, {"actor": path})
@@ -259,7 +262,7 @@ class Supervisor:
                 restarts=slot.restarts,
                 incarnation=slot.incarnation.number if slot.incarnation else slot.restarts,
                 last_failure=None if slot.last_failure is None else repr(slot.last_failure),
-                mailbox=slot.mailbox.stats(),
+                mailbox=None if slot.mailbox is None else slot.mailbox.stats(),
                 subtree=slot.behaviour.subtree() if slot.behaviour is not None else None,
             )
             for slot in self._slots
@@ -317,7 +320,8 @@ class Supervisor:
                 raise  # the starter gets it
             error = exc
         finally:
-            for item in ctx.in_flight:
+            for item in ctx.in_flight:  # only an actor with a mailbox receives
+                assert slot.mailbox is not None
                 slot.mailbox.dead_letter(item, DropReason.LOST_IN_FLIGHT, error)
             incarnation.finished.set()
             if incarnation.started:
@@ -338,9 +342,13 @@ class Supervisor:
         slot.incarnation = None
 
     async def _stop_gracefully(self, slot: _Slot[Any]) -> None:
-        """Close the mailbox so the actor drains and returns; cancel it at the deadline."""
+        """Close the mailbox so the actor drains and returns; cancel it at the deadline. A
+        child without a mailbox of ours is given its ``shutdown_timeout`` to return, then
+        cancelled."""
         slot.state = ChildState.STOPPING
-        slot.mailbox.close()
+        if slot.spec.own_mailbox:
+            assert slot.mailbox is not None
+            slot.mailbox.close()
         incarnation = slot.incarnation
         if incarnation is not None:
             with anyio.move_on_after(slot.spec.shutdown_timeout):
@@ -349,13 +357,17 @@ class Supervisor:
                 slot.log.warning(
                     "did not stop within %.3f s (%d queued); cancelling",
                     slot.spec.shutdown_timeout,
-                    len(slot.mailbox),
+                    0 if slot.mailbox is None else len(slot.mailbox),
                 )
         await self._stop_now(slot)
 
     def _finish(self, slot: _Slot[Any]) -> None:
-        """Final stop: nothing queued is lost silently."""
+        """Final stop: nothing queued is lost silently. A mailbox the child brought stays
+        as it is: its maker owns what is queued there."""
         slot.state = ChildState.STOPPED
+        if not slot.spec.own_mailbox:
+            return
+        assert slot.mailbox is not None
         slot.mailbox.close()
         undelivered = slot.mailbox.purge()
         if undelivered:

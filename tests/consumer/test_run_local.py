@@ -9,6 +9,7 @@ import pytest
 
 from kinesis_actors import KinesisClient, LocalKinesis
 from kinesis_actors.consumer import Consumer, ConsumerConfig, RecordBatch, StartingPosition
+from kinesis_actors.runtime import SupervisorSnapshot
 
 from .helpers import Row, assert_in_shard_order, by_data, put_plain, rows
 
@@ -54,10 +55,30 @@ async def test_a_failing_handler_restarts_its_shard_from_the_last_commit(
             if len(handled) >= 200:
                 consumer.stop()
 
+        supervision: list[tuple[SupervisorSnapshot, ...]] = []
+
+        async def handle_and_look(batch: RecordBatch) -> None:
+            await handler(batch)
+            if len(handled) >= 200:
+                supervision.append(consumer.supervision)
+
         with anyio.fail_after(30):
-            await consumer.run(handler)
+            await consumer.run(handle_and_look)
         metrics = consumer.metrics
     assert failed == {"shardId-000000000000", "shardId-000000000001"}
+    # The tree says what happened: each processor restarted once, its mailbox is its shard's
+    # buffer (the batch in hand at the crash is its one dead letter: the rewind reads it
+    # again), and the readers are sources with no mailbox.
+    readers, processors = supervision[0]
+    assert (readers.name, processors.name) == ("readers", "processors")
+    for shard in failed:
+        child = processors.child(f"{stream_name}:{shard}")
+        assert child.restarts == 1
+        assert child.mailbox is not None
+        assert child.mailbox.name == f"{stream_name}/{shard}"
+        assert child.mailbox.capacity == CONFIG.prefetch_batches
+        assert child.mailbox.dead_letters == 1
+        assert readers.child(f"{stream_name}:{shard}").mailbox is None
     assert set(by_data(handled).values()) == {1}
     assert len(handled) == 200
     assert_in_shard_order(handled)
