@@ -89,13 +89,20 @@ def last_failure(gave_up: RestartIntensityExceeded) -> BaseException:
     if not gave_up.causes:
         return gave_up
     last = gave_up.causes[-1]
-    others = len(gave_up.causes) - 1
+    earlier = gave_up.causes[:-1]
+    listed = ", ".join(repr(cause) for cause in earlier[-_LISTED_CAUSES:])
+    if len(earlier) > _LISTED_CAUSES:
+        listed = f"..., {listed}"
     last.add_note(
         f"kinesis-actors: run() gave up: more than {gave_up.max_restarts} restart(s) of the "
         f"shard processors within {gave_up.period} s (restart_intensity); "
-        f"{others} earlier failure(s) in that window"
+        f"{len(earlier)} earlier failure(s) in that window" + (f": {listed}" if earlier else "")
     )
     return last
+
+
+#: The earlier failures a give-up's note lists (the newest ones).
+_LISTED_CAUSES = 5
 
 
 def processor_spec(

@@ -106,7 +106,12 @@ async def test_a_handler_that_keeps_failing_ends_run(
             "start": {"type": "TRIM_HORIZON"}
         }
     assert attempts == 4  # the first try and 3 restarts
-    assert any("gave up" in note for note in caught.value.__notes__)
+    (note,) = [note for note in caught.value.__notes__ if "gave up" in note]
+    # The earlier failures are named with the last one: the causes of the give-up.
+    assert note.endswith(
+        "3 earlier failure(s) in that window: "
+        "ValueError('poison'), ValueError('poison'), ValueError('poison')"
+    )
 
 
 async def test_a_blocked_handler_delays_only_its_shard(
