@@ -68,16 +68,18 @@ class KinesisClient(ServiceClient):
         response = await self._retrying(
             "SubscribeToShard", None, lambda: self._open_stream(request)
         )
-        self.stats.subscriptions += 1
+        self._counters.add("subscriptions")
         async with response:
-            yield Subscription(response, self.codec, opened_at=time.monotonic(), stats=self.stats)
+            yield Subscription(
+                response, self.codec, opened_at=time.monotonic(), counters=self._counters
+            )
 
     async def _open_stream(self, request: EncodedRequest) -> H2Stream:
         headers = await self._signed_headers(request)
         network = self._network
         if network is None:
             raise self._not_open()
-        self.stats.attempts += 1
+        self._counters.add("attempts")
         try:
             response = await H2Stream.open(
                 self._url,
@@ -91,7 +93,7 @@ class KinesisClient(ServiceClient):
                 proxy=network.proxy,
             )
         except errors.TransportError:
-            self.stats.transport_errors += 1
+            self._counters.add("transport_errors")
             raise
         if response.status != 200:
             async with response:

@@ -31,7 +31,7 @@ from ._retry import RetrySettings
 from ._signing import Credentials, Signer, resolve_credentials
 from ._tls import resolve_verify, ssl_contexts, transport_error
 
-__all__ = ["ClientStats", "ServiceClient"]
+__all__ = ["ClientCounters", "ClientStats", "ServiceClient"]
 
 log = logging.getLogger("kinesis_actors.client")
 
@@ -41,9 +41,9 @@ _T = TypeVar("_T")
 _CLOSE_TIMEOUT = 5.0
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ClientStats:
-    """Counters since the client opened.
+    """A snapshot of the client's counters since it opened (``client.stats``).
 
     ``malformed_replies`` counts 2xx replies (and SubscribeToShard events) that could not be
     believed (:class:`~kinesis_actors.errors.MalformedReplyError`), poison records included.
@@ -56,6 +56,23 @@ class ClientStats:
     transport_errors: int = 0
     subscriptions: int = 0
     malformed_replies: int = 0
+
+
+class ClientCounters:
+    """The live counters behind :class:`ClientStats`, written only by the client that owns
+    them (and the subscriptions it opens), on its event loop; everyone else reads
+    :meth:`snapshot`."""
+
+    __slots__ = ("_counts",)
+
+    def __init__(self) -> None:
+        self._counts = dict.fromkeys(ClientStats.__dataclass_fields__, 0)
+
+    def add(self, name: str, amount: int = 1) -> None:
+        self._counts[name] += amount
+
+    def snapshot(self) -> ClientStats:
+        return ClientStats(**self._counts)
 
 
 def _resolve_endpoint(service: str, region: str) -> str:
@@ -122,7 +139,7 @@ class ServiceClient:
         self.endpoint_url = endpoint_url
         self.verify = verify
         self.config = config
-        self.stats = ClientStats()
+        self._counters = ClientCounters()
         self._credentials = credentials
         self._codec: ProtocolCodec | None = None
         self._signer: Signer | None = None
@@ -135,6 +152,12 @@ class ServiceClient:
         through = f", proxy='{proxy}'" if proxy is not None else ""
         name = type(self).__name__
         return f"{name}(region={self.region!r}, endpoint_url={self.endpoint_url!r}{through})"
+
+    @property
+    def stats(self) -> ClientStats:
+        """The counters now, as a frozen snapshot (calls, attempts, retries, throttles,
+        transport errors, subscriptions, malformed replies)."""
+        return self._counters.snapshot()
 
     @property
     def proxy(self) -> Proxy | None:
@@ -227,7 +250,7 @@ class ServiceClient:
     ) -> dict[str, Any]:
         """Run a request already encoded with :attr:`codec` (say by its hand-written
         ``encode_put_records``); retried like :meth:`call`, whose second half it is."""
-        self.stats.calls += 1
+        self._counters.add("calls")
         return await self._retrying(request.operation, retry, lambda: self._send(request))
 
     async def _retrying(
@@ -252,7 +275,7 @@ class ServiceClient:
                 )
                 if delay is None:
                     raise
-                self.stats.retries += 1
+                self._counters.add("retries")
                 log.debug("%s failed (%s); retry %d in %.3fs", operation, exc, retry + 1, delay)
                 await anyio.sleep(delay)
                 retry += 1
@@ -270,11 +293,11 @@ class ServiceClient:
         if http is None:
             raise self._not_open()
         headers = await self._signed_headers(request)
-        self.stats.attempts += 1
+        self._counters.add("attempts")
         try:
             response = await http.post(self._url, content=request.body, headers=headers)
         except httpx.TransportError as exc:
-            self.stats.transport_errors += 1
+            self._counters.add("transport_errors")
             raise transport_error(exc, request.operation, self.proxy) from exc
         try:
             return self.codec.decode(
@@ -285,8 +308,8 @@ class ServiceClient:
                 record_count=request.record_count,
             )
         except errors.ThrottlingError:
-            self.stats.throttled += 1
+            self._counters.add("throttled")
             raise
         except errors.MalformedReplyError:
-            self.stats.malformed_replies += 1
+            self._counters.add("malformed_replies")
             raise

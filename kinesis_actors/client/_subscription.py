@@ -10,7 +10,7 @@ from ._eventstream import SubscribeToShardDecoder
 from ._protocol import ProtocolCodec
 
 if TYPE_CHECKING:
-    from ._client import ClientStats
+    from ._service import ClientCounters
 
 __all__ = ["Subscription"]
 
@@ -44,11 +44,11 @@ class Subscription:
         codec: ProtocolCodec,
         *,
         opened_at: float,
-        stats: ClientStats | None = None,
+        counters: ClientCounters | None = None,
     ) -> None:
         self._response = response
         self._decoder = SubscribeToShardDecoder(codec)
-        self._stats = stats
+        self._counters = counters
         self.opened_at = opened_at
         self.bytes_received = 0
 
@@ -78,6 +78,6 @@ class Subscription:
                     yield event
             decoder.check_complete()
         except errors.MalformedReplyError:
-            if self._stats is not None:
-                self._stats.malformed_replies += 1
+            if self._counters is not None:
+                self._counters.add("malformed_replies")
             raise

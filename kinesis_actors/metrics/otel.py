@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 from weakref import WeakKeyDictionary
@@ -143,8 +143,7 @@ def _source(source: Source, extra: dict[str, str]) -> _Source:
     if isinstance(source, KinesisClient):
         tags = {**extra, "cloud.region": source.region}
         return _Source(
-            # ``stats`` is live; a copy taken on the loop is a consistent snapshot.
-            LoopSampler(lambda: replace(source.stats), timeout=_LOOP_TIMEOUT),
+            LoopSampler(lambda: source.stats, timeout=_LOOP_TIMEOUT),  # a frozen snapshot
             lambda snapshot: client_points(snapshot, tags),
         )
     raise TypeError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import anyio
@@ -287,3 +288,18 @@ async def test_subscriptions_need_a_tls_endpoint(
         with pytest.raises(errors.ConfigError, match="https"):
             async with plain.subscribe_to_shard("arn", "shardId-000000000000", {"Type": "LATEST"}):
                 pass
+
+
+async def test_stats_is_a_frozen_snapshot_that_later_calls_do_not_change(
+    client: KinesisClient, stream_name: str
+) -> None:
+    await client.create_stream(stream_name, 1)
+    before = client.stats
+    await client.call("DescribeStreamSummary", {"StreamName": stream_name})
+    after = client.stats
+    assert after.calls == before.calls + 1
+    assert after.attempts >= before.attempts + 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        after.calls = 0  # type: ignore[misc]
+    await client.call("DescribeStreamSummary", {"StreamName": stream_name})
+    assert after.calls == before.calls + 1  # a snapshot, not a view of the live counters

@@ -13,6 +13,7 @@ from kinesis_actors import ClientConfig, KinesisClient, LocalKinesis, errors
 from kinesis_actors.client import ClientStats, RetryPolicy, RetrySettings
 from kinesis_actors.client._eventstream import SubscribeToShardDecoder
 from kinesis_actors.client._protocol import ProtocolCodec
+from kinesis_actors.client._service import ClientCounters
 from kinesis_actors.client._subscription import Subscription
 from tests.client._samples import EVENT, LAST_EVENT, body
 from tests.client.test_protocol import frame
@@ -194,15 +195,15 @@ async def test_lesson_29_a_garbled_event_surfaces_typed_after_the_good_ones(
 ) -> None:
     good = _event_frame(body(EVENT))
     stream = good + good + _event_frame(GARBLED_BODIES[kind]) + good
-    stats = ClientStats()
-    subscription = Subscription(_Body(stream), codec, opened_at=0.0, stats=stats)
+    counters = ClientCounters()
+    subscription = Subscription(_Body(stream), codec, opened_at=0.0, counters=counters)
     received = []
     with pytest.raises(errors.MalformedReplyError) as caught:
         async for event in subscription:
             received.append(event)
     assert len(received) == 2  # the events before the bad one are delivered
     assert caught.value.operation == "SubscribeToShard"
-    assert stats.malformed_replies == 1
+    assert counters.snapshot().malformed_replies == 1
 
 
 def _poison_second_record(body: bytes) -> bytes:
@@ -268,15 +269,15 @@ async def test_lesson_29_a_poison_record_is_retried_then_surfaces_with_the_good_
 
 
 async def _drain(stream: bytes, codec: ProtocolCodec) -> tuple[int, ClientStats, Exception | None]:
-    stats = ClientStats()
-    subscription = Subscription(_Body(stream), codec, opened_at=0.0, stats=stats)
+    counters = ClientCounters()
+    subscription = Subscription(_Body(stream), codec, opened_at=0.0, counters=counters)
     received = 0
     try:
         async for _ in subscription:
             received += 1
     except errors.KinesisError as exc:
-        return received, stats, exc
-    return received, stats, None
+        return received, counters.snapshot(), exc
+    return received, counters.snapshot(), None
 
 
 def _flip(data: bytes, at: int) -> bytes:
