@@ -24,15 +24,8 @@ from ._clock import Clock, ManualClock, MonotonicClock
 from ._credits import CreditError, CreditGate, Credits, wait_any
 from ._groups import raise_as_itself, sole_exception, unwrap_sole
 from ._intensity import Backoff, RestartBackoff, RestartIntensity
-from ._mailbox import (
-    DeadLetter,
-    DropReason,
-    FullPolicy,
-    Mailbox,
-    MailboxClosed,
-    MailboxFull,
-    MailboxStats,
-)
+from ._letters import DeadLetter, DropReason, FullPolicy, MailboxClosed, MailboxFull, MailboxStats
+from ._mailbox import Mailbox
 from ._portal import BatchSender, BlockingRuntime
 from ._snapshot import ChildSnapshot, SupervisorSnapshot
 from ._spec import (

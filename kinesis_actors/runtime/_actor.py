@@ -17,7 +17,8 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import anyio
 
-from ._mailbox import Mailbox, MailboxStats
+from ._letters import MailboxStats
+from ._mailbox import Mailbox
 from ._snapshot import SupervisorSnapshot
 
 T = TypeVar("T")

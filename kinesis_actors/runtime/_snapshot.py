@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, cast
 
-from ._mailbox import MailboxStats
+from ._letters import MailboxStats
 
 
 @dataclass(frozen=True)

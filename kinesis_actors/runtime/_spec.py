@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from ._actor import Actor
-from ._mailbox import DeadLetter, FullPolicy, Mailbox
+from ._letters import DeadLetter, FullPolicy
+from ._mailbox import Mailbox
 
 T = TypeVar("T")
 

@@ -32,7 +32,8 @@ from anyio.abc import TaskGroup, TaskStatus
 from ._actor import ActorContext, ActorLog, ActorRef, logger, serve
 from ._clock import MONOTONIC, Clock
 from ._intensity import Backoff, RestartBackoff, RestartIntensity
-from ._mailbox import DropReason, Mailbox
+from ._letters import DropReason
+from ._mailbox import Mailbox
 from ._snapshot import ChildSnapshot, SupervisorSnapshot
 from ._spec import (
     GRACE,
