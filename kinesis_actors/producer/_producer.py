@@ -39,7 +39,7 @@ from ._pipeline import Entry, Pipeline
 from ._sender import Sender
 from ._setup import new_pipeline
 from ._stream import DEFAULT_MAX_RECORD_BYTES, StreamInfo, describe_stream, list_open_shards
-from ._validation import prepare_record
+from ._validation import key_facts, prepare_record
 
 if TYPE_CHECKING:
     from ..client import KinesisClient
@@ -403,23 +403,43 @@ class Producer(Ledger):
         self, records: Iterable[Sequence[Any]], handles: Sequence[PutHandle] | None
     ) -> list[Entry]:
         """Validate a batch for :meth:`put_many`: an entry per record, or the typed error of
-        the first bad one, naming its index."""
+        the first bad one, naming its index.
+
+        One pass; a ``(bytes, str)`` record within the limit costs one cached call for its
+        key (:func:`key_facts`) and no tuple. Anything else goes through
+        :func:`prepare_record`, which raises the typed error.
+        """
         limit, stream = self._max_record_bytes, self._stream
         entries: list[Entry] = []
+        append = entries.append
+        epoch = self._epoch
         for index, record in enumerate(records):
-            if not 2 <= len(record) <= 3:
+            handle = PutHandle() if handles is None else handles[index]
+            if len(record) == 2:
+                data, key = record
+                if type(key) is str and type(data) is bytes and data:  # exact types: no subclass
+                    try:
+                        key_size, hashed = key_facts(key)
+                    except ValueError:
+                        pass  # prepare_record below raises it, typed
+                    else:
+                        size = len(data) + key_size
+                        if size <= limit:
+                            append(Entry(data, key, None, hashed, size, 0.0, handle, epoch))
+                            continue
+                hash_key = None
+            elif len(record) == 3:
+                data, key, hash_key = record
+            else:
                 raise errors.ValidationError(
                     f"record {index} of the batch: expected (data, partition_key[, "
                     f"explicit_hash_key]), got {len(record)} fields"
                 )
-            key = record[1]
-            hash_key = record[2] if len(record) == 3 else None
             try:
-                data, size, hashed = prepare_record(record[0], key, hash_key, limit, stream)
+                data, size, hashed = prepare_record(data, key, hash_key, limit, stream)
             except errors.KinesisError as exc:
                 raise type(exc)(f"record {index} of the batch: {exc}") from exc
-            handle = PutHandle() if handles is None else handles[index]
-            entries.append(Entry(data, key, hash_key, hashed, size, 0.0, handle))
+            append(Entry(data, key, hash_key, hashed, size, 0.0, handle, epoch))
         if handles is not None and len(handles) != len(entries):
             raise errors.ValidationError(
                 f"put_many got {len(handles)} handles for {len(entries)} records"
@@ -461,8 +481,9 @@ class Producer(Ledger):
             raise self._stopped_error() from None
         if sent:
             epoch = self._epoch
-            for index in range(start, start + sent):
-                entries[index].epoch = epoch
+            if entries[start].epoch != epoch:  # a flush began since _entries stamped them
+                for index in range(start, start + sent):
+                    entries[index].epoch = epoch
             outstanding = self._epoch_outstanding
             outstanding[epoch] = outstanding.get(epoch, 0) + sent
             if was_empty:
