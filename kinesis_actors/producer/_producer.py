@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, cast
 
 import anyio
 from anyio.abc import TaskGroup
@@ -261,17 +261,29 @@ class Producer(Ledger):
         or :class:`~kinesis_actors.errors.ProducerClosedError` when it takes no more records.
         """
         self._check_open()
-        data, size, hashed = prepare_record(
-            data, partition_key, explicit_hash_key, self._max_record_bytes, self._stream
-        )
-        handle = PutHandle()
-        entry = Entry(data, partition_key, explicit_hash_key, hashed, size, 0.0, handle)
+        entry: Entry | None = None
+        if explicit_hash_key is None and type(partition_key) is str and type(data) is bytes:
+            # The common record, without prepare_record's call and tuple; anything else,
+            # or a bad record, goes the long way for its typed error.
+            try:
+                key_size, hashed = key_facts(partition_key)
+            except ValueError:
+                pass
+            else:
+                size = len(data) + key_size
+                if data and size <= self._max_record_bytes:
+                    entry = Entry(data, partition_key, None, hashed, size, 0.0)
+        if entry is None:
+            data, size, hashed = prepare_record(
+                data, partition_key, explicit_hash_key, self._max_record_bytes, self._stream
+            )
+            entry = Entry(data, partition_key, explicit_hash_key, hashed, size, 0.0)
         if not self._offer(entry):
             await self._send(entry)
         elif self._puts_since_checkpoint >= _CHECKPOINT_EVERY:
             self._puts_since_checkpoint = 0
             await anyio.lowlevel.cancel_shielded_checkpoint()  # accepted: never "cancelled"
-        return handle
+        return entry  # its own handle
 
     def put_nowait(
         self, data: bytes, partition_key: str, explicit_hash_key: str | None = None
@@ -285,12 +297,10 @@ class Producer(Ledger):
         data, size, hashed = prepare_record(
             data, partition_key, explicit_hash_key, self._max_record_bytes, self._stream
         )
-        handle = PutHandle()
-        if not self._offer(
-            Entry(data, partition_key, explicit_hash_key, hashed, size, 0.0, handle)
-        ):
+        entry = Entry(data, partition_key, explicit_hash_key, hashed, size, 0.0)
+        if not self._offer(entry):
             raise anyio.WouldBlock
-        return handle
+        return entry  # its own handle
 
     async def put_many(
         self,
@@ -317,7 +327,7 @@ class Producer(Ledger):
                 if not handle.done():
                     handle._set_error(exc)
             raise
-        made = handles is None
+        made = handles is None  # the entries are the handles
         offer_many, index, count = self._offer_many, 0, len(entries)
         try:
             while index < count:
@@ -336,7 +346,7 @@ class Producer(Ledger):
                     if not unsent.handle.done():
                         unsent.handle._set_error(exc)
             raise
-        return [entry.handle for entry in entries]
+        return cast("list[PutHandle]", entries) if handles is None else list(handles)
 
     async def flush(self) -> None:
         """Return once every record accepted before this call is acknowledged or has failed.
@@ -414,7 +424,7 @@ class Producer(Ledger):
         append = entries.append
         epoch = self._epoch
         for index, record in enumerate(records):
-            handle = PutHandle() if handles is None else handles[index]
+            handle = None if handles is None else handles[index]
             if len(record) == 2:
                 data, key = record
                 if type(key) is str and type(data) is bytes and data:  # exact types: no subclass
