@@ -31,7 +31,7 @@ from typing import Any
 from .. import errors
 from ..records import Aggregator, OutboundRecord, ShardMap
 from ._calls import Call, Entry, Part
-from ._domains import IDLE, READY, WAITING, Domain, Lane, key_bytes
+from ._domains import IDLE, READY, WAITING, Domain, DomainKey, Lane, domain_key, key_bytes
 from ._handle import PutResult
 from ._ratelimit import Grant, ShardRateLimiter
 from ._retries import RecordRetries
@@ -140,7 +140,8 @@ class Pipeline(WaitingRoom):
 
     def add(self, entry: Entry) -> bool:
         """Queue an accepted record; ``True`` if the sender should look now (else it can wait)."""
-        key = (entry.partition_key, entry.explicit_hash_key)
+        ehk = entry.explicit_hash_key
+        key = entry.partition_key if ehk is None else (entry.partition_key, ehk)  # domain_key
         domain = self._domains.get(key)
         if domain is None:
             domain = self._domains[key] = Domain(key, entry.hash_key, self._lane(entry.hash_key))
@@ -247,27 +248,35 @@ class Pipeline(WaitingRoom):
         if cap < _MIN_AGGREGATE_ROOM or cap < len(first.data):
             return self._single(lane, head, grant)
         aggregator = Aggregator(cap)
+        add = aggregator.add
         taken: list[Entry] = []
         full = False
         while not full:
             domain = self._head(lane)
             if domain is None:
                 break
-            count = 0
+            count = nbytes = 0
             entries = domain.entries
-            while entries:
-                entry = entries[0]
-                if not aggregator.add(entry.data, entry.partition_key, entry.explicit_hash_key):
+            if not entries:
+                break
+            # The sizes are summed and the entries popped once the run is known.
+            partition_key, explicit_hash_key = (
+                entries[0].partition_key,
+                entries[0].explicit_hash_key,
+            )
+            for entry in entries:
+                if not add(entry.data, partition_key, explicit_hash_key):
                     full = True
                     break
-                entries.popleft()
-                domain.nbytes -= entry.size
-                self.ready_records -= 1
-                self.ready_bytes -= entry.size
-                taken.append(entry)
+                nbytes += entry.size
                 count += 1
             if count == 0:
                 break
+            for _ in range(count):
+                taken.append(entries.popleft())
+            domain.nbytes -= nbytes
+            self.ready_records -= count
+            self.ready_bytes -= nbytes
             self._took_from(lane, domain)
         if not taken:
             return None
@@ -387,9 +396,11 @@ class Pipeline(WaitingRoom):
 
     def _requeue(self, entries: list[Entry], now: float) -> None:
         """Put failed records back at the front of their domains, which then back off."""
-        by_key: dict[tuple[str, str | None], list[Entry]] = {}
+        by_key: dict[DomainKey, list[Entry]] = {}
         for entry in entries:
-            by_key.setdefault((entry.partition_key, entry.explicit_hash_key), []).append(entry)
+            by_key.setdefault(domain_key(entry.partition_key, entry.explicit_hash_key), []).append(
+                entry
+            )
         for key, group in by_key.items():
             domain = self._domains.get(key)
             if domain is None:

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from ..records import ShardMap
 from ._calls import Entry
-from ._domains import IDLE, IN_FLIGHT, READY, WAITING, Domain, Lane
+from ._domains import IDLE, IN_FLIGHT, READY, WAITING, Domain, DomainKey, Lane
 
 __all__ = ["UNPREDICTED_LANE", "WHOLE_STREAM_LANE", "WaitingRoom"]
 
@@ -35,9 +35,9 @@ class WaitingRoom:
         self._preserve_order = preserve_order
         self._map: ShardMap | None = None
         self._lanes: dict[str, Lane] = {}
-        self._domains: dict[tuple[str, str | None], Domain] = {}
+        self._domains: dict[DomainKey, Domain] = {}
         # Bounded by the domains: one entry per backoff started, popped when it ends.
-        self._waiting: list[tuple[float, int, tuple[str, str | None]]] = []
+        self._waiting: list[tuple[float, int, DomainKey]] = []
         self._waiting_seq = 0
         self.ready_records = 0
         self.ready_bytes = 0
@@ -145,9 +145,10 @@ class WaitingRoom:
         """The in-flight record holding ``entries`` came back: its domains may move again."""
         if not self._preserve_order:
             return
-        seen: set[tuple[str, str | None]] = set()
+        seen: set[DomainKey] = set()
         for entry in entries:
-            key = (entry.partition_key, entry.explicit_hash_key)
+            ehk = entry.explicit_hash_key
+            key = entry.partition_key if ehk is None else (entry.partition_key, ehk)
             if key in seen:
                 continue
             seen.add(key)
