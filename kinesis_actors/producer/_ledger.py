@@ -53,9 +53,18 @@ class Ledger:
         for entries, shard_id, sequence_number in written:
             for index, entry in enumerate(entries):
                 handle = entry.handle
-                (entry if handle is None else handle)._acknowledged(
-                    shard_id, sequence_number, index
-                )
+                if handle is not None:
+                    handle._acknowledged(shard_id, sequence_number, index)
+                elif entry._sequence_number is None and entry._error is None:
+                    # The entry is its own handle: PutHandle._acknowledged, inlined (the
+                    # call was ~5 % of an aggregated put_many).
+                    entry._shard_id = shard_id
+                    entry._sub_sequence_number = index
+                    entry._sequence_number = sequence_number
+                    if entry._event is not None:
+                        entry._event.set()
+                else:
+                    raise RuntimeError("a put handle settles once")
                 entry.data = b""  # the handle keeps the result, not the record
                 nbytes += entry.size
                 if entry.epoch != epoch:

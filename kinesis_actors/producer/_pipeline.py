@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import errors
@@ -162,6 +162,36 @@ class Pipeline(WaitingRoom):
             self.ready_records in (1, self._full_records)
             or self.ready_bytes >= self._full_bytes > self.ready_bytes - entry.size
         )
+
+    def add_many(self, entries: Iterable[Entry], now: float) -> None:
+        """Queue accepted records, each as :meth:`add` does, stamped ``enqueued = now`` (the
+        dispatcher's intake: one call per look into the queue, not one per record)."""
+        domains = self._domains
+        lane_for = self._lane
+        make_ready = self._make_ready
+        count = ready_records = ready_bytes = 0
+        for entry in entries:
+            entry.enqueued = now
+            ehk = entry.explicit_hash_key
+            key = entry.partition_key if ehk is None else (entry.partition_key, ehk)
+            domain = domains.get(key)
+            if domain is None:
+                domain = domains[key] = Domain(key, entry.hash_key, lane_for(entry.hash_key))
+            domain.entries.append(entry)
+            domain.nbytes += entry.size
+            count += 1
+            state = domain.state
+            if state == IDLE:
+                make_ready(domain, front=False)
+            elif state == READY:
+                ready_records += 1
+                ready_bytes += entry.size
+        self.pending_records += count
+        self.ready_records += ready_records
+        self.ready_bytes += ready_bytes
+        ttl = self._ttl
+        if count and ttl is not None and now + ttl < self._next_sweep:
+            self._next_sweep = now + ttl  # the sweep that fails them if they wait
 
     # -- building calls -----------------------------------------------------------------------
 
