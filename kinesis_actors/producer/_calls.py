@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from ..records import OutboundRecord
+from ._handle import PutHandle
 
 __all__ = [
     "DEFAULT_LINGER",
@@ -26,8 +27,15 @@ DEFAULT_MAX_CALL_BYTES = 5 * 1024 * 1024
 DEFAULT_LINGER = 0.1
 
 
-class Entry:
-    """One accepted user record on its way; ``handle`` is opaque to the pipeline."""
+class Entry(PutHandle):
+    """One accepted user record on its way, and its own :class:`PutHandle`.
+
+    ``put`` returns the entry itself as the record's handle (one object per record, not an
+    entry and a handle: measured, the second allocation cost CPU and garbage collections).
+    ``handle`` is another handle to settle instead (``put_many(handles=...)``), else
+    ``None``; it is opaque to the pipeline. Settling drops ``data``, so a caller keeping
+    handles keeps results, not records.
+    """
 
     __slots__ = (
         "attempts",
@@ -54,6 +62,10 @@ class Entry:
         handle: Any = None,
         epoch: int = 0,
     ) -> None:
+        # PutHandle's state, set here rather than by a super().__init__ call (hot path).
+        self._error = None
+        self._event = None
+        self._sequence_number = None
         self.data = data
         self.partition_key = partition_key
         self.explicit_hash_key = explicit_hash_key

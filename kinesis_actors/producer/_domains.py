@@ -12,15 +12,35 @@ from collections import deque
 
 from ._calls import Entry
 
-__all__ = ["IDLE", "IN_FLIGHT", "READY", "WAITING", "Domain", "Lane", "key_bytes"]
+__all__ = [
+    "IDLE",
+    "IN_FLIGHT",
+    "READY",
+    "WAITING",
+    "Domain",
+    "DomainKey",
+    "Lane",
+    "domain_key",
+    "key_bytes",
+]
 
 IDLE, READY, IN_FLIGHT, WAITING = range(4)
+
+DomainKey = str | tuple[str, str]
+"""A domain's key: the partition key alone, or with the explicit hash key when there is one
+(a str never equals a tuple, so the two kinds cannot collide). Not a tuple per record in the
+common case: that was an allocation and a tuple hash per record, at intake and at release."""
+
+
+def domain_key(partition_key: str, explicit_hash_key: str | None) -> DomainKey:
+    """The key of the domain of a record with these keys (the hot paths inline it)."""
+    return partition_key if explicit_hash_key is None else (partition_key, explicit_hash_key)
 
 
 class Domain:
     __slots__ = ("entries", "hash_key", "key", "lane", "nbytes", "not_before", "queued", "state")
 
-    def __init__(self, key: tuple[str, str | None], hash_key: int, lane: Lane) -> None:
+    def __init__(self, key: DomainKey, hash_key: int, lane: Lane) -> None:
         self.key = key
         self.hash_key = hash_key
         self.lane = lane

@@ -51,18 +51,21 @@ class Ledger:
         epoch, count = written[0][0][0].epoch, 0
         settled_in = self._settled_in
         for entries, shard_id, sequence_number in written:
-            if len(entries) == 1:
-                entry = entries[0]
-                entry.handle._set_result(PutResult(shard_id, sequence_number, 0))
-                nbytes += entry.size
-                if entry.epoch != epoch:
-                    settled_in(epoch, count)
-                    epoch, count = entry.epoch, 0
-                count += 1
-                records += 1
-                continue
             for index, entry in enumerate(entries):
-                entry.handle._set_result(PutResult(shard_id, sequence_number, index))
+                handle = entry.handle
+                if handle is not None:
+                    handle._acknowledged(shard_id, sequence_number, index)
+                elif entry._sequence_number is None and entry._error is None:
+                    # The entry is its own handle: PutHandle._acknowledged, inlined (the
+                    # call was ~5 % of an aggregated put_many).
+                    entry._shard_id = shard_id
+                    entry._sub_sequence_number = index
+                    entry._sequence_number = sequence_number
+                    if entry._event is not None:
+                        entry._event.set()
+                else:
+                    raise RuntimeError("a put handle settles once")
+                entry.data = b""  # the handle keeps the result, not the record
                 nbytes += entry.size
                 if entry.epoch != epoch:
                     settled_in(epoch, count)
@@ -85,7 +88,8 @@ class Ledger:
 
     def _settle(self, entry: Entry, result: PutResult | None, error: BaseException | None) -> None:
         """Every record ends here exactly once (called by the pipeline)."""
-        handle: PutHandle = entry.handle
+        handle: PutHandle = entry if entry.handle is None else entry.handle
+        entry.data = b""  # the handle keeps the outcome, not the record
         counters = self._counters
         if error is None:
             assert result is not None

@@ -25,13 +25,13 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import errors
 from ..records import Aggregator, OutboundRecord, ShardMap
 from ._calls import Call, Entry, Part
-from ._domains import IDLE, READY, WAITING, Domain, Lane, key_bytes
+from ._domains import IDLE, READY, WAITING, Domain, DomainKey, Lane, domain_key, key_bytes
 from ._handle import PutResult
 from ._ratelimit import Grant, ShardRateLimiter
 from ._retries import RecordRetries
@@ -140,7 +140,8 @@ class Pipeline(WaitingRoom):
 
     def add(self, entry: Entry) -> bool:
         """Queue an accepted record; ``True`` if the sender should look now (else it can wait)."""
-        key = (entry.partition_key, entry.explicit_hash_key)
+        ehk = entry.explicit_hash_key
+        key = entry.partition_key if ehk is None else (entry.partition_key, ehk)  # domain_key
         domain = self._domains.get(key)
         if domain is None:
             domain = self._domains[key] = Domain(key, entry.hash_key, self._lane(entry.hash_key))
@@ -161,6 +162,36 @@ class Pipeline(WaitingRoom):
             self.ready_records in (1, self._full_records)
             or self.ready_bytes >= self._full_bytes > self.ready_bytes - entry.size
         )
+
+    def add_many(self, entries: Iterable[Entry], now: float) -> None:
+        """Queue accepted records, each as :meth:`add` does, stamped ``enqueued = now`` (the
+        dispatcher's intake: one call per look into the queue, not one per record)."""
+        domains = self._domains
+        lane_for = self._lane
+        make_ready = self._make_ready
+        count = ready_records = ready_bytes = 0
+        for entry in entries:
+            entry.enqueued = now
+            ehk = entry.explicit_hash_key
+            key = entry.partition_key if ehk is None else (entry.partition_key, ehk)
+            domain = domains.get(key)
+            if domain is None:
+                domain = domains[key] = Domain(key, entry.hash_key, lane_for(entry.hash_key))
+            domain.entries.append(entry)
+            domain.nbytes += entry.size
+            count += 1
+            state = domain.state
+            if state == IDLE:
+                make_ready(domain, front=False)
+            elif state == READY:
+                ready_records += 1
+                ready_bytes += entry.size
+        self.pending_records += count
+        self.ready_records += ready_records
+        self.ready_bytes += ready_bytes
+        ttl = self._ttl
+        if count and ttl is not None and now + ttl < self._next_sweep:
+            self._next_sweep = now + ttl  # the sweep that fails them if they wait
 
     # -- building calls -----------------------------------------------------------------------
 
@@ -247,27 +278,35 @@ class Pipeline(WaitingRoom):
         if cap < _MIN_AGGREGATE_ROOM or cap < len(first.data):
             return self._single(lane, head, grant)
         aggregator = Aggregator(cap)
+        add = aggregator.add
         taken: list[Entry] = []
         full = False
         while not full:
             domain = self._head(lane)
             if domain is None:
                 break
-            count = 0
+            count = nbytes = 0
             entries = domain.entries
-            while entries:
-                entry = entries[0]
-                if not aggregator.add(entry.data, entry.partition_key, entry.explicit_hash_key):
+            if not entries:
+                break
+            # The sizes are summed and the entries popped once the run is known.
+            partition_key, explicit_hash_key = (
+                entries[0].partition_key,
+                entries[0].explicit_hash_key,
+            )
+            for entry in entries:
+                if not add(entry.data, partition_key, explicit_hash_key):
                     full = True
                     break
-                entries.popleft()
-                domain.nbytes -= entry.size
-                self.ready_records -= 1
-                self.ready_bytes -= entry.size
-                taken.append(entry)
+                nbytes += entry.size
                 count += 1
             if count == 0:
                 break
+            for _ in range(count):
+                taken.append(entries.popleft())
+            domain.nbytes -= nbytes
+            self.ready_records -= count
+            self.ready_bytes -= nbytes
             self._took_from(lane, domain)
         if not taken:
             return None
@@ -275,13 +314,18 @@ class Pipeline(WaitingRoom):
         return self._part(lane, record, taken, grant)
 
     def _single(self, lane: Lane, domain: Domain, grant: Grant) -> Part:
+        """The domain's first record sent as itself: :meth:`_part` inlined, and its size is
+        the entry's (data plus key), with no key to measure again."""
         entry = domain.entries.popleft()
-        domain.nbytes -= entry.size
+        size = entry.size
+        domain.nbytes -= size
         self.ready_records -= 1
-        self.ready_bytes -= entry.size
+        self.ready_bytes -= size
+        self.pending_records -= 1
         self._took_from(lane, domain)
+        grant.spend(size)
         record = OutboundRecord(entry.data, entry.partition_key, entry.explicit_hash_key, 1)
-        return self._part(lane, record, [entry], grant)
+        return Part(record, lane.shard_id, [entry], size)
 
     def _part(self, lane: Lane, record: OutboundRecord, entries: list[Entry], grant: Grant) -> Part:
         size = len(record.data) + key_bytes(record.partition_key)
@@ -303,25 +347,49 @@ class Pipeline(WaitingRoom):
             self.unknown(call, mismatch, now)
             return
         written: list[tuple[list[Entry], str, str]] = []
+        # Successes per lane, given to the pacing once per lane and answer (before a throttle
+        # of that lane, to keep their order: recovery is additive, so that is the same).
+        succeeded: dict[str, int] = {}
+        mapped = self._map is not None
+        nbytes = 0
+        release = self._release
         for part, result in zip(call.parts, results, strict=True):
             if not isinstance(result, dict):
-                self._failed(part, _unbelievable(result), now, unknown=True)
+                self._failed(part, _unbelievable(result), now, succeeded, unknown=True)
                 continue
             code = result.get("ErrorCode")
             if code is None:
                 shard_id, sequence_number = result.get("ShardId"), result.get("SequenceNumber")
                 if isinstance(shard_id, str) and isinstance(sequence_number, str):
-                    self._acknowledged(part, shard_id, sequence_number, now, written)
+                    # Acknowledged: settled with the answer's others after the loop.
+                    lane = part.lane
+                    if mapped and shard_id != lane:
+                        self.needs_refresh = True
+                        self.mispredicted += 1
+                    succeeded[lane] = succeeded.get(lane, 0) + 1
+                    nbytes += part.size
+                    written.append((part.entries, shard_id, sequence_number))
+                    release(part.entries)
                 else:
-                    self._failed(part, _unbelievable(result), now, unknown=True)
+                    self._failed(part, _unbelievable(result), now, succeeded, unknown=True)
             else:
                 error = errors.error_from_code(
                     str(code), result.get("ErrorMessage") or "", operation="PutRecords"
                 )
-                self._failed(part, error, now)
+                self._failed(part, error, now, succeeded)
+        on_success = self._limiter.on_success
+        for lane, records in succeeded.items():
+            on_success(lane, records, now)
+        self.kinesis_records_sent += len(written)
+        self.bytes_sent += nbytes
         if written:
-            assert self._acknowledge is not None
-            self._acknowledge(written)
+            if self._acknowledge is not None:
+                self._acknowledge(written)
+            else:
+                settle = self._settle
+                for entries, shard_id, sequence_number in written:
+                    for index, entry in enumerate(entries):
+                        settle(entry, PutResult(shard_id, sequence_number, index), None)
 
     def fail(self, call: Call, error: BaseException, now: float) -> None:
         """The whole call failed with ``error``: not written, unless ``error`` says it may be.
@@ -338,41 +406,28 @@ class Pipeline(WaitingRoom):
         for part in call.parts:
             self._failed(part, error, now, unknown=True)
 
-    def _acknowledged(
+    def _failed(
         self,
         part: Part,
-        shard_id: str,
-        sequence_number: str,
+        error: BaseException,
         now: float,
-        written: list[tuple[list[Entry], str, str]],
-    ) -> None:
-        if self._map is not None and shard_id != part.lane:
-            self.needs_refresh = True
-            self.mispredicted += 1
-        self._limiter.on_success(part.lane, 1, now)
-        self.kinesis_records_sent += 1
-        self.bytes_sent += part.size
-        if self._acknowledge is not None:
-            written.append((part.entries, shard_id, sequence_number))  # settled after the loop
-        else:
-            aggregated = len(part.entries) > 1
-            settle = self._settle
-            for index, entry in enumerate(part.entries):
-                result = PutResult(shard_id, sequence_number, index if aggregated else 0)
-                settle(entry, result, None)
-        self._release(part.entries)
-
-    def _failed(
-        self, part: Part, error: BaseException, now: float, *, unknown: bool = False
+        succeeded: dict[str, int] | None = None,
+        *,
+        unknown: bool = False,
     ) -> None:
         """One Kinesis record of a call failed, or its outcome is ``unknown``.
 
         A throttle of the whole call reaches the pacing of every shard in it, exactly like a
-        throttle of each record would (lesson 32).
+        throttle of each record would (lesson 32). ``succeeded``: the answer's successes not
+        yet given to the pacing, per lane; a throttle of a lane gives them first.
         """
         if isinstance(error, errors.ThrottlingError):
             self.throttled += 1
             if part.lane != UNPREDICTED_LANE:
+                if succeeded:
+                    records = succeeded.pop(part.lane, 0)
+                    if records:
+                        self._limiter.on_success(part.lane, records, now)
                 self._limiter.on_throttled(part.lane, now)
         after_failure = self._retries.after_failure
         again: list[Entry] = []
@@ -387,9 +442,11 @@ class Pipeline(WaitingRoom):
 
     def _requeue(self, entries: list[Entry], now: float) -> None:
         """Put failed records back at the front of their domains, which then back off."""
-        by_key: dict[tuple[str, str | None], list[Entry]] = {}
+        by_key: dict[DomainKey, list[Entry]] = {}
         for entry in entries:
-            by_key.setdefault((entry.partition_key, entry.explicit_hash_key), []).append(entry)
+            by_key.setdefault(domain_key(entry.partition_key, entry.explicit_hash_key), []).append(
+                entry
+            )
         for key, group in by_key.items():
             domain = self._domains.get(key)
             if domain is None:

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from operator import attrgetter
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, cast
 
 import anyio
 from anyio.abc import TaskGroup
@@ -39,7 +40,7 @@ from ._pipeline import Entry, Pipeline
 from ._sender import Sender
 from ._setup import new_pipeline
 from ._stream import DEFAULT_MAX_RECORD_BYTES, StreamInfo, describe_stream, list_open_shards
-from ._validation import prepare_record
+from ._validation import key_facts, prepare_record
 
 if TYPE_CHECKING:
     from ..client import KinesisClient
@@ -51,8 +52,7 @@ log = logging.getLogger("kinesis_actors.producer")
 _CHECKPOINT_EVERY = 64  # puts that never wait still yield to the loop this often
 
 
-def _entry_size(entry: Entry) -> int:
-    return entry.size
+_entry_size = attrgetter("size")  # a C callable: the mailbox calls it once per record
 
 
 class Producer(Ledger):
@@ -261,17 +261,29 @@ class Producer(Ledger):
         or :class:`~kinesis_actors.errors.ProducerClosedError` when it takes no more records.
         """
         self._check_open()
-        data, size, hashed = prepare_record(
-            data, partition_key, explicit_hash_key, self._max_record_bytes, self._stream
-        )
-        handle = PutHandle()
-        entry = Entry(data, partition_key, explicit_hash_key, hashed, size, 0.0, handle)
+        entry: Entry | None = None
+        if explicit_hash_key is None and type(partition_key) is str and type(data) is bytes:
+            # The common record, without prepare_record's call and tuple; anything else,
+            # or a bad record, goes the long way for its typed error.
+            try:
+                key_size, hashed = key_facts(partition_key)
+            except ValueError:
+                pass
+            else:
+                size = len(data) + key_size
+                if data and size <= self._max_record_bytes:
+                    entry = Entry(data, partition_key, None, hashed, size, 0.0)
+        if entry is None:
+            data, size, hashed = prepare_record(
+                data, partition_key, explicit_hash_key, self._max_record_bytes, self._stream
+            )
+            entry = Entry(data, partition_key, explicit_hash_key, hashed, size, 0.0)
         if not self._offer(entry):
             await self._send(entry)
         elif self._puts_since_checkpoint >= _CHECKPOINT_EVERY:
             self._puts_since_checkpoint = 0
             await anyio.lowlevel.cancel_shielded_checkpoint()  # accepted: never "cancelled"
-        return handle
+        return entry  # its own handle
 
     def put_nowait(
         self, data: bytes, partition_key: str, explicit_hash_key: str | None = None
@@ -285,12 +297,10 @@ class Producer(Ledger):
         data, size, hashed = prepare_record(
             data, partition_key, explicit_hash_key, self._max_record_bytes, self._stream
         )
-        handle = PutHandle()
-        if not self._offer(
-            Entry(data, partition_key, explicit_hash_key, hashed, size, 0.0, handle)
-        ):
+        entry = Entry(data, partition_key, explicit_hash_key, hashed, size, 0.0)
+        if not self._offer(entry):
             raise anyio.WouldBlock
-        return handle
+        return entry  # its own handle
 
     async def put_many(
         self,
@@ -317,7 +327,7 @@ class Producer(Ledger):
                 if not handle.done():
                     handle._set_error(exc)
             raise
-        made = handles is None
+        made = handles is None  # the entries are the handles
         offer_many, index, count = self._offer_many, 0, len(entries)
         try:
             while index < count:
@@ -336,7 +346,7 @@ class Producer(Ledger):
                     if not unsent.handle.done():
                         unsent.handle._set_error(exc)
             raise
-        return [entry.handle for entry in entries]
+        return cast("list[PutHandle]", entries) if handles is None else list(handles)
 
     async def flush(self) -> None:
         """Return once every record accepted before this call is acknowledged or has failed.
@@ -403,23 +413,43 @@ class Producer(Ledger):
         self, records: Iterable[Sequence[Any]], handles: Sequence[PutHandle] | None
     ) -> list[Entry]:
         """Validate a batch for :meth:`put_many`: an entry per record, or the typed error of
-        the first bad one, naming its index."""
+        the first bad one, naming its index.
+
+        One pass; a ``(bytes, str)`` record within the limit costs one cached call for its
+        key (:func:`key_facts`) and no tuple. Anything else goes through
+        :func:`prepare_record`, which raises the typed error.
+        """
         limit, stream = self._max_record_bytes, self._stream
         entries: list[Entry] = []
+        append = entries.append
+        epoch = self._epoch
         for index, record in enumerate(records):
-            if not 2 <= len(record) <= 3:
+            handle = None if handles is None else handles[index]
+            if len(record) == 2:
+                data, key = record
+                if type(key) is str and type(data) is bytes and data:  # exact types: no subclass
+                    try:
+                        key_size, hashed = key_facts(key)
+                    except ValueError:
+                        pass  # prepare_record below raises it, typed
+                    else:
+                        size = len(data) + key_size
+                        if size <= limit:
+                            append(Entry(data, key, None, hashed, size, 0.0, handle, epoch))
+                            continue
+                hash_key = None
+            elif len(record) == 3:
+                data, key, hash_key = record
+            else:
                 raise errors.ValidationError(
                     f"record {index} of the batch: expected (data, partition_key[, "
                     f"explicit_hash_key]), got {len(record)} fields"
                 )
-            key = record[1]
-            hash_key = record[2] if len(record) == 3 else None
             try:
-                data, size, hashed = prepare_record(record[0], key, hash_key, limit, stream)
+                data, size, hashed = prepare_record(data, key, hash_key, limit, stream)
             except errors.KinesisError as exc:
                 raise type(exc)(f"record {index} of the batch: {exc}") from exc
-            handle = PutHandle() if handles is None else handles[index]
-            entries.append(Entry(data, key, hash_key, hashed, size, 0.0, handle))
+            append(Entry(data, key, hash_key, hashed, size, 0.0, handle, epoch))
         if handles is not None and len(handles) != len(entries):
             raise errors.ValidationError(
                 f"put_many got {len(handles)} handles for {len(entries)} records"
@@ -461,8 +491,9 @@ class Producer(Ledger):
             raise self._stopped_error() from None
         if sent:
             epoch = self._epoch
-            for index in range(start, start + sent):
-                entries[index].epoch = epoch
+            if entries[start].epoch != epoch:  # a flush began since _entries stamped them
+                for index in range(start, start + sent):
+                    entries[index].epoch = epoch
             outstanding = self._epoch_outstanding
             outstanding[epoch] = outstanding.get(epoch, 0) + sent
             if was_empty:

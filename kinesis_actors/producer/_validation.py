@@ -7,19 +7,15 @@ from functools import lru_cache
 from .. import errors
 from ..records import hash_key, parse_explicit_hash_key, validate_partition_key
 
-__all__ = ["prepare_record"]
+__all__ = ["key_facts", "prepare_record"]
 
 
 @lru_cache(maxsize=65_536)
-def _cached_hash_key(partition_key: str) -> int:
-    return hash_key(partition_key)
-
-
-@lru_cache(maxsize=65_536)
-def _key_size(partition_key: str) -> int:
-    """Validate a partition key (cached: keys repeat) and return its size in UTF-8 bytes."""
+def key_facts(partition_key: str) -> tuple[int, int]:
+    """A valid partition key's ``(size in UTF-8 bytes, hash key)``; ``ValueError`` if it is
+    not valid. Cached (keys repeat): a hit costs one C call and allocates nothing."""
     validate_partition_key(partition_key)
-    return len(partition_key.encode("utf-8"))
+    return len(partition_key.encode("utf-8")), hash_key(partition_key)
 
 
 def prepare_record(
@@ -53,10 +49,8 @@ def prepare_record(
             f"explicit_hash_key must be a str or None, got {explicit_hash_key!r}"
         )
     try:
-        key_size = _key_size(partition_key)
-        if explicit_hash_key is None:
-            hashed = _cached_hash_key(partition_key)
-        else:
+        key_size, hashed = key_facts(partition_key)
+        if explicit_hash_key is not None:
             hashed = parse_explicit_hash_key(explicit_hash_key)
     except ValueError as exc:
         raise errors.ValidationError(str(exc)) from None

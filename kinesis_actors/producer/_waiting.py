@@ -12,16 +12,19 @@ a waiting room with a sending policy. Sans-IO: nothing here awaits or reads a cl
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from ..records import ShardMap
 from ._calls import Entry
-from ._domains import IDLE, IN_FLIGHT, READY, WAITING, Domain, Lane
+from ._domains import IDLE, IN_FLIGHT, READY, WAITING, Domain, DomainKey, Lane
 
 __all__ = ["UNPREDICTED_LANE", "WHOLE_STREAM_LANE", "WaitingRoom"]
 
 WHOLE_STREAM_LANE = "*"
 """The one lane of a stream with ``AUTO`` record distribution: shards cannot be predicted."""
+
+IDLE_DOMAINS = 4096
+"""Idle domains kept for their keys' next records before they are pruned."""
 
 UNPREDICTED_LANE = "?"
 """The lane of records whose hash key no known open shard covers (a reshard is under way)."""
@@ -35,9 +38,14 @@ class WaitingRoom:
         self._preserve_order = preserve_order
         self._map: ShardMap | None = None
         self._lanes: dict[str, Lane] = {}
-        self._domains: dict[tuple[str, str | None], Domain] = {}
+        # Domains are kept when they fall idle (a key's next record reuses its domain, lane
+        # lookup and deque: measured, one new domain per two records with 1,000 keys) until
+        # there are _prune_at of them; then every idle empty one goes, and the next prune
+        # waits for twice as many as are left. So bounded by max(IDLE_DOMAINS, 2 x active).
+        self._domains: dict[DomainKey, Domain] = {}
+        self._prune_at = IDLE_DOMAINS
         # Bounded by the domains: one entry per backoff started, popped when it ends.
-        self._waiting: list[tuple[float, int, tuple[str, str | None]]] = []
+        self._waiting: list[tuple[float, int, DomainKey]] = []
         self._waiting_seq = 0
         self.ready_records = 0
         self.ready_bytes = 0
@@ -103,8 +111,15 @@ class WaitingRoom:
             self.ready_records -= len(domain.entries)
             self.ready_bytes -= domain.nbytes
         domain.state = state
-        if state == IDLE and not domain.entries:
-            del self._domains[domain.key]
+        if state == IDLE and len(self._domains) > self._prune_at:
+            self._prune()
+
+    def _prune(self) -> None:
+        """Forget every idle domain with nothing waiting (see ``_prune_at``)."""
+        domains = self._domains
+        for key in [key for key, d in domains.items() if d.state == IDLE and not d.entries]:
+            del domains[key]
+        self._prune_at = max(IDLE_DOMAINS, 2 * len(domains))
 
     def _head(self, lane: Lane) -> Domain | None:
         """The lane's first ready domain, dropping stale queue entries on the way."""
@@ -141,13 +156,26 @@ class WaitingRoom:
         else:
             self._leave_ready(domain, IDLE)
 
-    def _release(self, entries: Iterable[Entry]) -> None:
+    def _release(self, entries: Sequence[Entry]) -> None:
         """The in-flight record holding ``entries`` came back: its domains may move again."""
         if not self._preserve_order:
             return
-        seen: set[tuple[str, str | None]] = set()
+        if len(entries) == 1:  # a record sent alone (no aggregation): no set to build
+            entry = entries[0]
+            ehk = entry.explicit_hash_key
+            domain = self._domains.get(
+                entry.partition_key if ehk is None else (entry.partition_key, ehk)
+            )
+            if domain is not None and domain.state == IN_FLIGHT:
+                if domain.entries:
+                    self._make_ready(domain, front=True)
+                else:
+                    self._leave_ready(domain, IDLE)
+            return
+        seen: set[DomainKey] = set()
         for entry in entries:
-            key = (entry.partition_key, entry.explicit_hash_key)
+            ehk = entry.explicit_hash_key
+            key = entry.partition_key if ehk is None else (entry.partition_key, ehk)
             if key in seen:
                 continue
             seen.add(key)

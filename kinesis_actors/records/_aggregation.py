@@ -226,6 +226,36 @@ class Aggregator:
 
         Raises ``ValueError`` for an invalid partition key or explicit hash key.
         """
+        size = len(data)
+        if explicit_hash_key is None and size < 0x7B:
+            # The producer's common record, small and without an explicit hash key, encoded
+            # here without _encode's call and tuple (the same bytes); anything else below.
+            pk_index = self._pk_index.get(partition_key)
+            pk_entry = None
+            if pk_index is None and partition_key.isascii() and 0 < len(partition_key) < 0x80:
+                pk_index = len(self._pk_index)
+                pk_entry = bytes((TAG_PK_TABLE, len(partition_key))) + partition_key.encode()
+            if pk_index is not None and pk_index < 0x4000:
+                if pk_index < 0x80:
+                    header = bytes((TAG_RECORD, size + 4, TAG_PK_INDEX, pk_index, TAG_DATA, size))
+                else:
+                    low, high = (pk_index & 0x7F) | 0x80, pk_index >> 7
+                    header = bytes((TAG_RECORD, size + 5, TAG_PK_INDEX, low, high, TAG_DATA, size))
+                added = size + len(header)
+                if pk_entry is not None:
+                    added += len(pk_entry)
+                parts = self._record_parts
+                if parts:
+                    if _OVERHEAD + self._body_size + added > self._max_bytes:
+                        return False
+                else:
+                    self._first = (data, partition_key, None)
+                if pk_entry is not None:
+                    self._pk_index[partition_key] = pk_index
+                    self._pk_entries.append(pk_entry)
+                parts += (header, data)
+                self._body_size += added
+                return True
         pk_entry, ehk_entry, header, added = self._encode(data, partition_key, explicit_hash_key)
         parts = self._record_parts
         if parts:

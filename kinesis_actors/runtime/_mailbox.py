@@ -214,9 +214,29 @@ class Mailbox(Generic[T]):
         """
         if self._closed:
             raise MailboxClosed(self._name)
-        if not self._senders and self._fits(weight):
-            self._append(item, weight)
-            return True
+        if not self._senders:
+            # _fits and _append inlined: this is every put's way in (measured: the three
+            # calls were ~15 % of an aggregated put's CPU).
+            data = self._data
+            occupied = len(data) + self._held + self._reserved
+            total = self._weight + weight
+            limit = self._max_weight
+            if occupied < self._capacity and (limit is None or total <= limit or occupied == 0):
+                data.append(item)
+                self._sent += 1
+                if self._weights is not None:
+                    self._weights.append(weight)
+                self._weight = total
+                depth = len(data)
+                if depth > self._peak:  # noqa: PLR1730
+                    self._peak = depth
+                if depth + self._held > self._peak_occupied:  # noqa: PLR1730
+                    self._peak_occupied = depth + self._held
+                if total > self._peak_weight:  # noqa: PLR1730
+                    self._peak_weight = total
+                if self._not_empty is not None:
+                    self._notify_receivers()
+                return True
         if self._policy is FullPolicy.DROP_OLDEST and self._data:
             oldest = self._data.popleft()
             self._dropped += 1

@@ -16,6 +16,7 @@ from kinesis_actors.producer._pipeline import (
     Entry,
     Pipeline,
 )
+from kinesis_actors.producer._waiting import IDLE_DOMAINS
 from kinesis_actors.records import MAX_HASH_KEY, HashRange, ShardMap, deaggregate, hash_key
 
 HALF = MAX_HASH_KEY // 2
@@ -410,3 +411,24 @@ def test_records_over_half_an_aggregate_go_alone() -> None:
     call = h.call()
     assert [p.entries for p in call.parts] == [[big[0]]]  # one per key in flight, alone
     assert call.parts[0].record.data == b"x" * 600
+
+
+def test_idle_domains_are_kept_for_their_next_records_and_pruned_past_the_bound() -> None:
+    h = Harness()
+    h.add("a")
+    call = h.call()
+    h.pipeline.complete(call, ok(call), 1.0)
+    domain = h.pipeline._domains["a"]  # idle now, and kept
+    h.add("a")
+    assert h.pipeline._domains["a"] is domain  # the key's next record reuses it
+    call = h.call()
+    h.pipeline.complete(call, ok(call), 1.0)
+    largest = 0
+    for index in range(3 * IDLE_DOMAINS):  # one new key at a time, each acknowledged
+        h.add(f"k{index}")
+        call = h.call()
+        h.pipeline.complete(call, ok(call), 1.0)
+        largest = max(largest, len(h.pipeline._domains))
+    assert largest <= IDLE_DOMAINS + 1  # past it, every idle one was pruned
+    assert len(h.pipeline._domains) < IDLE_DOMAINS
+    assert len(h.settled) == 3 * IDLE_DOMAINS + 2
