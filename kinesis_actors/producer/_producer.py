@@ -260,8 +260,7 @@ class Producer(Ledger):
         record above the stream's limit; and :class:`~kinesis_actors.errors.ProducerFailedError`
         or :class:`~kinesis_actors.errors.ProducerClosedError` when it takes no more records.
         """
-        self._check_open()
-        entry: Entry | None = None
+        entry: Entry | None = None  # _offer checks that the producer is open
         if explicit_hash_key is None and type(partition_key) is str and type(data) is bytes:
             # The common record, without prepare_record's call and tuple; anything else,
             # or a bad record, goes the long way for its typed error.
@@ -274,6 +273,7 @@ class Producer(Ledger):
                 if data and size <= self._max_record_bytes:
                     entry = Entry(data, partition_key, None, hashed, size, 0.0)
         if entry is None:
+            self._check_open()  # a closed producer's error before a bad record's
             data, size, hashed = prepare_record(
                 data, partition_key, explicit_hash_key, self._max_record_bytes, self._stream
             )

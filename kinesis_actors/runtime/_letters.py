@@ -7,6 +7,8 @@ import enum
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+import anyio
+
 T = TypeVar("T")
 
 
@@ -84,3 +86,15 @@ class MailboxStats:
     peak_weight: int = 0
     blocked_sends: int = 0
     """Sends that had to wait for room."""
+
+
+class SendWaiter:
+    """A sender blocked for room: its weight, since when, and whether room was granted."""
+
+    __slots__ = ("event", "granted", "since", "weight")
+
+    def __init__(self, weight: int, since: float) -> None:
+        self.event = anyio.Event()
+        self.granted = False
+        self.weight = weight
+        self.since = since

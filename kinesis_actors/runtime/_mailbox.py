@@ -42,6 +42,7 @@ from ._letters import (
     MailboxClosed,
     MailboxFull,
     MailboxStats,
+    SendWaiter,
 )
 
 T = TypeVar("T")
@@ -50,16 +51,6 @@ logger = logging.getLogger("kinesis_actors.runtime")
 
 YIELD_EVERY = 16
 """Operations that did not wait between two scheduler yields (see ``Mailbox._fair_share``)."""
-
-
-class _SendWaiter:
-    __slots__ = ("event", "granted", "since", "weight")
-
-    def __init__(self, weight: int, since: float) -> None:
-        self.event = anyio.Event()
-        self.granted = False
-        self.weight = weight
-        self.since = since
 
 
 class Mailbox(Generic[T]):
@@ -111,7 +102,7 @@ class Mailbox(Generic[T]):
         # Bounded by `control_capacity`, checked in send_control.
         self._control: deque[T] = deque()
         # Bounded by the number of tasks blocked in send; each holds one entry.
-        self._senders: deque[_SendWaiter] = deque()
+        self._senders: deque[SendWaiter] = deque()
         self._reserved = 0
         self._not_empty: anyio.Event | None = None
         self._closed = False
@@ -170,7 +161,7 @@ class Mailbox(Generic[T]):
             await self._fair_share()
             return
         started = self._clock.now()
-        waiter = _SendWaiter(weight, started)
+        waiter = SendWaiter(weight, started)
         self._senders.append(waiter)
         self._blocked += 1
         self._blocked_sends += 1
@@ -366,6 +357,18 @@ class Mailbox(Generic[T]):
             raise anyio.EndOfStream
         raise anyio.WouldBlock
 
+    def receive_held(self) -> list[T]:
+        """``hold`` mailboxes: take every queued data item at once, oldest first (a batch
+        intake, one call for all instead of one :meth:`receive_nowait` each; the control lane
+        is left to that). Each keeps its room until :meth:`release`; empty: ``[]``."""
+        if not self._hold:
+            raise RuntimeError(f"mailbox {self._name!r} does not hold received items")
+        items = list(self._data)
+        self._data.clear()
+        self._received += len(items)
+        self._held += len(items)
+        return items
+
     def __aiter__(self) -> Mailbox[T]:
         return self
 
@@ -555,7 +558,7 @@ class Mailbox(Generic[T]):
             self._weight += waiter.weight
             waiter.event.set()
 
-    def _withdraw(self, waiter: _SendWaiter) -> None:
+    def _withdraw(self, waiter: SendWaiter) -> None:
         if waiter.granted:
             # Granted a slot but cancelled before using it: pass the slot on.
             waiter.granted = False

@@ -61,6 +61,23 @@ async def test_held_items_keep_their_room_until_released_and_wake_senders_in_ord
         mailbox.release(1, 0)
 
 
+async def test_receive_held_takes_every_queued_item_and_each_keeps_its_room() -> None:
+    mailbox: Mailbox[str] = Mailbox(3, max_weight=100, hold=True)
+    assert mailbox.receive_held() == []
+    for item in "abc":
+        assert mailbox.try_send(item, 30)
+    assert mailbox.receive_held() == ["a", "b", "c"]
+    assert len(mailbox) == 0 and mailbox.occupied == 3 and mailbox.weight == 90
+    assert not mailbox.try_send("d", 1)  # the held items still fill it
+    mailbox.release(2, 60)
+    assert mailbox.try_send("d", 10)
+    assert mailbox.receive_held() == ["d"]
+    stats = mailbox.stats()
+    assert (stats.received, stats.held, stats.weight) == (4, 2, 40)
+    with pytest.raises(RuntimeError, match="does not hold"):
+        Mailbox[str](3).receive_held()
+
+
 async def test_a_cancelled_head_of_the_line_lets_the_others_in() -> None:
     mailbox: Mailbox[str] = Mailbox(5, max_weight=100, hold=True)
     await mailbox.send("a", 50)
