@@ -123,6 +123,8 @@ class Pipeline(WaitingRoom):
         self._batch_quantum = batch_quantum
         super().__init__(preserve_order=preserve_order)
         self._next_sweep = 0.0
+        # Set by drain(): every record that would wait here again fails with it instead.
+        self._drained: BaseException | None = None
         self.mispredicted = 0
         self.kinesis_records_sent = 0
         self.bytes_sent = 0
@@ -441,7 +443,16 @@ class Pipeline(WaitingRoom):
         self._release(part.entries)
 
     def _requeue(self, entries: list[Entry], now: float) -> None:
-        """Put failed records back at the front of their domains, which then back off."""
+        """Put failed records back at the front of their domains, which then back off.
+
+        After :meth:`drain` nothing here will be sent again: an answer that lands then (an
+        abort cancels the calls in flight, but a sender whose answer had already arrived
+        still reports it) fails its records with the drain's error instead.
+        """
+        if self._drained is not None:
+            for entry in entries:
+                self._settle(entry, None, self._drained)
+            return
         by_key: dict[DomainKey, list[Entry]] = {}
         for entry in entries:
             by_key.setdefault(domain_key(entry.partition_key, entry.explicit_hash_key), []).append(
@@ -519,7 +530,9 @@ class Pipeline(WaitingRoom):
         return min(later) if later else None
 
     def drain(self, error: BaseException) -> int:
-        """Fail every record still waiting here with ``error`` (a cancelled close)."""
+        """Fail every record still waiting here with ``error`` (a cancelled close), and every
+        record that an answer landing later would put back (see :meth:`_requeue`)."""
+        self._drained = error
         failed = 0
         for domain in list(self._domains.values()):
             while domain.entries:

@@ -282,6 +282,32 @@ def test_drain_and_abandon_settle_everything_with_the_error() -> None:
     assert {id(e) for e, _, x in h.settled if x is closed} == {id(sent), *map(id, waiting)}
 
 
+@pytest.mark.parametrize("answer", ["throttled call", "throttled records", "unknown"])
+def test_an_answer_landing_after_a_drain_settles_its_records_instead_of_retrying(
+    answer: str,
+) -> None:
+    """An abort drains the pipeline and cancels the calls in flight, but a call whose answer
+    had already arrived (its sender scheduled, not yet run) still reports it. Its records used
+    to go back into the drained pipeline, where nothing would ever send or settle them: a
+    flush waiting on them (SyncProducer's close after an abort) hung for good."""
+    h = Harness(aggregation=False)
+    a, b = h.add("a"), h.add("b")
+    call = h.call()
+    closed = errors.ProducerClosedError("aborted")
+    h.pipeline.drain(closed)
+    throttled = errors.ThrottlingError("ProvisionedThroughputExceededException")
+    if answer == "throttled call":
+        h.pipeline.fail(call, throttled, 1.0)
+    elif answer == "throttled records":
+        failure = {"ErrorCode": "ProvisionedThroughputExceededException", "ErrorMessage": "x"}
+        h.pipeline.complete(call, [failure, failure], 1.0)
+    else:
+        h.pipeline.unknown(call, errors.MalformedReplyError("?", operation="PutRecords"), 1.0)
+    assert sorted(id(e) for e, _, x in h.settled if x is closed) == sorted([id(a), id(b)])
+    assert h.pipeline.pending_records == 0
+    assert h.pipeline.next_call(10.0, force=True) is None
+
+
 def test_an_answer_with_the_wrong_number_of_results_is_an_unknown_outcome() -> None:
     h = Harness(aggregation=False)
     a, b = h.add("a"), h.add("b")
