@@ -10,9 +10,11 @@ import textwrap
 import time
 from pathlib import Path
 
+import anyio
 import pytest
 
 from kinesis_actors import LocalKinesis, ProducerConfig, PutHandle, errors
+from kinesis_actors import sync as sync_module
 from kinesis_actors.sync import SyncProducer
 from tests.boto import create_stream
 from tests.faults import FaultProxy, Reply, Request
@@ -126,7 +128,8 @@ _EXIT_SCRIPT = textwrap.dedent(
     """
     import sys
     from kinesis_actors import ProducerConfig
-    from kinesis_actors.sync import SyncProducer
+    from kinesis_actors import sync as sync_module
+from kinesis_actors.sync import SyncProducer
 
     endpoint, stream, backend = sys.argv[1:4]
     credentials = tuple(sys.argv[4:])
@@ -161,3 +164,22 @@ def test_sys_exit_in_the_block_exits_with_its_code(
     )
     assert done.returncode == 3, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
+
+
+def test_close_past_its_timeout_returns_even_if_the_flush_never_ended(
+    local_kinesis: LocalKinesis, stream: str, proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every exit is bounded: a flush that an abort does not end (a bug of ours, injected
+    here) is cancelled after a grace, so ``close(timeout=...)`` still returns."""
+    proxy.decide = throttle_every_put
+    producer = _producer(proxy.endpoint_url, local_kinesis, stream, "asyncio")
+    producer.put(b"x", "k")
+
+    async def never_ends() -> None:
+        await anyio.sleep_forever()
+
+    monkeypatch.setattr(producer.producer, "flush", never_ends)
+    started = time.monotonic()
+    producer.close(timeout=0.2)
+    elapsed = time.monotonic() - started
+    assert elapsed < 0.2 + sync_module._ABORT_GRACE + 2.0, elapsed
