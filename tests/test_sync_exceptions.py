@@ -128,8 +128,7 @@ _EXIT_SCRIPT = textwrap.dedent(
     """
     import sys
     from kinesis_actors import ProducerConfig
-    from kinesis_actors import sync as sync_module
-from kinesis_actors.sync import SyncProducer
+    from kinesis_actors.sync import SyncProducer
 
     endpoint, stream, backend = sys.argv[1:4]
     credentials = tuple(sys.argv[4:])
