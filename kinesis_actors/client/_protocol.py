@@ -81,7 +81,7 @@ _ITEM = b'{"Data":"%b","PartitionKey":%b}'
 _ITEM_HASHED = b'{"Data":"%b","PartitionKey":%b,"ExplicitHashKey":%b}'
 
 
-@functools.lru_cache(maxsize=65_536)
+@functools.lru_cache(maxsize=4096)
 def _json_string(text: str) -> bytes:
     """``text`` as a JSON string, as json.dumps writes it (cached: keys repeat)."""
     return json.dumps(text).encode("ascii")

@@ -66,6 +66,7 @@ class Ledger:
                 else:
                     raise RuntimeError("a put handle settles once")
                 entry.data = b""  # the handle keeps the result, not the record
+                entry.last_error = None  # nor a retried failure's traceback (its call's frames)
                 nbytes += entry.size
                 if entry.epoch != epoch:
                     settled_in(epoch, count)
@@ -90,6 +91,7 @@ class Ledger:
         """Every record ends here exactly once (called by the pipeline)."""
         handle: PutHandle = entry if entry.handle is None else entry.handle
         entry.data = b""  # the handle keeps the outcome, not the record
+        entry.last_error = None  # a final error holds it as its __cause__ already
         counters = self._counters
         if error is None:
             assert result is not None

@@ -464,6 +464,7 @@ class Pipeline(WaitingRoom):
                 domain = self._domains[key] = Domain(
                     key, group[0].hash_key, self._lane(group[0].hash_key)
                 )
+            was_waiting = domain.state == WAITING
             if domain.state == READY:
                 self._leave_ready(domain, WAITING)
             domain.state = WAITING
@@ -473,7 +474,8 @@ class Pipeline(WaitingRoom):
             self.retries += len(group)
             attempts = max(entry.attempts for entry in group)
             backoff = self._retries.backoff_until(attempts, now)
-            domain.not_before = max(domain.not_before, backoff)
+            # A domain reused after it went idle may carry an old, later not_before.
+            domain.not_before = max(domain.not_before, backoff) if was_waiting else backoff
             if self._ttl is not None:  # the sweep, not the backoff, ends a record at its deadline
                 deadline = min(entry.enqueued for entry in group) + self._ttl
                 self._next_sweep = min(self._next_sweep, deadline)

@@ -397,11 +397,15 @@ class Mailbox(Generic[T]):
         rewound to its last commit after its reader met the shard's end). Statistics carry
         on.
 
-        :raises RuntimeError: unless the mailbox is empty and holds nothing: a stream starts
-            over from a purged mailbox, never on top of what the old one left.
+        :raises RuntimeError: unless the mailbox is empty, holds nothing and no sender woken
+            by the close is still on its way: a stream starts over from a purged mailbox,
+            never on top of what the old one left.
         """
         if self._control or self._data or self._held or self._weight:
             raise RuntimeError(f"mailbox {self._name!r}: reopen needs an empty mailbox")
+        if self._blocked or self._reserved:
+            # Woken by close() without room: reopened, they would append past capacity.
+            raise RuntimeError(f"mailbox {self._name!r}: reopen with senders still waking")
         self._closed = False
 
     def release(self, count: int = 1, weight: int = 0) -> None:

@@ -308,6 +308,29 @@ def test_an_answer_landing_after_a_drain_settles_its_records_instead_of_retrying
     assert h.pipeline.next_call(10.0, force=True) is None
 
 
+def test_a_domain_reused_after_its_records_expired_backs_off_from_its_new_failure_only() -> None:
+    """Idle domains are kept for their key's next records; one that went idle while backing
+    off (its records expired) must not make the next record of its key wait out that old
+    backoff after a failure of its own."""
+    h = Harness(aggregation=False, retry_base=0.1, retry_max=1000.0, record_ttl=50.0)
+    throttled = errors.ThrottlingError("ProvisionedThroughputExceededException")
+    h.add("a", now=0.0)
+    now = 0.0
+    while now < 50.0:  # fail until the backoff (ceilings doubling from 0.1 s) passes 50 s
+        call = h.call(now)
+        h.pipeline.fail(call, throttled, now)
+        (domain,) = h.pipeline._domains.values()
+        now = domain.not_before
+    old_not_before = domain.not_before
+    assert old_not_before > 50.2  # backing off past the record's deadline (50 s)
+    h.pipeline.next_call(50.05, force=True)  # the sweep fails the expired record
+    assert isinstance(h.settled[-1][2], errors.RecordExpiredError)
+    h.add("a", now=50.05)  # the same key: the idle domain is reused
+    call = h.call(50.05)
+    h.pipeline.fail(call, throttled, 50.05)
+    assert h.pipeline._domains["a"].not_before <= 50.05 + 0.1  # its own first backoff
+
+
 def test_an_answer_with_the_wrong_number_of_results_is_an_unknown_outcome() -> None:
     h = Harness(aggregation=False)
     a, b = h.add("a"), h.add("b")

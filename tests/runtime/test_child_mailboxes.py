@@ -4,6 +4,7 @@ that bring their own (a shard's buffer, lent to its processor)."""
 from __future__ import annotations
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from kinesis_actors.runtime import (
@@ -13,6 +14,7 @@ from kinesis_actors.runtime import (
     ChildSpec,
     FullPolicy,
     Mailbox,
+    MailboxClosed,
     Supervisor,
 )
 
@@ -125,3 +127,31 @@ def test_a_closed_mailbox_reopens_only_empty() -> None:
     mailbox.send_nowait(2)
     assert mailbox.receive_nowait() == 2
     assert mailbox.stats().received == 1
+
+
+async def test_a_mailbox_does_not_reopen_under_a_sender_woken_by_its_close() -> None:
+    """A sender blocked on a full mailbox is woken by close() without room: reopened before
+    it ran, its item would go in past the capacity."""
+    mailbox: Mailbox[str] = Mailbox(1, name="m")
+    mailbox.send_nowait("queued")
+    outcome: list[str] = []
+
+    async def blocked_sender() -> None:
+        try:
+            await mailbox.send("late")
+        except MailboxClosed:
+            outcome.append("closed")
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(blocked_sender)
+        with anyio.fail_after(5):
+            while mailbox.stats().senders_waiting == 0:
+                await anyio.lowlevel.checkpoint()
+        mailbox.close()
+        assert mailbox.receive_nowait() == "queued"
+        with pytest.raises(RuntimeError, match="senders still waking"):
+            mailbox.reopen()
+    assert outcome == ["closed"]
+    mailbox.reopen()  # once the sender has gone
+    mailbox.send_nowait("fresh")
+    assert len(mailbox) == 1
