@@ -50,6 +50,9 @@ __all__ = ["Producer"]
 log = logging.getLogger("kinesis_actors.producer")
 
 _CHECKPOINT_EVERY = 64  # puts that never wait still yield to the loop this often
+# put_many's records per yield: a PutRecords call's worth (measured: with 64, a batch of 500
+# cost eight trips through the loop and the dispatcher, 0.3 us per record of the 4.3).
+_CHECKPOINT_EVERY_MANY = 500
 
 
 _entry_size = attrgetter("size")  # a C callable: the mailbox calls it once per record
@@ -332,12 +335,12 @@ class Producer(Ledger):
         try:
             while index < count:
                 # As many as fit, up to the next checkpoint, in one go; then wait for room.
-                room = _CHECKPOINT_EVERY - self._puts_since_checkpoint
+                room = _CHECKPOINT_EVERY_MANY - self._puts_since_checkpoint
                 index += offer_many(entries, index, min(count, index + max(room, 1)))
-                if index < count and self._puts_since_checkpoint < _CHECKPOINT_EVERY:
+                if index < count and self._puts_since_checkpoint < _CHECKPOINT_EVERY_MANY:
                     await self._send(entries[index])
                     index += 1
-                elif self._puts_since_checkpoint >= _CHECKPOINT_EVERY:
+                elif self._puts_since_checkpoint >= _CHECKPOINT_EVERY_MANY:
                     self._puts_since_checkpoint = 0
                     await anyio.lowlevel.cancel_shielded_checkpoint()
         except BaseException as exc:

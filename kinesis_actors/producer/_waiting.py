@@ -172,12 +172,16 @@ class WaitingRoom:
                 else:
                     self._leave_ready(domain, IDLE)
             return
+        # An aggregate holds runs of one domain each (and with preserve_order, one run per
+        # domain): a domain is looked at once per run, not once per record.
         seen: set[DomainKey] = set()
+        previous: DomainKey | None = None
         for entry in entries:
             ehk = entry.explicit_hash_key
             key = entry.partition_key if ehk is None else (entry.partition_key, ehk)
-            if key in seen:
+            if key == previous or key in seen:
                 continue
+            previous = key
             seen.add(key)
             domain = self._domains.get(key)
             if domain is None or domain.state != IN_FLIGHT:

@@ -193,6 +193,47 @@ def test_cap_is_respected_and_refusal_changes_nothing(
             assert len(aggregator.build().data) <= max_bytes
 
 
+@given(
+    st.lists(st.tuples(st.integers(0, 300), st.integers(1, 200)), min_size=1, max_size=12),
+    st.integers(1, 300),
+    st.integers(21, 20_000),
+)
+def test_add_run_is_add_per_record(
+    runs: list[tuple[int, int]], keys_before: int, max_bytes: int
+) -> None:
+    """Runs of one key (the producer's domains): the same bytes and the same stopping point
+    as one add() per record, across one- and two-byte key indexes, data sizes on both sides
+    of the one-byte header, and caps that stop a run part way."""
+    by_run, by_record = Aggregator(max_bytes), Aggregator(max_bytes)
+    for index in range(keys_before):  # push later keys past index 127
+        if not by_record.add(b"x", f"warm-{index}"):
+            break
+        assert by_run.add(b"x", f"warm-{index}")
+    for run, (key, count) in enumerate(runs):
+        datas = [bytes([run % 256]) * (1 + (run * 37 + i * 11) % 140) for i in range(count)]
+        taken = by_run.add_run(datas, f"key-{key}")
+        expected = 0
+        for data in datas:
+            if not by_record.add(data, f"key-{key}"):
+                break
+            expected += 1
+        assert taken == expected
+        assert by_run.build_container() == by_record.build_container()
+        assert by_run.size == by_record.size == len(by_run.build().data)
+        if taken < count:
+            break
+
+
+def test_add_run_with_explicit_hash_keys_and_an_empty_run() -> None:
+    by_run, by_record = Aggregator(), Aggregator()
+    assert by_run.add_run([], "k") == 0
+    datas = [b"a" * 10, b"b" * 200, b"c"]
+    assert by_run.add_run(datas, "k", "12345") == 3
+    for data in datas:
+        assert by_record.add(data, "k", "12345")
+    assert by_run.build() == by_record.build()
+
+
 def test_oversized_single_record_is_accepted_alone_then_nothing_fits() -> None:
     aggregator = Aggregator()
     big = bytes(DEFAULT_AGGREGATION_MAX_BYTES * 2)
