@@ -1,11 +1,13 @@
-"""The lease coordinator: one actor per worker that holds, renews, takes and hands over leases.
+"""The lease coordinator: one actor per worker that takes, holds and hands over leases.
 
-The decisions are :mod:`._policy`'s and :mod:`._sync`'s; this module owns the state (the
-leases held, the last listing of the table) and does the I/O in three loops of one task
-group: renewals, take rounds (a consistent Scan, then takes, steals and opening children
-whose parents finished) and shard sync. Calls from the consumer's tasks (``checkpoint``,
-``finish``, ``release_all``) take the lease's lock, so a lease's writes never race each
-other and the counter held is always the last one written.
+The decisions are :mod:`._policy`'s and :mod:`._sync`'s; keeping a held lease (renewals, the
+write/adopt/release protocol, the event queue) is :class:`~._holder.LeaseHolder`'s, which this
+class extends, and shard sync's listing and creates are :class:`~._shard_sync.ShardSync`'s.
+This module owns the rest (the streams, the task group) and runs three loops in one task
+group: renewals (the holder's), take rounds (a consistent Scan, then takes, steals and
+opening children whose parents finished) and shard sync. Calls from the consumer's tasks
+(``checkpoint``, ``finish``, ``release_all``) take the lease's lock, so a lease's writes
+never race each other and the counter held is always the last one written.
 
 A failed write condition on a held lease ends that lease at once (:class:`LeaseLost`); a
 lease that could not be renewed for ``failover_time`` (the table unreachable) is dropped too,
@@ -20,58 +22,37 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
 import anyio
-import anyio.lowlevel
 
 from ..client import StreamRef
 from ..errors import ConfigError, KinesisError
 from ._config import LeaseConfig
 from ._errors import LeaseLostError, LeaseTableError, WorkerIdConflictError
-from ._events import LeaseAcquired, LeaseEvent, LeaseLost, LeaseStats
+from ._events import LeaseAcquired, LeaseLost, LeaseStats
+from ._holder import EPSILON, Held, LeaseHolder
 from ._items import LATEST, SHARD_END, TRIM_HORIZON, Lease
-from ._policy import ExpiryTracker, parents_finished, plan_takes, write_landed
-from ._streams import LeasedStream, Streams, describe_stream, list_stream_shards
-from ._sync import INITIAL_POSITIONS, plan_new_leases
+from ._policy import parents_finished, plan_takes
+from ._shard_sync import ShardSync
+from ._streams import Streams, describe_stream
+from ._sync import INITIAL_POSITIONS
 from ._table import Caller, LeaseTable
 
 __all__ = ["LeaseCoordinator"]
 
 logger = logging.getLogger("kinesis_actors.leases")
 
-#: Renewals in flight at once (the KCL renews on a thread pool too).
-_RENEW_CONCURRENCY = 16
-#: How much earlier than ``failover_time`` a lease not renewed is dropped (the KCL's epsilon).
-_EPSILON = 0.025
 #: How much earlier than this worker's clock a LATEST lease's start is pinned: a later owner
 #: reads from the pin, and the service's arrival timestamps may run behind our clock (a few
 #: records read twice are allowed, one skipped is not).
 PIN_MARGIN_MS = 2000
 
 
-@dataclass(slots=True)
-class _Held:
-    """A held lease: owned by the coordinator, written under ``lock``."""
-
-    lease: Lease
-    stream: str
-    renewed_at: float
-    previous_owner: str | None = None
-    ready: bool = False
-    ready_at: float = 0.0
-    pending: tuple[str, int] | None = None
-    adopted_at: float | None = None
-    needs_pin: bool = False
-    pinned_before: int | None = None
-    lock: anyio.Lock = field(default_factory=anyio.Lock)
-
-
-class LeaseCoordinator:
+class LeaseCoordinator(LeaseHolder):
     """Shares the shards of ``streams`` with the other workers of one lease table.
 
     An async context manager: entering checks (or creates) the table, reads the streams'
@@ -126,28 +107,23 @@ class LeaseCoordinator:
             )
         if not multi_stream and multi_stream is not None and len(names) > 1:
             raise ConfigError("multi_stream=False needs exactly one stream")
-        self._table = LeaseTable(dynamodb, table)
+        super().__init__(
+            LeaseTable(dynamodb, table),
+            worker_id,
+            config or LeaseConfig(),
+            clock or anyio.current_time,
+        )
         self._kinesis = kinesis
         self._names = names
-        self._worker_id = worker_id
         self._initial = initial_position
-        self._config = config or LeaseConfig()
         self._multi = len(names) > 1 if multi_stream is None else multi_stream
-        self._clock = clock or anyio.current_time
         self._rng = rng or random.Random()
-        self._tracker = ExpiryTracker(self._config.failover_time)
         self._streams: Streams | None = None
-        self._held: dict[str, _Held] = {}
-        self._by_key: dict[str, Lease] = {}
-        self._children: dict[tuple[str, str], tuple[str, ...]] = {}
-        self._events: deque[LeaseEvent] = deque()  # Bounded by 2 per lease (see _push).
-        self._changed = anyio.Event()
+        self._shards = ShardSync(kinesis, self._table, initial_position)
         self._sync_wanted = anyio.Event()
-        self._failure: BaseException | None = None
         self._releasing = False
         self._scope: anyio.CancelScope | None = None
         self._task_group: Any = None
-        self._stats = LeaseStats(worker_id=worker_id)
 
     @property
     def worker_id(self) -> str:
@@ -203,53 +179,13 @@ class LeaseCoordinator:
             if self._scope is not None:
                 self._scope.cancel()
 
-    # -- events ------------------------------------------------------------------------------
-
-    def _wake(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
-
-    def _push(self, event: LeaseEvent) -> None:
-        if isinstance(event, LeaseLost):
-            for queued in self._events:
-                if isinstance(queued, LeaseAcquired) and (queued.stream, queued.shard_id) == (
-                    event.stream,
-                    event.shard_id,
-                ):
-                    self._events.remove(queued)  # never received: nothing to stop
-                    self._wake()
-                    return
-        self._events.append(event)
-        self._wake()
-
-    async def next_event(self) -> LeaseEvent:
-        """The next :class:`LeaseAcquired` or :class:`LeaseLost`, awaiting one.
-
-        Raises the coordinator's failure (for example
-        :class:`~kinesis_actors.leases.WorkerIdConflictError`) once it has stopped on one.
-        """
-        await anyio.lowlevel.checkpoint()
-        while True:
-            if self._failure is not None:
-                raise self._failure
-            if self._events:
-                return self._events.popleft()
-            await self._changed.wait()
-
-    def __aiter__(self) -> AsyncIterator[LeaseEvent]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[LeaseEvent]:
-        while True:
-            yield await self.next_event()
-
     # -- the user's calls --------------------------------------------------------------------
 
     def held(self) -> frozenset[tuple[str, str]]:
         """``(stream, shard_id)`` of every lease handed to the reader and still held."""
         return frozenset((h.stream, h.lease.shard_id) for h in self._held.values() if h.ready)
 
-    def _holding(self, stream: str, shard_id: str) -> tuple[str, _Held]:
+    def _holding(self, stream: str, shard_id: str) -> tuple[str, Held]:
         if self._failure is not None:
             raise self._failure
         key = self._known().key(stream, shard_id)
@@ -300,7 +236,7 @@ class LeaseCoordinator:
         """
         key, held = self._holding(stream, shard_id)
         async with held.lock:
-            children = self._children.get((stream, shard_id), ())
+            children = self._shards.children.get((stream, shard_id), ())
             new = await self._release(key, held, (SHARD_END, 0), children)
         if new is None:
             raise LeaseLostError(
@@ -325,7 +261,7 @@ class LeaseCoordinator:
         self._releasing = True
         finals = dict(final_checkpoints or {})
 
-        async def release(key: str, held: _Held) -> None:
+        async def release(key: str, held: Held) -> None:
             async with held.lock:
                 if self._held.get(key) is not held:
                     return
@@ -347,6 +283,8 @@ class LeaseCoordinator:
             held=len(self._held),
             ready=sum(1 for h in self._held.values() if h.ready),
             table_calls=self._table.calls,
+            shard_syncs=self._shards.syncs,
+            leases_created=self._shards.created,
         )
 
     def _known(self) -> Streams:
@@ -412,9 +350,9 @@ class LeaseCoordinator:
         self._tracker.forget(lease.key)
         # A stolen lease's reader stops at its owner's next renewal: wait that long before
         # reading, so that no shard is read twice at once.
-        ready_at = started + self._config.renew_period + _EPSILON if stolen else 0.0
+        ready_at = started + self._config.renew_period + EPSILON if stolen else 0.0
         previous = lease.owner if lease.owner != self._worker_id else None
-        held = _Held(new, info.name, started, previous, ready_at=ready_at)
+        held = Held(new, info.name, started, previous, ready_at=ready_at)
         if new.checkpoint == LATEST and not new.parent_shard_ids:
             held.pinned_before = new.latest_pinned_at
             held.needs_pin = new.latest_pinned_at is None and self._initial == LATEST
@@ -432,7 +370,7 @@ class LeaseCoordinator:
             lease.owner,
         )
 
-    async def _pin(self, key: str, held: _Held) -> None:
+    async def _pin(self, key: str, held: Held) -> None:
         """Pin a LATEST lease's start (``latestPinnedAt``, our clock minus a margin) before
         its first reader takes its iterator, so that a later owner reads from there: written
         like a renewal, and retried next take round if it fails (the lease is not handed out
@@ -487,136 +425,6 @@ class LeaseCoordinator:
             except KinesisError as error:
                 logger.warning("take round of %s failed, retried: %s", self._worker_id, error)
 
-    # -- renewals ----------------------------------------------------------------------------
-
-    async def _renew_loop(self) -> None:
-        tick = self._config.checkpoint_period
-        renew = self._config.renew_period
-        limit = anyio.CapacityLimiter(_RENEW_CONCURRENCY)
-        valid = self._config.failover_time - _EPSILON
-        # Rounds keep their cadence whatever a round takes (100 renewals take a few hundred
-        # milliseconds), and a lease not renewed for a failover time is dropped on time.
-        next_round = self._clock() + tick
-        while True:
-            wake = next_round
-            for held in self._held.values():
-                wake = min(wake, held.renewed_at + valid)
-            await anyio.sleep(max(0.0, wake - self._clock()))
-            now = self._clock()
-            for key, held in list(self._held.items()):
-                if now - held.renewed_at >= valid:
-                    self._drop(key, held, "expired")
-            if now < next_round:
-                continue
-            next_round = max(next_round + tick, now)
-            async with anyio.create_task_group() as group:
-                for key, held in list(self._held.items()):
-                    if held.pending is not None or now - held.renewed_at >= renew - tick / 2:
-                        group.start_soon(self._renew, key, held, limit)
-
-    async def _renew(self, key: str, held: _Held, limit: anyio.CapacityLimiter) -> None:
-        # A renewal retried against an unreachable table gives up when the lease would
-        # expire, so that the round ends and the lease is dropped on time (a write that
-        # landed all the same is adopted by the next one, see _adopt).
-        left = held.renewed_at + self._config.failover_time - _EPSILON - self._clock()
-        with anyio.move_on_after(max(0.0, left)):
-            async with limit, held.lock:
-                if self._held.get(key) is not held:
-                    return
-                try:
-                    await self._write(key, held, held.pending)
-                except (LeaseTableError, WorkerIdConflictError):
-                    raise
-                except KinesisError as error:
-                    logger.warning("renewal of %s failed: %s", key, error)
-
-    async def _write(
-        self, key: str, held: _Held, checkpoint: tuple[str, int] | None, pin: int | None = None
-    ) -> Lease | None:
-        """Renew ``held`` (with ``checkpoint``, and ``pin`` as its ``latestPinnedAt``), under
-        its lock; None if it was lost."""
-        for _ in range(2):
-            started = self._clock()
-            new = await self._table.renew(held.lease, self._worker_id, checkpoint, pin=pin)
-            if new is not None:
-                latency = self._clock() - started
-                worst = max(latency, self._stats.renewal_latency_max or 0.0)
-                self._stats = replace(
-                    self._stats,
-                    renewals=self._stats.renewals + 1,
-                    checkpoints=self._stats.checkpoints + (checkpoint is not None),
-                    renewal_latency_last=latency,
-                    renewal_latency_max=worst,
-                )
-                held.lease, held.renewed_at = new, started
-                if checkpoint is not None and held.pending == checkpoint:
-                    held.pending = None
-                self._by_key[key] = new
-                return new
-            if not await self._adopt(key, held, checkpoint):
-                return None
-        return None
-
-    async def _adopt(self, key: str, held: _Held, checkpoint: tuple[str, int] | None) -> bool:
-        """After a failed condition: whether the lease is still ours (a write of ours landed
-        after its reply was lost, and the retry found it applied), adopting it; drops it
-        (LeaseLost) if another worker has it; WorkerIdConflictError if another process wrote
-        it in our name."""
-        current = await self._table.get(key)
-        if current is None or current.owner != self._worker_id:
-            self._drop(key, held, "taken")
-            return False
-        now = self._clock()
-        sequence = None if checkpoint is None else checkpoint[0]
-        recent = held.adopted_at is not None and now - held.adopted_at < self._config.failover_time
-        if not recent and write_landed(held.lease, current, self._worker_id, sequence):
-            held.lease, held.adopted_at = current, now
-            return True
-        self._drop(key, held, "taken")
-        raise WorkerIdConflictError(
-            f"lease {key!r} was renewed by another process under this worker's id "
-            f"{self._worker_id!r} (counter {current.counter}, expected "
-            f"{held.lease.counter}): every worker needs its own worker_id",
-            worker_id=self._worker_id,
-            lease_key=key,
-        )
-
-    async def _release(
-        self,
-        key: str,
-        held: _Held,
-        checkpoint: tuple[str, int] | None,
-        children: tuple[str, ...],
-    ) -> Lease | None:
-        """Release ``held`` (with ``checkpoint``), under its lock; None if it was lost."""
-        for _ in range(2):
-            new = await self._table.release(held.lease, self._worker_id, checkpoint, children)
-            if new is None:  # lost, unless this very release landed and its reply did not
-                current = await self._table.get(key)
-                sequence = None if checkpoint is None else checkpoint[0]
-                if current is not None and write_landed(held.lease, current, None, sequence):
-                    new = current
-            if new is not None:
-                if checkpoint is not None:
-                    self._stats = replace(self._stats, checkpoints=self._stats.checkpoints + 1)
-                self._held.pop(key, None)
-                self._tracker.forget(key)
-                self._by_key[key] = new
-                return new
-            if not await self._adopt(key, held, checkpoint):
-                return None
-        return None
-
-    def _drop(self, key: str, held: _Held, reason: str) -> None:
-        if self._held.get(key) is not held:
-            return
-        del self._held[key]
-        self._tracker.forget(key)
-        self._stats = replace(self._stats, lost=self._stats.lost + 1)
-        logger.warning("%s lost lease %s (%s)", self._worker_id, key, reason)
-        if held.ready:
-            self._push(LeaseLost(held.stream, held.lease.shard_id, reason))
-
     # -- shard sync --------------------------------------------------------------------------
 
     async def _sync_loop(self) -> None:
@@ -630,29 +438,5 @@ class LeaseCoordinator:
                 logger.warning("shard sync of %s failed, retried: %s", self._worker_id, error)
 
     async def _sync_all(self) -> None:
-        for ref in self._known().by_name.values():
-            await self._sync(ref)
-        self._stats = replace(self._stats, shard_syncs=self._stats.shard_syncs + 1)
-
-    async def _sync(self, ref: LeasedStream) -> None:
-        shards = await list_stream_shards(self._kinesis, ref.given)
-        for shard in shards:
-            for parent in shard.parents:
-                known = self._children.get((ref.name, parent), ())
-                if shard.shard_id not in known:
-                    self._children[(ref.name, parent)] = tuple(sorted((*known, shard.shard_id)))
-        existing = {
-            lease.shard_id
-            for lease in self._by_key.values()
-            if lease.stream_identifier in (None, ref.identifier)
-        }
-        streams = self._known()
-        for lease in plan_new_leases(
-            shards,
-            existing,
-            initial_position=self._initial,
-            make_lease=lambda shard, checkpoint: streams.new_lease(ref, shard, checkpoint),
-        ):
-            if await self._table.create(lease):
-                self._stats = replace(self._stats, leases_created=self._stats.leases_created + 1)
-                logger.info("created lease %s at %s", lease.key, lease.checkpoint)
+        # A lambda, not the bound method: each listing of the table replaces self._by_key.
+        await self._shards.sync_all(self._known(), lambda: self._by_key.values())  # noqa: PLW0108

@@ -4,13 +4,11 @@ Built on a deque and anyio events rather than a memory object stream, because th
 neither report its peak depth and blocked time, nor let control signals overtake data, nor say
 what happened to the items it drops.
 
-Two invariants carry the design:
-
-* ``depth + reserved <= capacity`` at every await point, where *reserved* counts blocked senders
-  that were granted a slot but have not run yet. A bound nobody can exceed is the point.
-* ``send`` either queues its item and returns, or raises without queuing it. A blocked sender
-  that is cancelled withdraws its item, even if it had already been granted a slot: the slot is
-  handed to the next waiting sender instead.
+:class:`Mailbox` holds the queue and its control lane, the full policies, receiving, close,
+purge and the statistics; its room - the bound, what takes room and the line of senders
+waiting for it, with the invariants that make the bound hold - is its base
+:class:`~._room.Room`'s. ``send`` either queues its item and returns, or raises without
+queuing it.
 
 Two options make it the producer's queue (lessons 16, 17):
 
@@ -25,11 +23,10 @@ Two options make it the producer's queue (lessons 16, 17):
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 import anyio
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
@@ -42,8 +39,8 @@ from ._letters import (
     MailboxClosed,
     MailboxFull,
     MailboxStats,
-    SendWaiter,
 )
+from ._room import Room
 
 T = TypeVar("T")
 
@@ -53,7 +50,7 @@ YIELD_EVERY = 16
 """Operations that did not wait between two scheduler yields (see ``Mailbox._fair_share``)."""
 
 
-class Mailbox(Generic[T]):
+class Mailbox(Room[T]):
     """A bounded FIFO with a priority control lane.
 
     Receivers always get control items before data. ``close()`` refuses new items; receivers
@@ -81,52 +78,25 @@ class Mailbox(Generic[T]):
             raise ValueError(f"max_weight must be at least 1, got {max_weight}")
         if (max_weight is not None or hold) and policy not in (FullPolicy.BLOCK, FullPolicy.FAIL):
             raise ValueError("max_weight and hold need the BLOCK or FAIL policy")
-        self._max_weight = max_weight
-        self._hold = hold
-        self._held = 0
-        self._weight = 0  # queued, held and granted
-        # The weight of each queued item, in queue order, when weights are bounded and the
-        # mailbox gives their room back itself (not ``hold``); bounded like ``_data``.
-        self._weights: deque[int] | None = deque() if max_weight is not None and not hold else None
-        self._peak_occupied = 0
-        self._peak_weight = 0
-        self._blocked_sends = 0
-        self._capacity = capacity
+        super().__init__(capacity, name=name, clock=clock, max_weight=max_weight, hold=hold)
         self._control_capacity = control_capacity
         self._policy = policy
-        self._name = name
         self._on_drop = on_drop
-        self._clock = clock
-        # Bounded by `capacity`: every append is preceded by a room check.
-        self._data: deque[T] = deque()
         # Bounded by `control_capacity`, checked in send_control.
         self._control: deque[T] = deque()
-        # Bounded by the number of tasks blocked in send; each holds one entry.
-        self._senders: deque[SendWaiter] = deque()
-        self._reserved = 0
         self._not_empty: anyio.Event | None = None
         self._closed = False
         self._unyielded = 0
         # statistics
         self._peak = 0
-        self._blocked = 0
-        self._blocked_seconds = 0.0
-        self._blocked_since_sum = 0.0
+        self._peak_occupied = 0
+        self._peak_weight = 0
         self._sent = 0
-        self._received = 0
         self._dropped = 0
         self._rejected = 0
         self._dead_letters = 0
 
     # -- properties -------------------------------------------------------------------------
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def capacity(self) -> int:
-        return self._capacity
 
     @property
     def policy(self) -> FullPolicy:
@@ -135,10 +105,6 @@ class Mailbox(Generic[T]):
     @property
     def closed(self) -> bool:
         return self._closed
-
-    def __len__(self) -> int:
-        """Queued data items (the control lane is not counted)."""
-        return len(self._data)
 
     def __repr__(self) -> str:
         return (
@@ -160,24 +126,7 @@ class Mailbox(Generic[T]):
             self.send_nowait(item, weight)
             await self._fair_share()
             return
-        started = self._clock.now()
-        waiter = SendWaiter(weight, started)
-        self._senders.append(waiter)
-        self._blocked += 1
-        self._blocked_sends += 1
-        self._blocked_since_sum += started
-        try:
-            await waiter.event.wait()
-        except BaseException:
-            self._withdraw(waiter)
-            raise
-        finally:
-            self._blocked -= 1
-            self._blocked_since_sum -= started
-            self._blocked_seconds += self._clock.now() - started
-        if waiter.granted:
-            self._reserved -= 1
-            self._weight -= weight  # taken again by _append
+        await self._wait_for_room(weight)
         if self._closed:
             raise MailboxClosed(self._name)
         self._append(item, weight)
@@ -357,18 +306,6 @@ class Mailbox(Generic[T]):
             raise anyio.EndOfStream
         raise anyio.WouldBlock
 
-    def receive_held(self) -> list[T]:
-        """``hold`` mailboxes: take every queued data item at once, oldest first (a batch
-        intake, one call for all instead of one :meth:`receive_nowait` each; the control lane
-        is left to that). Each keeps its room until :meth:`release`; empty: ``[]``."""
-        if not self._hold:
-            raise RuntimeError(f"mailbox {self._name!r} does not hold received items")
-        items = list(self._data)
-        self._data.clear()
-        self._received += len(items)
-        self._held += len(items)
-        return items
-
     def __aiter__(self) -> Mailbox[T]:
         return self
 
@@ -407,26 +344,6 @@ class Mailbox(Generic[T]):
             # Woken by close() without room: reopened, they would append past capacity.
             raise RuntimeError(f"mailbox {self._name!r}: reopen with senders still waking")
         self._closed = False
-
-    def release(self, count: int = 1, weight: int = 0) -> None:
-        """``hold`` mailboxes: ``count`` received items of ``weight`` in total are done; their
-        room goes to the senders waiting for it, first come first served.
-
-        :raises RuntimeError: when more is released than was held.
-        """
-        if not self._hold:
-            raise RuntimeError(f"mailbox {self._name!r} does not hold received items")
-        self._held -= count
-        self._weight -= weight
-        if self._held < 0 or self._weight < 0:
-            raise RuntimeError(f"mailbox {self._name!r}: released more than was held")
-        self._wake_senders()
-
-    def longest_wait(self) -> float:
-        """Seconds the first blocked sender has been waiting (0.0 when none is)."""
-        for waiter in self._senders:
-            return self._clock.now() - waiter.since
-        return 0.0
 
     def purge(self) -> int:
         """Remove every queued item, reporting each as undelivered; return how many.
@@ -503,32 +420,6 @@ class Mailbox(Generic[T]):
             self._unyielded = 0
             await cancel_shielded_checkpoint()
 
-    @property
-    def occupied(self) -> int:
-        """Items taking room: queued, held (``hold``) and granted to a blocked sender."""
-        return len(self._data) + self._held + self._reserved
-
-    @property
-    def weight(self) -> int:
-        """Their total weight."""
-        return self._weight
-
-    @property
-    def senders_waiting(self) -> int:
-        """Senders blocked for room."""
-        return self._blocked
-
-    def _fits(self, weight: int) -> bool:
-        occupied = len(self._data) + self._held + self._reserved
-        if occupied >= self._capacity:
-            return False
-        limit = self._max_weight
-        # One item heavier than the bound goes alone, into an empty mailbox.
-        return limit is None or self._weight + weight <= limit or occupied == 0
-
-    def _has_room(self, weight: int = 0) -> bool:
-        return not self._senders and self._fits(weight)
-
     def _append(self, item: T, weight: int = 0) -> None:
         data = self._data
         data.append(item)
@@ -552,24 +443,3 @@ class Mailbox(Generic[T]):
         if self._not_empty is not None:
             self._not_empty.set()
             self._not_empty = None
-
-    def _wake_senders(self) -> None:
-        senders = self._senders
-        while senders and self._fits(senders[0].weight):
-            waiter = senders.popleft()
-            waiter.granted = True
-            self._reserved += 1
-            self._weight += waiter.weight
-            waiter.event.set()
-
-    def _withdraw(self, waiter: SendWaiter) -> None:
-        if waiter.granted:
-            # Granted a slot but cancelled before using it: pass the slot on.
-            waiter.granted = False
-            self._reserved -= 1
-            self._weight -= waiter.weight
-            self._wake_senders()
-        else:
-            with contextlib.suppress(ValueError):  # already released by close()
-                self._senders.remove(waiter)
-            self._wake_senders()  # it may have been the head that held the others back

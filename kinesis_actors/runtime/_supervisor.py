@@ -7,6 +7,11 @@ only place that restarts or stops children, so decisions are serialised like an 
 process. Backoff delays are timers in that loop, not sleeps, so one child's backoff never
 delays another child's restart under one_for_one.
 
+What happens to one child - running an incarnation, stopping it now or gracefully, the final
+stop that reports what is still queued - is :mod:`._child`'s (:class:`~._child.Slot`); this
+module holds the decisions and their order: starting children, the decision loop (restart by
+strategy and backoff, escalation when the intensity is exceeded) and stopping several.
+
 Cancellation is never swallowed: it is how children are stopped, and an outer cancellation
 goes through everything after a shielded, time-bounded shutdown.
 
@@ -18,25 +23,22 @@ siblings that do not depend on each other. Either way the whole stop is bounded 
 
 from __future__ import annotations
 
-import enum
 import math
 import random as _random
 from collections import deque
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from ._actor import ActorContext, ActorLog, ActorRef, logger, serve
+from ._actor import ActorLog, ActorRef, logger
+from ._child import ChildState, Incarnation, Slot
 from ._clock import MONOTONIC, Clock
 from ._intensity import Backoff, RestartBackoff, RestartIntensity
-from ._letters import DropReason
-from ._mailbox import Mailbox
 from ._snapshot import ChildSnapshot, SupervisorSnapshot
 from ._spec import (
-    GRACE,
     ActorExited,
     ChildSpec,
     Restart,
@@ -47,58 +49,6 @@ from ._spec import (
 )
 
 T = TypeVar("T")
-
-
-class ChildState(enum.Enum):
-    STARTING = "starting"
-    RUNNING = "running"
-    RESTARTING = "restarting"
-    STOPPING = "stopping"
-    STOPPED = "stopped"
-
-
-class _Incarnation:
-    __slots__ = ("cancelled", "finished", "number", "scope", "started")
-
-    def __init__(self, number: int) -> None:
-        self.number = number
-        self.scope: anyio.CancelScope | None = None
-        self.finished = anyio.Event()
-        self.started = False
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-        if self.scope is not None:
-            self.scope.cancel()
-
-
-class _Slot(Generic[T]):
-    """A child as the supervisor knows it; outlives incarnations, like the mailbox it owns."""
-
-    def __init__(self, spec: ChildSpec[T], path: str, backoff: RestartBackoff) -> None:
-        self.spec = spec
-        self.path = path
-        # None for a source; the caller's for a child that brings its own (not ours to close).
-        self.mailbox: Mailbox[T] | None = spec.mailbox
-        if spec.own_mailbox:
-            self.mailbox = Mailbox(
-                spec.capacity,
-                spec.policy,
-                name=path,
-                on_drop=spec.on_drop,
-                max_weight=spec.max_weight,
-                hold=spec.hold,
-            )
-        self.ref = ActorRef(path, self.mailbox)
-        self.backoff = backoff
-        self.log = ActorLog(logger, {"actor": path})
-        self.state = ChildState.STARTING
-        self.incarnation: _Incarnation | None = None
-        self.behaviour: Any = None
-        self.restarts = 0
-        self.last_failure: Exception | None = None
-        self.restart_due: float | None = None
 
 
 class Supervisor:
@@ -144,9 +94,9 @@ class Supervisor:
         self._backoff = backoff if backoff is not None else Backoff()
         self._clock = clock
         self._random = random
-        self._slots: list[_Slot[Any]] = []
+        self._slots: list[Slot[Any]] = []
         # Bounded by the number of children: only a started, current incarnation posts, once.
-        self._exits: deque[tuple[_Slot[Any], _Incarnation, Exception | None]] = deque()
+        self._exits: deque[tuple[Slot[Any], Incarnation, Exception | None]] = deque()
         self._state = "new"
         self._failure: RestartIntensityExceeded | None = None
         self._tg: TaskGroup | None = None
@@ -225,13 +175,13 @@ class Supervisor:
                 clock=self._clock,
                 random=self._random,
             )
-            slot = _Slot(spec, f"{self._name}/{spec.name}", backoff)
+            slot = Slot(spec, f"{self._name}/{spec.name}", backoff)
             self._slots.append(slot)
             try:
                 await self._start(slot)
             except BaseException:
                 self._slots.remove(slot)
-                self._finish(slot)
+                slot.finish()
                 raise
         slot.log.debug("started")
         return slot.ref
@@ -242,9 +192,9 @@ class Supervisor:
         async with self._lock:
             slot = self._slot(name)
             slot.state = ChildState.STOPPING  # its exit is no longer a reason to restart
-        await self._stop_gracefully(slot)
+        await slot.stop_gracefully()
         async with self._lock:
-            self._finish(slot)
+            slot.finish()
             if slot in self._slots:
                 self._slots.remove(slot)
 
@@ -281,98 +231,21 @@ class Supervisor:
 
     # -- children ---------------------------------------------------------------------------
 
-    async def _start(self, slot: _Slot[Any]) -> None:
-        incarnation = _Incarnation(slot.restarts)
+    async def _start(self, slot: Slot[Any]) -> None:
+        incarnation = Incarnation(slot.restarts)
         slot.incarnation = incarnation
         slot.state = ChildState.STARTING
         try:
-            await self._task_group().start(self._run_incarnation, slot, incarnation)
+            await self._task_group().start(slot.run, incarnation, self._exited)
         except BaseException:
             if slot.incarnation is incarnation:
                 slot.incarnation = None
             raise
 
-    async def _run_incarnation(
-        self, slot: _Slot[T], incarnation: _Incarnation, *, task_status: TaskStatus[None]
-    ) -> None:
-        ctx = ActorContext(slot.path, slot.mailbox, incarnation.number)
-
-        def ready() -> None:
-            # From now on only the supervisor stops this child, in its order, even when an
-            # outer scope is cancelled (the starter could still cancel a start in progress).
-            if incarnation.scope is not None:
-                incarnation.scope.shield = True
-            incarnation.started = True
-            slot.state = ChildState.RUNNING
-            slot.backoff.started()
-            task_status.started()
-
-        error: Exception | None = None
-        try:
-            with anyio.CancelScope() as scope:
-                incarnation.scope = scope
-                if incarnation.cancelled:
-                    scope.cancel()
-                behaviour = slot.spec.factory()
-                slot.behaviour = behaviour
-                await serve(behaviour, ctx, ready=ready, cleanup_timeout=slot.spec.cleanup_timeout)
-        except Exception as exc:
-            if not incarnation.started:
-                raise  # the starter gets it
-            error = exc
-        finally:
-            for item in ctx.in_flight:  # only an actor with a mailbox receives
-                assert slot.mailbox is not None
-                slot.mailbox.dead_letter(item, DropReason.LOST_IN_FLIGHT, error)
-            incarnation.finished.set()
-            if incarnation.started:
-                self._exits.append((slot, incarnation, error))
-                self._wakeup.set()
-
-    async def _stop_now(self, slot: _Slot[Any]) -> None:
-        """Cancel the current incarnation and wait (bounded) for it to finish."""
-        slot.state = ChildState.STOPPING
-        incarnation = slot.incarnation
-        if incarnation is None:
-            return
-        incarnation.cancel()
-        with anyio.move_on_after(slot.spec.cleanup_timeout + GRACE):
-            await incarnation.finished.wait()
-        if not incarnation.finished.is_set():
-            slot.log.error("ignored cancellation; abandoned while still running")
-        slot.incarnation = None
-
-    async def _stop_gracefully(self, slot: _Slot[Any]) -> None:
-        """Close the mailbox so the actor drains and returns; cancel it at the deadline. A
-        child without a mailbox of ours is given its ``shutdown_timeout`` to return, then
-        cancelled."""
-        slot.state = ChildState.STOPPING
-        if slot.spec.own_mailbox:
-            assert slot.mailbox is not None
-            slot.mailbox.close()
-        incarnation = slot.incarnation
-        if incarnation is not None:
-            with anyio.move_on_after(slot.spec.shutdown_timeout):
-                await incarnation.finished.wait()
-            if not incarnation.finished.is_set():
-                slot.log.warning(
-                    "did not stop within %.3f s (%d queued); cancelling",
-                    slot.spec.shutdown_timeout,
-                    0 if slot.mailbox is None else len(slot.mailbox),
-                )
-        await self._stop_now(slot)
-
-    def _finish(self, slot: _Slot[Any]) -> None:
-        """Final stop: nothing queued is lost silently. A mailbox the child brought stays
-        as it is: its maker owns what is queued there."""
-        slot.state = ChildState.STOPPED
-        if not slot.spec.own_mailbox:
-            return
-        assert slot.mailbox is not None
-        slot.mailbox.close()
-        undelivered = slot.mailbox.purge()
-        if undelivered:
-            slot.log.warning("stopped with %d undelivered message(s)", undelivered)
+    def _exited(self, slot: Slot[Any], incarnation: Incarnation, error: Exception | None) -> None:
+        """A started incarnation ended: hand its exit to the decision loop."""
+        self._exits.append((slot, incarnation, error))
+        self._wakeup.set()
 
     async def _shutdown(self, *, graceful: bool) -> None:
         if self._loop_scope is not None:
@@ -385,16 +258,16 @@ class Supervisor:
         if self._failure is None:
             self._state = "stopped"
 
-    async def _stop_all(self, slots: list[_Slot[Any]], *, graceful: bool, finish: bool) -> None:
+    async def _stop_all(self, slots: list[Slot[Any]], *, graceful: bool, finish: bool) -> None:
         """Stop ``slots`` (given in start order) by the supervisor's :class:`StopOrder`."""
 
-        async def stop(slot: _Slot[Any]) -> None:
+        async def stop(slot: Slot[Any]) -> None:
             if graceful:
-                await self._stop_gracefully(slot)
+                await slot.stop_gracefully()
             else:
-                await self._stop_now(slot)
+                await slot.stop_now()
             if finish:
-                self._finish(slot)
+                slot.finish()
 
         if self._stop_order is StopOrder.REVERSE or len(slots) < 2:
             for slot in reversed(slots):
@@ -446,7 +319,7 @@ class Supervisor:
                 return False
         return await self._restart_due()
 
-    async def _child_down(self, slot: _Slot[Any], error: Exception | None) -> bool:
+    async def _child_down(self, slot: Slot[Any], error: Exception | None) -> bool:
         restart = slot.spec.restart
         if error is not None:
             slot.last_failure = error
@@ -454,7 +327,7 @@ class Supervisor:
         else:
             slot.log.info("returned")
         if restart is Restart.TEMPORARY or (restart is Restart.TRANSIENT and error is None):
-            self._finish(slot)
+            slot.finish()
             self._slots.remove(slot)
             return True
         cause = error if error is not None else ActorExited(f"{slot.path} returned")
@@ -468,7 +341,7 @@ class Supervisor:
         await self._stop_all(siblings, graceful=False, finish=False)
         for member in group:
             if member is not slot and member.spec.restart is Restart.TEMPORARY:
-                self._finish(member)
+                member.finish()
                 self._slots.remove(member)
                 continue
             member.state = ChildState.RESTARTING
@@ -477,7 +350,7 @@ class Supervisor:
         slot.log.info("restarting %s in %.3f s", [m.spec.name for m in group], delay)
         return True
 
-    def _restart_group(self, slot: _Slot[Any]) -> list[_Slot[Any]]:
+    def _restart_group(self, slot: Slot[Any]) -> list[Slot[Any]]:
         if self._strategy is Strategy.ONE_FOR_ONE:
             return [slot]
         if self._strategy is Strategy.ONE_FOR_ALL:
@@ -525,7 +398,7 @@ class Supervisor:
             raise RuntimeError(f"supervisor {self._name!r} is not running")
         return self._tg
 
-    def _slot(self, name: str) -> _Slot[Any]:
+    def _slot(self, name: str) -> Slot[Any]:
         for slot in self._slots:
             if slot.spec.name == name:
                 return slot

@@ -1,0 +1,251 @@
+"""What a worker holds, and the writes that keep it: the base of :class:`LeaseCoordinator`.
+
+:class:`LeaseHolder` owns the state of the leases held (:class:`Held`, each written under its
+own lock), the last listing of the table by key, the expiry tracker, the statistics and the
+queue of :class:`LeaseAcquired` / :class:`LeaseLost` events for the reader. It does the writes
+on a held lease: renewals (a loop of rounds that keeps its cadence and drops a lease not
+renewed for ``failover_time``) and the conditional write, adopt and release protocol - a
+failed condition is answered by reading the item back: a write of ours that landed after its
+reply was lost is adopted, another worker's ownership ends the lease (:class:`LeaseLost`),
+and the lease renewed by another process under our id is :class:`WorkerIdConflictError`.
+
+Finding and taking leases, shard sync, the lifecycle and the user's calls are
+:mod:`._coordinator`'s, which subclasses this.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
+
+import anyio
+import anyio.lowlevel
+
+from ..errors import KinesisError
+from ._config import LeaseConfig
+from ._errors import LeaseTableError, WorkerIdConflictError
+from ._events import LeaseAcquired, LeaseEvent, LeaseLost, LeaseStats
+from ._items import Lease
+from ._policy import ExpiryTracker, write_landed
+from ._table import LeaseTable
+
+__all__ = ["EPSILON", "Held", "LeaseHolder"]
+
+logger = logging.getLogger("kinesis_actors.leases")
+
+#: Renewals in flight at once (the KCL renews on a thread pool too).
+_RENEW_CONCURRENCY = 16
+#: How much earlier than ``failover_time`` a lease not renewed is dropped (the KCL's epsilon).
+EPSILON = 0.025
+
+
+@dataclass(slots=True)
+class Held:
+    """A held lease: owned by the coordinator, written under ``lock``."""
+
+    lease: Lease
+    stream: str
+    renewed_at: float
+    previous_owner: str | None = None
+    ready: bool = False
+    ready_at: float = 0.0
+    pending: tuple[str, int] | None = None
+    adopted_at: float | None = None
+    needs_pin: bool = False
+    pinned_before: int | None = None
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+
+
+class LeaseHolder:
+    """The leases a worker holds, their events and their writes (see the module's doc)."""
+
+    def __init__(
+        self,
+        table: LeaseTable,
+        worker_id: str,
+        config: LeaseConfig,
+        clock: Callable[[], float],
+    ) -> None:
+        self._table = table
+        self._worker_id = worker_id
+        self._config = config
+        self._clock = clock
+        self._tracker = ExpiryTracker(config.failover_time)
+        self._held: dict[str, Held] = {}
+        self._by_key: dict[str, Lease] = {}
+        self._events: deque[LeaseEvent] = deque()  # Bounded by 2 per lease (see _push).
+        self._changed = anyio.Event()
+        self._failure: BaseException | None = None
+        self._stats = LeaseStats(worker_id=worker_id)
+
+    # -- events ------------------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def _push(self, event: LeaseEvent) -> None:
+        if isinstance(event, LeaseLost):
+            for queued in self._events:
+                if isinstance(queued, LeaseAcquired) and (queued.stream, queued.shard_id) == (
+                    event.stream,
+                    event.shard_id,
+                ):
+                    self._events.remove(queued)  # never received: nothing to stop
+                    self._wake()
+                    return
+        self._events.append(event)
+        self._wake()
+
+    async def next_event(self) -> LeaseEvent:
+        """The next :class:`LeaseAcquired` or :class:`LeaseLost`, awaiting one.
+
+        Raises the coordinator's failure (for example
+        :class:`~kinesis_actors.leases.WorkerIdConflictError`) once it has stopped on one.
+        """
+        await anyio.lowlevel.checkpoint()
+        while True:
+            if self._failure is not None:
+                raise self._failure
+            if self._events:
+                return self._events.popleft()
+            await self._changed.wait()
+
+    def __aiter__(self) -> AsyncIterator[LeaseEvent]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[LeaseEvent]:
+        while True:
+            yield await self.next_event()
+
+    # -- renewals ----------------------------------------------------------------------------
+
+    async def _renew_loop(self) -> None:
+        tick = self._config.checkpoint_period
+        renew = self._config.renew_period
+        limit = anyio.CapacityLimiter(_RENEW_CONCURRENCY)
+        valid = self._config.failover_time - EPSILON
+        # Rounds keep their cadence whatever a round takes (100 renewals take a few hundred
+        # milliseconds), and a lease not renewed for a failover time is dropped on time.
+        next_round = self._clock() + tick
+        while True:
+            wake = next_round
+            for held in self._held.values():
+                wake = min(wake, held.renewed_at + valid)
+            await anyio.sleep(max(0.0, wake - self._clock()))
+            now = self._clock()
+            for key, held in list(self._held.items()):
+                if now - held.renewed_at >= valid:
+                    self._drop(key, held, "expired")
+            if now < next_round:
+                continue
+            next_round = max(next_round + tick, now)
+            async with anyio.create_task_group() as group:
+                for key, held in list(self._held.items()):
+                    if held.pending is not None or now - held.renewed_at >= renew - tick / 2:
+                        group.start_soon(self._renew, key, held, limit)
+
+    async def _renew(self, key: str, held: Held, limit: anyio.CapacityLimiter) -> None:
+        # A renewal retried against an unreachable table gives up when the lease would
+        # expire, so that the round ends and the lease is dropped on time (a write that
+        # landed all the same is adopted by the next one, see _adopt).
+        left = held.renewed_at + self._config.failover_time - EPSILON - self._clock()
+        with anyio.move_on_after(max(0.0, left)):
+            async with limit, held.lock:
+                if self._held.get(key) is not held:
+                    return
+                try:
+                    await self._write(key, held, held.pending)
+                except (LeaseTableError, WorkerIdConflictError):
+                    raise
+                except KinesisError as error:
+                    logger.warning("renewal of %s failed: %s", key, error)
+
+    async def _write(
+        self, key: str, held: Held, checkpoint: tuple[str, int] | None, pin: int | None = None
+    ) -> Lease | None:
+        """Renew ``held`` (with ``checkpoint``, and ``pin`` as its ``latestPinnedAt``), under
+        its lock; None if it was lost."""
+        for _ in range(2):
+            started = self._clock()
+            new = await self._table.renew(held.lease, self._worker_id, checkpoint, pin=pin)
+            if new is not None:
+                latency = self._clock() - started
+                worst = max(latency, self._stats.renewal_latency_max or 0.0)
+                self._stats = replace(
+                    self._stats,
+                    renewals=self._stats.renewals + 1,
+                    checkpoints=self._stats.checkpoints + (checkpoint is not None),
+                    renewal_latency_last=latency,
+                    renewal_latency_max=worst,
+                )
+                held.lease, held.renewed_at = new, started
+                if checkpoint is not None and held.pending == checkpoint:
+                    held.pending = None
+                self._by_key[key] = new
+                return new
+            if not await self._adopt(key, held, checkpoint):
+                return None
+        return None
+
+    async def _adopt(self, key: str, held: Held, checkpoint: tuple[str, int] | None) -> bool:
+        """After a failed condition: whether the lease is still ours (a write of ours landed
+        after its reply was lost, and the retry found it applied), adopting it; drops it
+        (LeaseLost) if another worker has it; WorkerIdConflictError if another process wrote
+        it in our name."""
+        current = await self._table.get(key)
+        if current is None or current.owner != self._worker_id:
+            self._drop(key, held, "taken")
+            return False
+        now = self._clock()
+        sequence = None if checkpoint is None else checkpoint[0]
+        recent = held.adopted_at is not None and now - held.adopted_at < self._config.failover_time
+        if not recent and write_landed(held.lease, current, self._worker_id, sequence):
+            held.lease, held.adopted_at = current, now
+            return True
+        self._drop(key, held, "taken")
+        raise WorkerIdConflictError(
+            f"lease {key!r} was renewed by another process under this worker's id "
+            f"{self._worker_id!r} (counter {current.counter}, expected "
+            f"{held.lease.counter}): every worker needs its own worker_id",
+            worker_id=self._worker_id,
+            lease_key=key,
+        )
+
+    async def _release(
+        self,
+        key: str,
+        held: Held,
+        checkpoint: tuple[str, int] | None,
+        children: tuple[str, ...],
+    ) -> Lease | None:
+        """Release ``held`` (with ``checkpoint``), under its lock; None if it was lost."""
+        for _ in range(2):
+            new = await self._table.release(held.lease, self._worker_id, checkpoint, children)
+            if new is None:  # lost, unless this very release landed and its reply did not
+                current = await self._table.get(key)
+                sequence = None if checkpoint is None else checkpoint[0]
+                if current is not None and write_landed(held.lease, current, None, sequence):
+                    new = current
+            if new is not None:
+                if checkpoint is not None:
+                    self._stats = replace(self._stats, checkpoints=self._stats.checkpoints + 1)
+                self._held.pop(key, None)
+                self._tracker.forget(key)
+                self._by_key[key] = new
+                return new
+            if not await self._adopt(key, held, checkpoint):
+                return None
+        return None
+
+    def _drop(self, key: str, held: Held, reason: str) -> None:
+        if self._held.get(key) is not held:
+            return
+        del self._held[key]
+        self._tracker.forget(key)
+        self._stats = replace(self._stats, lost=self._stats.lost + 1)
+        logger.warning("%s lost lease %s (%s)", self._worker_id, key, reason)
+        if held.ready:
+            self._push(LeaseLost(held.stream, held.lease.shard_id, reason))
