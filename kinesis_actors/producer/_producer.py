@@ -40,7 +40,7 @@ from ._pipeline import Entry, Pipeline
 from ._sender import Sender
 from ._setup import new_pipeline
 from ._stream import DEFAULT_MAX_RECORD_BYTES, StreamInfo, describe_stream, list_open_shards
-from ._validation import key_facts, prepare_record
+from ._validation import batch_entries, key_facts, prepare_record
 
 if TYPE_CHECKING:
     from ..client import KinesisClient
@@ -324,7 +324,9 @@ class Producer(Ledger):
         """
         try:
             self._check_open()
-            entries = self._entries(records, handles)
+            entries = batch_entries(
+                records, handles, self._max_record_bytes, self._stream, self._epoch
+            )
         except BaseException as exc:
             for handle in handles or ():  # none was queued: every given handle says why
                 if not handle.done():
@@ -411,53 +413,6 @@ class Producer(Ledger):
         return prepare_record(
             data, partition_key, explicit_hash_key, self._max_record_bytes, self._stream
         )
-
-    def _entries(
-        self, records: Iterable[Sequence[Any]], handles: Sequence[PutHandle] | None
-    ) -> list[Entry]:
-        """Validate a batch for :meth:`put_many`: an entry per record, or the typed error of
-        the first bad one, naming its index.
-
-        One pass; a ``(bytes, str)`` record within the limit costs one cached call for its
-        key (:func:`key_facts`) and no tuple. Anything else goes through
-        :func:`prepare_record`, which raises the typed error.
-        """
-        limit, stream = self._max_record_bytes, self._stream
-        entries: list[Entry] = []
-        append = entries.append
-        epoch = self._epoch
-        for index, record in enumerate(records):
-            handle = None if handles is None else handles[index]
-            if len(record) == 2:
-                data, key = record
-                if type(key) is str and type(data) is bytes and data:  # exact types: no subclass
-                    try:
-                        key_size, hashed = key_facts(key)
-                    except ValueError:
-                        pass  # prepare_record below raises it, typed
-                    else:
-                        size = len(data) + key_size
-                        if size <= limit:
-                            append(Entry(data, key, None, hashed, size, 0.0, handle, epoch))
-                            continue
-                hash_key = None
-            elif len(record) == 3:
-                data, key, hash_key = record
-            else:
-                raise errors.ValidationError(
-                    f"record {index} of the batch: expected (data, partition_key[, "
-                    f"explicit_hash_key]), got {len(record)} fields"
-                )
-            try:
-                data, size, hashed = prepare_record(data, key, hash_key, limit, stream)
-            except errors.KinesisError as exc:
-                raise type(exc)(f"record {index} of the batch: {exc}") from exc
-            append(Entry(data, key, hash_key, hashed, size, 0.0, handle, epoch))
-        if handles is not None and len(handles) != len(entries):
-            raise errors.ValidationError(
-                f"put_many got {len(handles)} handles for {len(entries)} records"
-            )
-        return entries
 
     def _offer(self, entry: Entry) -> bool:
         """Queue ``entry`` if there is room now (the put path's fast way); False if full."""

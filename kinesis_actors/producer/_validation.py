@@ -1,13 +1,18 @@
-"""Checking a record before it takes room in the queue: typed errors, at ``put``, at once."""
+"""Checking a record before it takes room in the queue: typed errors, at ``put``, at once;
+and a batch for ``put_many``, every record before any is queued."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
+from typing import Any
 
 from .. import errors
 from ..records import hash_key, parse_explicit_hash_key, validate_partition_key
+from ._calls import Entry
+from ._handle import PutHandle
 
-__all__ = ["key_facts", "prepare_record"]
+__all__ = ["batch_entries", "key_facts", "prepare_record"]
 
 
 @lru_cache(maxsize=65_536)
@@ -61,3 +66,54 @@ def prepare_record(
             f"exceeds the {max_record_bytes}-byte limit of stream {stream!r}"
         )
     return data, size, hashed
+
+
+def batch_entries(
+    records: Iterable[Sequence[Any]],
+    handles: Sequence[PutHandle] | None,
+    max_record_bytes: int,
+    stream: str,
+    epoch: int,
+) -> list[Entry]:
+    """Validate a batch for ``put_many``: an entry per record, or the typed error of the
+    first bad one, naming its index. ``handles`` (one per record) are settled instead of the
+    entries; a count that does not match is a :class:`~kinesis_actors.errors.ValidationError`.
+
+    One pass; a ``(bytes, str)`` record within the limit costs one cached call for its key
+    (:func:`key_facts`) and no tuple. Anything else goes through :func:`prepare_record`,
+    which raises the typed error.
+    """
+    limit = max_record_bytes
+    entries: list[Entry] = []
+    append = entries.append
+    given = -1 if handles is None else len(handles)
+    for index, record in enumerate(records):
+        handle = None if index >= given or handles is None else handles[index]
+        if len(record) == 2:
+            data, key = record
+            if type(key) is str and type(data) is bytes and data:  # exact types: no subclass
+                try:
+                    key_size, hashed = key_facts(key)
+                except ValueError:
+                    pass  # prepare_record below raises it, typed
+                else:
+                    size = len(data) + key_size
+                    if size <= limit:
+                        append(Entry(data, key, None, hashed, size, 0.0, handle, epoch))
+                        continue
+            explicit_hash_key = None
+        elif len(record) == 3:
+            data, key, explicit_hash_key = record
+        else:
+            raise errors.ValidationError(
+                f"record {index} of the batch: expected (data, partition_key[, "
+                f"explicit_hash_key]), got {len(record)} fields"
+            )
+        try:
+            data, size, hashed = prepare_record(data, key, explicit_hash_key, limit, stream)
+        except errors.KinesisError as exc:
+            raise type(exc)(f"record {index} of the batch: {exc}") from exc
+        append(Entry(data, key, explicit_hash_key, hashed, size, 0.0, handle, epoch))
+    if handles is not None and given != len(entries):
+        raise errors.ValidationError(f"put_many got {given} handles for {len(entries)} records")
+    return entries

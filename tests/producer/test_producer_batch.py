@@ -87,3 +87,21 @@ async def test_abort_fails_every_unsettled_record_at_once(
             await producer.put_many([(b"a", "k"), (b"b", "k")], handles=given)
     assert all(isinstance(h.exception(), errors.ProducerClosedError) for h in handles + given)
     assert producer.metrics.records_failed == 10
+
+
+@pytest.mark.parametrize("given", [1, 3])
+async def test_put_many_with_the_wrong_number_of_handles_is_a_typed_error(
+    client: KinesisClient, stream_name: str, given: int
+) -> None:
+    """Fewer handles than records was an IndexError from inside the producer; both ways are
+    a ValidationError naming the counts, every given handle gets it, and nothing is queued."""
+    await client.create_stream(stream_name, 1)
+    handles = [PutHandle() for _ in range(given)]
+    async with Producer(client, stream_name) as producer:
+        with pytest.raises(errors.ValidationError, match=f"got {given} handles for 2 records"):
+            await producer.put_many([(b"a", "k"), (b"b", "k")], handles=handles)
+        assert producer.metrics.records_put == 0
+    for handle in handles:
+        assert handle.done()
+        with pytest.raises(errors.ValidationError):
+            await handle
