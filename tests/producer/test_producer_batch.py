@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from kinesis_actors import KinesisClient, LocalKinesis, Producer, ProducerConfig, errors
-from kinesis_actors.producer import PutHandle
+from kinesis_actors.producer import PutHandle, _producer
 from tests.producer.test_producer_supervision import user_records
 
 pytestmark = pytest.mark.anyio
@@ -105,3 +105,38 @@ async def test_put_many_with_the_wrong_number_of_handles_is_a_typed_error(
         assert handle.done()
         with pytest.raises(errors.ValidationError):
             await handle
+
+
+async def test_puts_that_never_wait_still_let_other_tasks_run(
+    client: KinesisClient, stream_name: str
+) -> None:
+    """Neither put nor put_many holds the loop for more than a bounded run of records when
+    the queue always has room: a task beside them runs at least every _CHECKPOINT_EVERY
+    puts and every _CHECKPOINT_EVERY_MANY records of put_many."""
+    await client.create_stream(stream_name, 1)
+    done = 0
+    gaps: list[int] = []
+    stop = anyio.Event()
+
+    async def beside() -> None:
+        last = done
+        while not stop.is_set():
+            await anyio.lowlevel.checkpoint()
+            gaps.append(done - last)
+            last = done
+
+    config = ProducerConfig(queue_limit_records=20_000, linger=0.05)
+    async with Producer(client, stream_name, config) as producer, anyio.create_task_group() as tg:
+        tg.start_soon(beside)
+        await anyio.lowlevel.checkpoint()
+        for index in range(2_000):
+            await producer.put(b"x", f"k{index % 7}")
+            done += 1
+        put_gap, gaps[:] = max(gaps), []
+        for _ in range(4):
+            await producer.put_many([(b"y", "k")] * 1_000)
+            done += 1_000
+        stop.set()
+    assert 0 < put_gap <= _producer._CHECKPOINT_EVERY
+    # put_many counts a whole call when it returns: a gap spans at most one call's records.
+    assert gaps and max(gaps) <= 1_000
