@@ -9,6 +9,8 @@
 2. Share of a throttled target's capacity: a 2-shard target emulating the service's write
    limits, the producer pushing flat out for a while; per shard-second accepted records and
    bytes as a share of 1,000 records/s / 1 MiB/s, throttles, failures and this process's RSS.
+   Its keys are spread evenly over the shards (see ``_balanced_keys``), so every shard is
+   offered more than it can take for the whole push.
 3. Peers on scenario 1's target: boto3 ``put_records`` (500 per call), with and without
    ``aws_kinesis_agg`` aggregation.
 
@@ -18,6 +20,7 @@ Usage: ``.venv/bin/python benchmarks/producer_bench.py [--quick] [--json]``.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import json
 import os
@@ -139,11 +142,36 @@ def _size_label(size: int) -> str:
 # -- scenario 2: share of a throttled target's capacity ---------------------------------------
 
 
+def _balanced_keys(shards: int, count: int = KEYS) -> list[str]:
+    """``count`` partition keys, the same number on each of ``shards`` even shards, in turn.
+
+    The pusher puts flat out and waits when the producer's bounded queue is full; the queue
+    then fills with the backlog of the shard that gets the most records, and puts are admitted
+    only as fast as that shard drains. With 1,000 keys hashed at random a shard's share of the
+    records follows its share of the keys: over 4 shards, 251 / 230 / 222 / 297. With three
+    shards at capacity the one of 222 keys was offered 4 x 222 / 1,000 = 89 % of its capacity
+    and less once its own backlog ran out (84-88 % measured, each second its records were put),
+    which the capacity figures counted as the producer's under-delivery. With as many keys on
+    each shard every shard keeps a backlog (about 2,000 records each, measured) all along.
+    Each shard covers an equal slice of the MD5 hash range, as the load target splits it.
+    """
+    each = -(-count // shards)
+    buckets: list[list[str]] = [[] for _ in range(shards)]
+    index = 0
+    while min(len(bucket) for bucket in buckets) < each:
+        key = f"pk-{index}"
+        index += 1
+        shard = int.from_bytes(hashlib.md5(key.encode()).digest(), "big") * shards >> 128
+        if len(buckets[shard]) < each:
+            buckets[shard].append(key)
+    return [buckets[turn % shards][turn // shards] for turn in range(each * shards)][:count]
+
+
 async def _push_for(
-    target: LoadTarget, config: ProducerConfig, size: int, seconds: float
+    target: LoadTarget, config: ProducerConfig, size: int, seconds: float, shards: int
 ) -> dict[str, Any]:
     payloads = _payloads(size)
-    keys = _KEY_NAMES
+    keys = _balanced_keys(shards)
     rss: list[tuple[float, int]] = []
     started = time.perf_counter()
 
@@ -163,7 +191,7 @@ async def _push_for(
             index = 0
             while anyio.current_time() < deadline:
                 for _ in range(64):
-                    await put(payloads[index % VARIANTS], keys[index % KEYS])
+                    await put(payloads[index % VARIANTS], keys[index % len(keys)])
                     index += 1
             pushed = time.perf_counter() - started
             await producer.flush()
@@ -215,7 +243,7 @@ def _capacity_row(
     faults = Faults(delay_seconds=rtt, operations=("PutRecords",)) if rtt else None
     with LoadTarget(shards=shards, tls=False, limits=Limits(), faults=faults) as target:
         cpu, target_cpu = time.process_time(), target.cpu_seconds()
-        outcome = anyio.run(_push_for, target, config, size, seconds)
+        outcome = anyio.run(_push_for, target, config, size, seconds, shards)
         cpu, target_cpu = time.process_time() - cpu, target.cpu_seconds() - target_cpu
         stats = target.stats()
     metrics = outcome["metrics"]

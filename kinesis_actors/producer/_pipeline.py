@@ -351,9 +351,10 @@ class Pipeline(WaitingRoom):
             self.unknown(call, mismatch, now)
             return
         written: list[tuple[list[Entry], str, str]] = []
-        # Successes per lane, given to the pacing once per lane and answer (before a throttle
-        # of that lane, to keep their order: recovery is additive, so that is the same).
-        succeeded: dict[str, int] = {}
+        # Successes per lane, [records, bytes], given to the pacing once per lane and answer
+        # (before a throttle of that lane, to keep their order: recovery is additive, so that
+        # is the same).
+        succeeded: dict[str, list[int]] = {}
         mapped = self._map is not None
         nbytes = 0
         release = self._release
@@ -370,7 +371,12 @@ class Pipeline(WaitingRoom):
                     if mapped and shard_id != lane:
                         self.needs_refresh = True
                         self.mispredicted += 1
-                    succeeded[lane] = succeeded.get(lane, 0) + 1
+                    counts = succeeded.get(lane)
+                    if counts is None:
+                        succeeded[lane] = [1, part.size]
+                    else:
+                        counts[0] += 1
+                        counts[1] += part.size
                     nbytes += part.size
                     written.append((part.entries, shard_id, sequence_number))
                     release(part.entries)
@@ -382,8 +388,8 @@ class Pipeline(WaitingRoom):
                 )
                 self._failed(part, error, now, succeeded)
         on_success = self._limiter.on_success
-        for lane, records in succeeded.items():
-            on_success(lane, records, now)
+        for lane, (records, lane_bytes) in succeeded.items():
+            on_success(lane, records, now, lane_bytes)
         self.kinesis_records_sent += len(written)
         self.bytes_sent += nbytes
         if written:
@@ -415,7 +421,7 @@ class Pipeline(WaitingRoom):
         part: Part,
         error: BaseException,
         now: float,
-        succeeded: dict[str, int] | None = None,
+        succeeded: dict[str, list[int]] | None = None,
         *,
         unknown: bool = False,
     ) -> None:
@@ -429,9 +435,9 @@ class Pipeline(WaitingRoom):
             self.throttled += 1
             if part.lane != UNPREDICTED_LANE:
                 if succeeded:
-                    records = succeeded.pop(part.lane, 0)
-                    if records:
-                        self._limiter.on_success(part.lane, records, now)
+                    counts = succeeded.pop(part.lane, None)
+                    if counts is not None:
+                        self._limiter.on_success(part.lane, counts[0], now, counts[1])
                 self._limiter.on_throttled(part.lane, now)
         after_failure = self._retries.after_failure
         again: list[Entry] = []

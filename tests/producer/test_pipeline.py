@@ -481,3 +481,25 @@ def test_idle_domains_are_kept_for_their_next_records_and_pruned_past_the_bound(
     assert largest <= IDLE_DOMAINS + 1  # past it, every idle one was pruned
     assert len(h.pipeline._domains) < IDLE_DOMAINS
     assert len(h.settled) == 3 * IDLE_DOMAINS + 2
+
+
+def test_acknowledged_aggregates_speed_their_throttled_shard_up_by_their_bytes() -> None:
+    """The capacity benchmark's first burst meets 2 throttles a shard; counted per Kinesis
+    record, its ~20 aggregates a second earned back 0.02 a second: 10 % of the shard's
+    capacity lost for 5 s. Each aggregate now counts as the capacity it used."""
+    limiter = ShardRateLimiter()  # the service's 1,000 records/s and 1 MiB/s
+    h = Harness(limiter=limiter)
+    keys = [f"k{i}" for i in range(400) if TWO_SHARDS.shard_for(f"k{i}") == "s0"][:50]
+    limiter.on_throttled("s0", 0.0)
+    for i in range(150):
+        h.add(keys[i % len(keys)], b"x" * 1024)
+    call = h.call(now=0.05)  # within the cooldown: the throttle below does not slow it again
+    assert [part.lane for part in call.parts] == ["s0"] * 3
+    results = ok(call)
+    results[2] = {"ErrorCode": "ProvisionedThroughputExceededException", "ErrorMessage": "x"}
+    h.pipeline.complete(call, results, 0.05)
+    used = sum(part.size for part in call.parts[:2]) / 1048.576  # records' worth of capacity
+    stats = limiter.stats("s0")
+    assert stats is not None and stats.throttles == 2 and stats.decreases == 1
+    assert stats.factor == pytest.approx(0.9 + 0.001 * used)
+    assert stats.factor > 0.99  # it was 0.902: two Kinesis records

@@ -290,6 +290,24 @@ def test_successes_recover_additively_up_to_the_ceiling_and_no_further() -> None
     assert stats.records_per_s == 1000
 
 
+def test_successes_recover_by_the_records_or_the_bytes_whichever_used_more_capacity() -> None:
+    """An aggregate of fifty 1 KiB records uses as much of a shard as fifty records sent alone
+    (lesson 19's gentle decrease is undone as fast in both cases)."""
+    limiter = ShardRateLimiter(recovery_per_record=0.001)
+    limiter.on_throttled("agg", 0.0)
+    limiter.on_success("agg", 1, 0.0, 51_200)  # 51,200 bytes: 48.8 records' worth of 1 MiB/s
+    stats = limiter.stats("agg")
+    assert stats is not None
+    assert stats.factor == pytest.approx(0.9 + 0.001 * 51_200 * 1000 / MIB)
+    limiter.on_throttled("small", 0.0)
+    limiter.on_success("small", 50, 0.0, 500)  # the records bind
+    stats = limiter.stats("small")
+    assert stats is not None
+    assert stats.factor == pytest.approx(0.95)
+    with pytest.raises(ValueError):
+        limiter.on_success("small", 1, 0.0, -1)
+
+
 def test_forget_drops_a_shard() -> None:
     limiter = ShardRateLimiter()
     limiter.on_throttled("old", 0.0)
