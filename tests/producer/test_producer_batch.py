@@ -111,8 +111,10 @@ async def test_puts_that_never_wait_still_let_other_tasks_run(
     client: KinesisClient, stream_name: str
 ) -> None:
     """Neither put nor put_many holds the loop for more than a bounded run of records when
-    the queue always has room: a task beside them runs at least every _CHECKPOINT_EVERY
-    puts and every _CHECKPOINT_EVERY_MANY records of put_many."""
+    the queue always has room: each yields every _CHECKPOINT_EVERY puts (put_many: every
+    _CHECKPOINT_EVERY_MANY records), so a task beside them sees at most two such runs
+    between its own turns (trio may run the putter first in one batch and last in the
+    previous one)."""
     await client.create_stream(stream_name, 1)
     done = 0
     gaps: list[int] = []
@@ -137,6 +139,6 @@ async def test_puts_that_never_wait_still_let_other_tasks_run(
             await producer.put_many([(b"y", "k")] * 1_000)
             done += 1_000
         stop.set()
-    assert 0 < put_gap <= _producer._CHECKPOINT_EVERY
-    # put_many counts a whole call when it returns: a gap spans at most one call's records.
-    assert gaps and max(gaps) <= 1_000
+    assert 0 < put_gap <= 2 * _producer._CHECKPOINT_EVERY
+    # put_many's records are counted when its call returns, a call's 1,000 at once.
+    assert gaps and max(gaps) <= 2 * 1_000
