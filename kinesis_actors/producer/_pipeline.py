@@ -26,7 +26,6 @@ import heapq
 import math
 import random
 from collections.abc import Callable, Iterable
-from operator import attrgetter
 from typing import Any
 
 from .. import errors
@@ -51,8 +50,6 @@ __all__ = [
 
 # The smallest aggregate worth building; below it a part would be mostly overhead.
 _MIN_AGGREGATE_ROOM = 64
-
-_data = attrgetter("data")  # a C callable, mapped over a run of entries
 
 # Deadline sweeps run when the earliest waiting record expires, but at most every
 # max(_SWEEP_FLOOR, ttl * _SWEEP_SHARE): a record may outlive ``record_ttl`` by that much
@@ -145,23 +142,10 @@ class Pipeline(WaitingRoom):
 
     def add(self, entry: Entry) -> bool:
         """Queue an accepted record; ``True`` if the sender should look now (else it can wait)."""
-        ehk = entry.explicit_hash_key
-        key = entry.partition_key if ehk is None else (entry.partition_key, ehk)  # domain_key
-        domain = self._domains.get(key)
-        if domain is None:
-            domain = self._domains[key] = Domain(key, entry.hash_key, self._lane(entry.hash_key))
-        domain.entries.append(entry)
-        domain.nbytes += entry.size
-        self.pending_records += 1
         ttl = self._ttl
         if ttl is not None and entry.enqueued + ttl < self._next_sweep:
             self._next_sweep = entry.enqueued + ttl  # the sweep that fails it if it waits
-        if domain.state == IDLE:
-            self._make_ready(domain, front=False)
-        elif domain.state == READY:
-            self.ready_records += 1
-            self.ready_bytes += entry.size
-        else:
+        if not self.place(entry):
             return False
         return (
             self.ready_records in (1, self._full_records)
@@ -171,29 +155,7 @@ class Pipeline(WaitingRoom):
     def add_many(self, entries: Iterable[Entry], now: float) -> None:
         """Queue accepted records, each as :meth:`add` does, stamped ``enqueued = now`` (the
         dispatcher's intake: one call per look into the queue, not one per record)."""
-        domains = self._domains
-        lane_for = self._lane
-        make_ready = self._make_ready
-        count = ready_records = ready_bytes = 0
-        for entry in entries:
-            entry.enqueued = now
-            ehk = entry.explicit_hash_key
-            key = entry.partition_key if ehk is None else (entry.partition_key, ehk)
-            domain = domains.get(key)
-            if domain is None:
-                domain = domains[key] = Domain(key, entry.hash_key, lane_for(entry.hash_key))
-            domain.entries.append(entry)
-            domain.nbytes += entry.size
-            count += 1
-            state = domain.state
-            if state == IDLE:
-                make_ready(domain, front=False)
-            elif state == READY:
-                ready_records += 1
-                ready_bytes += entry.size
-        self.pending_records += count
-        self.ready_records += ready_records
-        self.ready_bytes += ready_bytes
+        count = self.place_many(entries, now)
         ttl = self._ttl
         if count and ttl is not None and now + ttl < self._next_sweep:
             self._next_sweep = now + ttl  # the sweep that fails them if they wait
@@ -283,50 +245,17 @@ class Pipeline(WaitingRoom):
         if cap < _MIN_AGGREGATE_ROOM or cap < len(first.data):
             return self._single(lane, head, grant)
         aggregator = Aggregator(cap)
-        add_run = aggregator.add_run
-        taken: list[Entry] = []
-        while True:
-            domain = self._head(lane)
-            if domain is None:
-                break
-            entries = domain.entries
-            if not entries:
-                break
-            lead = entries[0]
-            count = add_run(map(_data, entries), lead.partition_key, lead.explicit_hash_key)
-            if count == 0:
-                break
-            if count == len(entries):  # the whole run (the common case)
-                nbytes = domain.nbytes
-                taken += entries
-                entries.clear()
-            else:
-                nbytes = 0
-                for _ in range(count):
-                    entry = entries.popleft()
-                    nbytes += entry.size
-                    taken.append(entry)
-            domain.nbytes -= nbytes
-            self.ready_records -= count
-            self.ready_bytes -= nbytes
-            self._took_from(lane, domain)
-            if entries:
-                break  # the aggregate is full
+        taken = self.take_runs(lane, aggregator)
         if not taken:
             return None
         record = aggregator.build()
         return self._part(lane, record, taken, grant)
 
     def _single(self, lane: Lane, domain: Domain, grant: Grant) -> Part:
-        """The domain's first record sent as itself: :meth:`_part` inlined, and its size is
-        the entry's (data plus key), with no key to measure again."""
-        entry = domain.entries.popleft()
+        """The domain's first record sent as itself: its size is the entry's (data plus key),
+        with no key to measure again."""
+        entry = self.take_one(lane, domain)
         size = entry.size
-        domain.nbytes -= size
-        self.ready_records -= 1
-        self.ready_bytes -= size
-        self.pending_records -= 1
-        self._took_from(lane, domain)
         grant.spend(size)
         record = OutboundRecord(entry.data, entry.partition_key, entry.explicit_hash_key, 1)
         return Part(record, lane.shard_id, [entry], size)
@@ -336,7 +265,6 @@ class Pipeline(WaitingRoom):
         # Always spent: if a bucket runs short mid-call (the record bucket, or a record
         # bigger than the byte tokens left), it goes into debt and the lane waits it out.
         grant.spend(size)
-        self.pending_records -= len(entries)
         return Part(record, lane.shard_id, entries, size)
 
     # -- outcomes -----------------------------------------------------------------------------

@@ -4,17 +4,21 @@ Records wait in *ordering domains*, one per ``(partition_key, explicit_hash_key)
 wait in *lanes*, one per predicted shard (one lane, ``"*"``, for streams whose records the
 service places itself), each lane a queue of its ready domains. A domain is idle, ready, in
 flight (with ``preserve_order``, at most one Kinesis record of it at a time) or waiting out a
-backoff; this keeps those states, the counts of ready records and bytes, and the heap of
-backoffs. What to send, pacing and retries are the :class:`~._pipeline.Pipeline`'s, which is
+backoff; this keeps those states, the counts of ready and waiting records and bytes, and the
+heap of backoffs. Records are placed here (:meth:`WaitingRoom.place_many`) and taken out to
+be sent, a lane's head record alone or its domains' runs into an aggregate
+(:meth:`WaitingRoom.take_runs`); retries, expiry and a drain are the pipeline's. What to
+send and when (pacing, linger, call limits) is the :class:`~._pipeline.Pipeline`'s, which is
 a waiting room with a sending policy. Sans-IO: nothing here awaits or reads a clock.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from operator import attrgetter
 
-from ..records import ShardMap
+from ..records import Aggregator, ShardMap
 from ._calls import Entry
 from ._domains import IDLE, IN_FLIGHT, READY, WAITING, Domain, DomainKey, Lane
 
@@ -25,6 +29,8 @@ WHOLE_STREAM_LANE = "*"
 
 IDLE_DOMAINS = 4096
 """Idle domains kept for their keys' next records before they are pruned."""
+
+_data = attrgetter("data")  # a C callable, mapped over a run of entries
 
 UNPREDICTED_LANE = "?"
 """The lane of records whose hash key no known open shard covers (a reshard is under way)."""
@@ -82,6 +88,102 @@ class WaitingRoom:
             else:
                 gone.append(shard_id)
         return gone
+
+    # -- records in and out -------------------------------------------------------------------
+
+    def place(self, entry: Entry) -> bool:
+        """Put an accepted record at the back of its domain: ``True`` if it is ready to send
+        now (its domain is not in flight or backing off)."""
+        ehk = entry.explicit_hash_key
+        key = entry.partition_key if ehk is None else (entry.partition_key, ehk)  # domain_key
+        domain = self._domains.get(key)
+        if domain is None:
+            domain = self._domains[key] = Domain(key, entry.hash_key, self._lane(entry.hash_key))
+        domain.entries.append(entry)
+        domain.nbytes += entry.size
+        self.pending_records += 1
+        if domain.state == IDLE:
+            self._make_ready(domain, front=False)
+        elif domain.state == READY:
+            self.ready_records += 1
+            self.ready_bytes += entry.size
+        else:
+            return False
+        return True
+
+    def place_many(self, entries: Iterable[Entry], now: float) -> int:
+        """:meth:`place` each record, stamped ``enqueued = now``; how many there were."""
+        domains = self._domains
+        lane_for = self._lane
+        make_ready = self._make_ready
+        count = ready_records = ready_bytes = 0
+        for entry in entries:
+            entry.enqueued = now
+            ehk = entry.explicit_hash_key
+            key = entry.partition_key if ehk is None else (entry.partition_key, ehk)
+            domain = domains.get(key)
+            if domain is None:
+                domain = domains[key] = Domain(key, entry.hash_key, lane_for(entry.hash_key))
+            domain.entries.append(entry)
+            domain.nbytes += entry.size
+            count += 1
+            state = domain.state
+            if state == IDLE:
+                make_ready(domain, front=False)
+            elif state == READY:
+                ready_records += 1
+                ready_bytes += entry.size
+        self.pending_records += count
+        self.ready_records += ready_records
+        self.ready_bytes += ready_bytes
+        return count
+
+    def take_one(self, lane: Lane, domain: Domain) -> Entry:
+        """The first record of ``domain``, the lane's head, taken to be sent alone."""
+        entry = domain.entries.popleft()
+        size = entry.size
+        domain.nbytes -= size
+        self.ready_records -= 1
+        self.ready_bytes -= size
+        self.pending_records -= 1
+        self._took_from(lane, domain)
+        return entry
+
+    def take_runs(self, lane: Lane, aggregator: Aggregator) -> list[Entry]:
+        """Records from the lane's head domains into ``aggregator``, a domain's run at a time
+        (:meth:`~kinesis_actors.records.Aggregator.add_run`), until it is full or the lane
+        has nothing ready; the records taken, in the aggregate's order."""
+        taken: list[Entry] = []
+        add_run = aggregator.add_run
+        while True:
+            domain = self._head(lane)
+            if domain is None:
+                break
+            entries = domain.entries
+            if not entries:
+                break
+            lead = entries[0]
+            count = add_run(map(_data, entries), lead.partition_key, lead.explicit_hash_key)
+            if count == 0:
+                break
+            if count == len(entries):  # the whole run (the common case)
+                nbytes = domain.nbytes
+                taken += entries
+                entries.clear()
+            else:
+                nbytes = 0
+                for _ in range(count):
+                    entry = entries.popleft()
+                    nbytes += entry.size
+                    taken.append(entry)
+            domain.nbytes -= nbytes
+            self.ready_records -= count
+            self.ready_bytes -= nbytes
+            self.pending_records -= count
+            self._took_from(lane, domain)
+            if entries:
+                break  # the aggregate is full
+        return taken
 
     def _lane(self, hash_key: int) -> Lane:
         if self._map is None:
