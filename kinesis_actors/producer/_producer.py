@@ -451,7 +451,7 @@ class Producer(Ledger):
             raise self._stopped_error() from None
         if sent:
             epoch = self._epoch
-            if entries[start].epoch != epoch:  # a flush began since _entries stamped them
+            if entries[start].epoch != epoch:  # a flush began since batch_entries stamped them
                 for index in range(start, start + sent):
                     entries[index].epoch = epoch
             outstanding = self._epoch_outstanding

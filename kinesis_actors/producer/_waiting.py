@@ -4,8 +4,8 @@ Records wait in *ordering domains*, one per ``(partition_key, explicit_hash_key)
 wait in *lanes*, one per predicted shard (one lane, ``"*"``, for streams whose records the
 service places itself), each lane a queue of its ready domains. A domain is idle, ready, in
 flight (with ``preserve_order``, at most one Kinesis record of it at a time) or waiting out a
-backoff; this keeps those states, the counts of ready and waiting records and bytes, and the
-heap of backoffs. Records are placed here (:meth:`WaitingRoom.place_many`) and taken out to
+backoff; this keeps those states, the counts of ready records and bytes and of waiting records,
+and the heap of backoffs. Records are placed here (:meth:`WaitingRoom.place_many`) and taken out to
 be sent, a lane's head record alone or its domains' runs into an aggregate
 (:meth:`WaitingRoom.take_runs`); retries, expiry and a drain are the pipeline's. What to
 send and when (pacing, linger, call limits) is the :class:`~._pipeline.Pipeline`'s, which is
