@@ -140,20 +140,12 @@ class Pipeline(WaitingRoom):
 
     # -- intake -------------------------------------------------------------------------------
 
-    def add(self, entry: Entry) -> bool:
-        """Queue an accepted record; ``True`` if the sender should look now (else it can wait)."""
-        ttl = self._ttl
-        if ttl is not None and entry.enqueued + ttl < self._next_sweep:
-            self._next_sweep = entry.enqueued + ttl  # the sweep that fails it if it waits
-        if not self.place(entry):
-            return False
-        return (
-            self.ready_records in (1, self._full_records)
-            or self.ready_bytes >= self._full_bytes > self.ready_bytes - entry.size
-        )
+    def add(self, entry: Entry) -> None:
+        """Queue one accepted record, stamped with its own ``enqueued``: :meth:`add_many` of one."""
+        self.add_many((entry,), entry.enqueued)
 
     def add_many(self, entries: Iterable[Entry], now: float) -> None:
-        """Queue accepted records, each as :meth:`add` does, stamped ``enqueued = now`` (the
+        """Queue accepted records in their domains, stamped ``enqueued = now`` (the
         dispatcher's intake: one call per look into the queue, not one per record)."""
         count = self.place_many(entries, now)
         ttl = self._ttl

@@ -91,28 +91,9 @@ class WaitingRoom:
 
     # -- records in and out -------------------------------------------------------------------
 
-    def place(self, entry: Entry) -> bool:
-        """Put an accepted record at the back of its domain: ``True`` if it is ready to send
-        now (its domain is not in flight or backing off)."""
-        ehk = entry.explicit_hash_key
-        key = entry.partition_key if ehk is None else (entry.partition_key, ehk)  # domain_key
-        domain = self._domains.get(key)
-        if domain is None:
-            domain = self._domains[key] = Domain(key, entry.hash_key, self._lane(entry.hash_key))
-        domain.entries.append(entry)
-        domain.nbytes += entry.size
-        self.pending_records += 1
-        if domain.state == IDLE:
-            self._make_ready(domain, front=False)
-        elif domain.state == READY:
-            self.ready_records += 1
-            self.ready_bytes += entry.size
-        else:
-            return False
-        return True
-
     def place_many(self, entries: Iterable[Entry], now: float) -> int:
-        """:meth:`place` each record, stamped ``enqueued = now``; how many there were."""
+        """Put accepted records at the back of their domains, each stamped ``enqueued = now``;
+        how many there were."""
         domains = self._domains
         lane_for = self._lane
         make_ready = self._make_ready

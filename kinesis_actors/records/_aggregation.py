@@ -281,8 +281,9 @@ class Aggregator:
         """Buffer records that share keys, in order, while they fit: how many were taken.
 
         The same bytes as an :meth:`add` per record, for the producer's runs of one ordering
-        domain: the key is looked up once and a header built once per data size (measured:
-        0.72 -> 0.3 us per 100-byte record). Stops at the first record that does not fit;
+        domain: the key is looked up once and a header built once per data size (measured in
+        the sans-IO pipeline, runs of five 100-byte records: building calls 1.03-1.20 -> 0.91-0.94
+        us a record). Stops at the first record that does not fit;
         ``datas`` may be consumed one past it. Raises ``ValueError`` as :meth:`add` does.
         """
         iterator = iter(datas)
