@@ -28,12 +28,20 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from ._validate import check_non_negative
 from .client import ClientConfig, KinesisClient, StreamRef
 from .errors import ConfigError, KinesisError, ProducerClosedError, ValidationError
-from .producer import Producer, ProducerConfig, ProducerMetrics, PutHandle, StreamInfo
+from .producer import (
+    Producer,
+    ProducerConfig,
+    ProducerMetrics,
+    PutHandle,
+    PutHandles,
+    StreamInfo,
+)
 from .runtime import unwrap_sole
 
 __all__ = ["SyncProducer"]
 
 _Item = tuple[bytes, str, str | None, PutHandle]
+_HANDLE_BLOCK = 256  # single puts' handles made together (a kept handle keeps ~6 KB)
 
 #: After an abort, how long the admitting and flushing task may take to end before it is
 #: cancelled. The abort settles every record, which ends it at once; this bound is for a
@@ -81,6 +89,8 @@ class SyncProducer:
             raise ConfigError(f"backend must be 'asyncio' or 'trio', got {backend!r}")
         self._batch_size = batch_size
         self._pending: list[_Item] = []
+        self._block = PutHandles(0)  # the block single puts take their handles from
+        self._block_slot = 0
         self._lock = threading.Lock()
         self._closed = False
         self._stack = contextlib.ExitStack()
@@ -116,15 +126,20 @@ class SyncProducer:
         """
         self._check_open()
         data = self._producer.prepare(data, partition_key, explicit_hash_key)[0]
-        handle = PutHandle()
         with self._lock:
             self._check_open()  # under the lock: close takes the buffer under it
+            # A slot of the current block of handles (one object per block, not per record).
+            slot = self._block_slot
+            if slot == len(self._block):
+                self._block, slot = PutHandles(_HANDLE_BLOCK), 0
+            self._block_slot = slot + 1
+            handle = self._block[slot]
             self._pending.append((data, partition_key, explicit_hash_key, handle))
             if len(self._pending) >= self._batch_size:
                 self._submit()
         return handle
 
-    def put_many(self, records: Iterable[Sequence[Any]]) -> list[PutHandle]:
+    def put_many(self, records: Iterable[Sequence[Any]]) -> PutHandles:
         """Validate and buffer many ``(data, partition_key[, explicit_hash_key])`` records;
         a handle per record. May block while the producer's queue is full.
 
@@ -135,7 +150,7 @@ class SyncProducer:
         """
         self._check_open()
         prepare = self._producer.prepare
-        items: list[_Item] = []
+        items: list[tuple[bytes, str, str | None]] = []
         for index, record in enumerate(records):
             if not 2 <= len(record) <= 3:
                 raise ValidationError(
@@ -148,13 +163,17 @@ class SyncProducer:
                 data = prepare(record[0], key, hash_key)[0]
             except KinesisError as exc:
                 raise type(exc)(f"record {index} of the batch: {exc}") from exc
-            items.append((data, key, hash_key, PutHandle()))
+            items.append((data, key, hash_key))
+        handles = PutHandles(len(items))
         with self._lock:
             self._check_open()
-            self._pending.extend(items)
+            self._pending.extend(
+                (data, key, hash_key, handle)
+                for (data, key, hash_key), handle in zip(items, handles, strict=True)
+            )
             if len(self._pending) >= self._batch_size:
                 self._submit()
-        return [item[3] for item in items]
+        return handles
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything buffered and wait until every record so far is settled.

@@ -1,10 +1,11 @@
 """The producer: a bounded queue with backpressure, KPL aggregation, per-shard pacing, retries.
 
 :class:`Producer` is the public face; :class:`ProducerConfig` its settings; ``put`` returns a
-:class:`PutHandle` that settles to a :class:`PutResult`, ``put_many`` a handle per record
-(:func:`arrow_records` turns Arrow columns into its records). The policies underneath are sans-IO:
-:class:`ShardRateLimiter` paces each shard, and the private pipeline turns accepted records
-into PutRecords calls (ordering domains per key, lanes per shard, aggregates per lane).
+:class:`PutHandle` that settles to a :class:`PutResult`, ``put_many`` :class:`PutHandles`, one
+per record (:func:`arrow_records` turns Arrow columns into its records). The policies
+underneath are sans-IO: :class:`ShardRateLimiter` paces each shard, and the private pipeline
+turns accepted records into PutRecords calls (ordering domains per key, lanes per shard,
+aggregates per lane).
 """
 
 from ._arrow import arrow_records
@@ -15,7 +16,7 @@ from ._calls import (
     PUT_RECORDS_MAX_RECORDS,
 )
 from ._config import ProducerConfig
-from ._handle import PutHandle, PutResult
+from ._handle import PutHandle, PutHandles, PutResult
 from ._metrics import ProducerMetrics
 from ._producer import Producer
 from ._ratelimit import ShardRateLimiter, ShardStats, TokenBucket
@@ -30,6 +31,7 @@ __all__ = [
     "ProducerConfig",
     "ProducerMetrics",
     "PutHandle",
+    "PutHandles",
     "PutResult",
     "ShardRateLimiter",
     "ShardStats",

@@ -6,10 +6,10 @@ such call rejected); the KPL caps a call at 5 MiB, which is the default here too
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from ..records import OutboundRecord
-from ._handle import PutHandle
+from ._handle import Outcomes, PutHandle
 
 __all__ = [
     "DEFAULT_LINGER",
@@ -27,14 +27,15 @@ DEFAULT_MAX_CALL_BYTES = 5 * 1024 * 1024
 DEFAULT_LINGER = 0.1
 
 
-class Entry(PutHandle):
-    """One accepted user record on its way, and its own :class:`PutHandle`.
+class Entry:
+    """One accepted user record on its way, settled into slot ``slot`` of ``outcomes``.
 
-    ``put`` returns the entry itself as the record's handle (one object per record, not an
-    entry and a handle: measured, the second allocation cost CPU and garbage collections).
-    ``handle`` is another handle to settle instead (``put_many(handles=...)``), else
-    ``None``; it is opaque to the pipeline. Settling drops ``data``, so a caller keeping
-    handles keeps results, not records.
+    Entries are recycled: the producer's ledger keeps settled ones (up to the queue's record
+    bound) and the put path refills them with :meth:`fill`, so a steady stream of records
+    allocates none (see :mod:`._handle` for what that saves). Hence the rule every holder
+    keeps: once settled, an entry is referenced by nothing but the spares (its call's parts
+    are dropped with the answer that settled them). Settling drops ``data``, so a spare holds
+    no record.
     """
 
     __slots__ = (
@@ -43,40 +44,60 @@ class Entry(PutHandle):
         "enqueued",
         "epoch",
         "explicit_hash_key",
-        "handle",
         "hash_key",
         "last_error",
+        "outcomes",
         "partition_key",
         "size",
+        "slot",
         "unknown_outcomes",
     )
 
-    def __init__(  # noqa: PLR0917 - built once per record on the hot path
+    def __init__(  # noqa: PLR0917 - the fields, in fill's order
+        self,
+        data: bytes = b"",
+        partition_key: str = "",
+        explicit_hash_key: str | None = None,
+        hash_key: int = 0,
+        size: int = 0,
+        enqueued: float = 0.0,
+        outcomes: Outcomes | None = None,
+        slot: int = 0,
+        epoch: int = 0,
+    ) -> None:
+        self.fill(data, partition_key, explicit_hash_key, hash_key, size, outcomes, slot, epoch)
+        self.enqueued = enqueued
+
+    def fill(  # noqa: PLR0917 - once per record on the hot path
         self,
         data: bytes,
         partition_key: str,
         explicit_hash_key: str | None,
         hash_key: int,
         size: int,
-        enqueued: float,
-        handle: Any = None,
-        epoch: int = 0,
-    ) -> None:
-        # PutHandle's state, set here rather than by a super().__init__ call (hot path).
-        self._error = None
-        self._event = None
-        self._sequence_number = None
+        outcomes: Outcomes | None,
+        slot: int,
+        epoch: int,
+    ) -> Entry:
+        """(Re)initialize for a new record; ``outcomes`` ``None``: a block of its own."""
         self.data = data
         self.partition_key = partition_key
         self.explicit_hash_key = explicit_hash_key
         self.hash_key = hash_key
         self.size = size
-        self.enqueued = enqueued
-        self.handle = handle
+        self.enqueued = 0.0  # stamped when the pipeline takes it
+        self.outcomes = Outcomes(1) if outcomes is None else outcomes
+        self.slot = slot
         self.epoch = epoch
         self.attempts = 0
         self.unknown_outcomes = 0  # attempts whose outcome was unknown (see _retries)
         self.last_error: BaseException | None = None
+        return self
+
+    @property
+    def handle(self) -> PutHandle:
+        """A handle on this record's outcome."""
+        return PutHandle._view(self.outcomes, self.slot)
 
 
 class Part(NamedTuple):

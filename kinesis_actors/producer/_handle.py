@@ -1,13 +1,24 @@
-"""What ``put`` returns: a handle that settles once the service acknowledged the record."""
+"""What ``put`` returns: a handle that settles once the service acknowledged the record.
+
+Outcomes are kept in columns, a block of records at a time (:class:`Outcomes`: one per
+``put_many`` call, one per :data:`PUT_BLOCK` single puts); a :class:`PutHandle` is a view of
+one slot. Records waiting in the queue then hold no object of their own that the garbage
+collector keeps tracking: measured with 100-byte records, collecting a tracked object per
+queued record cost 0.7-0.9 µs a record (135 young and one full collection per 100,000), a
+sixth of ``put_many``'s CPU. A handle the caller drops is freed at once, and a caller keeping
+handles keeps results, never records.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import Any, NamedTuple
+from collections.abc import Generator, Iterator, Sequence
+from typing import Any, NamedTuple, overload
 
 import anyio
 
-__all__ = ["PutHandle", "PutResult"]
+__all__ = ["PUT_BLOCK", "Outcomes", "PutHandle", "PutHandles", "PutResult"]
+
+PUT_BLOCK = 256  # single puts sharing one Outcomes (a kept handle keeps ~6 KB of results)
 
 
 class PutResult(NamedTuple):
@@ -22,72 +33,192 @@ class PutResult(NamedTuple):
     sub_sequence_number: int
 
 
+class Outcomes:
+    """How each record of a block ended, one slot per record: written by the producer's
+    ledger (each slot once), read through :class:`PutHandle` views.
+
+    ``errors`` and ``events`` are sparse (most records succeed, and most handles are never
+    awaited before they settle), so they are created on first use.
+    """
+
+    __slots__ = ("errors", "events", "sequence_numbers", "shard_ids", "sub_sequence_numbers")
+
+    def __init__(self, size: int) -> None:
+        self.sequence_numbers: list[str | None] = [None] * size
+        self.shard_ids: list[str | None] = [None] * size
+        self.sub_sequence_numbers: list[int] = [0] * size
+        self.errors: dict[int, BaseException] | None = None
+        self.events: dict[int, anyio.Event] | None = None
+
+    def __len__(self) -> int:
+        return len(self.sequence_numbers)
+
+    def done(self, slot: int) -> bool:
+        errors = self.errors
+        return self.sequence_numbers[slot] is not None or (errors is not None and slot in errors)
+
+    def acknowledge(
+        self, slot: int, shard_id: str, sequence_number: str, sub_sequence_number: int
+    ) -> None:
+        """Slot ``slot`` was written there (the ledger inlines this on its hot path)."""
+        if self.done(slot):
+            raise RuntimeError("a put handle settles once")
+        self.shard_ids[slot] = shard_id
+        self.sub_sequence_numbers[slot] = sub_sequence_number
+        self.sequence_numbers[slot] = sequence_number
+        if self.events is not None:
+            self.wake(slot)
+
+    def fail(self, slot: int, error: BaseException) -> None:
+        """Slot ``slot`` failed with ``error``."""
+        if self.done(slot):
+            raise RuntimeError("a put handle settles once")
+        if self.errors is None:
+            self.errors = {}
+        self.errors[slot] = error
+        if self.events is not None:
+            self.wake(slot)
+
+    def wake(self, slot: int) -> None:
+        """Wake whoever waits for slot ``slot``, if anyone does."""
+        assert self.events is not None
+        event = self.events.pop(slot, None)
+        if event is not None:
+            event.set()
+
+
 class PutHandle:
     """The outcome of one ``put``: ``await handle`` gives the :class:`PutResult` or raises.
 
     It can be awaited any number of times, from any task. :meth:`done`, :meth:`result` and
     :meth:`exception` look without waiting (the sync producer uses them after ``flush``).
-    The event is created lazily, so a record acknowledged before anyone waits costs no event;
-    so is the :class:`PutResult`, built when asked for from the position kept in three slots
-    (most results are never read: allocating one per record cost CPU and garbage collections).
+    ``PutHandle()`` makes a handle of its own (``put_many(handles=...)`` settles those); the
+    producer hands out views of its :class:`Outcomes` blocks.
     """
 
-    __slots__ = ("_error", "_event", "_sequence_number", "_shard_id", "_sub_sequence_number")
+    __slots__ = ("_outcomes", "_slot")
 
     def __init__(self) -> None:
-        self._error: BaseException | None = None
-        self._event: anyio.Event | None = None
-        self._sequence_number: str | None = None  # set (with the other two) once acknowledged
+        self._outcomes = Outcomes(1)
+        self._slot = 0
+
+    @classmethod
+    def _view(cls, outcomes: Outcomes, slot: int) -> PutHandle:
+        handle = _new_handle(cls)
+        handle._outcomes = outcomes
+        handle._slot = slot
+        return handle
 
     def done(self) -> bool:
         """Whether the record was acknowledged or failed."""
-        return self._sequence_number is not None or self._error is not None
+        return self._outcomes.done(self._slot)
 
     def result(self) -> PutResult:
         """The result if acknowledged; raises the failure, or ``RuntimeError`` if not settled."""
-        if self._error is not None:
-            raise self._error
-        if self._sequence_number is None:
+        outcomes, slot = self._outcomes, self._slot
+        sequence_number = outcomes.sequence_numbers[slot]
+        if sequence_number is None:
+            error = self.exception()
+            if error is not None:
+                raise error
             raise RuntimeError("the record is not acknowledged yet; await the handle")
-        return PutResult(self._shard_id, self._sequence_number, self._sub_sequence_number)
+        shard_id = outcomes.shard_ids[slot]
+        assert shard_id is not None
+        return PutResult(shard_id, sequence_number, outcomes.sub_sequence_numbers[slot])
 
     def exception(self) -> BaseException | None:
         """The failure, or ``None`` (also while not settled)."""
-        return self._error
+        errors = self._outcomes.errors
+        return None if errors is None else errors.get(self._slot)
 
     async def wait(self) -> PutResult:
         """Wait until settled; return the result or raise the failure."""
         if not self.done():
-            if self._event is None:
-                self._event = anyio.Event()
-            await self._event.wait()
+            outcomes = self._outcomes
+            if outcomes.events is None:
+                outcomes.events = {}
+            event = outcomes.events.get(self._slot)
+            if event is None:
+                event = outcomes.events[self._slot] = anyio.Event()
+            await event.wait()
         return self.result()
 
     def __await__(self) -> Generator[Any, None, PutResult]:
         return self.wait().__await__()
 
     def _acknowledged(self, shard_id: str, sequence_number: str, sub_sequence_number: int) -> None:
-        if self._sequence_number is not None or self._error is not None:
-            raise RuntimeError("a put handle settles once")
-        self._shard_id = shard_id
-        self._sub_sequence_number = sub_sequence_number
-        self._sequence_number = sequence_number
-        if self._event is not None:
-            self._event.set()
+        self._outcomes.acknowledge(self._slot, shard_id, sequence_number, sub_sequence_number)
 
     def _set_result(self, result: PutResult) -> None:
         self._acknowledged(*result)
 
     def _set_error(self, error: BaseException) -> None:
-        if self.done():
-            raise RuntimeError("a put handle settles once")
-        self._error = error
-        if self._event is not None:
-            self._event.set()
+        self._outcomes.fail(self._slot, error)
+
+    def __eq__(self, other: object) -> bool:
+        """Two views of the same record's slot are the same handle."""
+        if not isinstance(other, PutHandle):
+            return NotImplemented
+        return self._outcomes is other._outcomes and self._slot == other._slot
+
+    def __hash__(self) -> int:
+        return hash((id(self._outcomes), self._slot))
 
     def __repr__(self) -> str:
-        if self._error is not None:
-            return f"<PutHandle failed: {self._error!r}>"
-        if self._sequence_number is not None:
+        error = self.exception()
+        if error is not None:
+            return f"<PutHandle failed: {error!r}>"
+        if self.done():
             return f"<PutHandle {self.result()}>"
         return "<PutHandle pending>"
+
+
+_new_handle = object.__new__
+
+
+class PutHandles(Sequence[PutHandle]):
+    """Handles of a run of records, one per record in order, made when asked for: what
+    ``put_many`` returns (a batch whose handles are never looked at costs no object per
+    record).
+
+    ``PutHandles(count)`` makes ``count`` unsettled ones, for a caller that hands handles out
+    before its records reach the producer (``SyncProducer``); ``put_many(records,
+    handles=...)`` settles them.
+    """
+
+    __slots__ = ("_outcomes",)
+
+    def __init__(self, count: int) -> None:
+        self._outcomes = Outcomes(count)
+
+    @classmethod
+    def _over(cls, outcomes: Outcomes) -> PutHandles:
+        handles = _new_handle(cls)
+        handles._outcomes = outcomes
+        return handles
+
+    def __len__(self) -> int:
+        return len(self._outcomes)
+
+    @overload
+    def __getitem__(self, index: int) -> PutHandle: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[PutHandle]: ...
+    def __getitem__(self, index: int | slice) -> PutHandle | list[PutHandle]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        count = len(self)
+        if index < 0:
+            index += count
+        if not 0 <= index < count:
+            raise IndexError("put_many handle index out of range")
+        return PutHandle._view(self._outcomes, index)
+
+    def __iter__(self) -> Iterator[PutHandle]:
+        view, outcomes = PutHandle._view, self._outcomes
+        for slot in range(len(outcomes)):
+            yield view(outcomes, slot)
+
+    def __repr__(self) -> str:
+        done = sum(map(self._outcomes.done, range(len(self))))
+        return f"<PutHandles {len(self)} records, {done} settled>"

@@ -21,7 +21,7 @@ from .. import errors
 from ..runtime import Mailbox, RestartIntensityExceeded
 from ._calls import Entry
 from ._config import ProducerConfig
-from ._handle import PutHandle, PutResult
+from ._handle import PutResult
 
 __all__ = ["Ledger"]
 
@@ -42,30 +42,32 @@ class Ledger:
         self._failure: BaseException | None = None
         self._broken: RestartIntensityExceeded | None = None  # the senders' supervisor gave up
         self._last_failure_log = -math.inf
+        # Settled entries, refilled by the put path (see Entry): at most a queue's worth.
+        self._spares: list[Entry] = []
+        self._spare_limit = config.queue_limit_records
 
     def _acknowledge(self, written: list[tuple[list[Entry], str, str]]) -> None:
         """A PutRecords answer's written Kinesis records, each ``(entries, shard_id,
         sequence_number)``: settle their user records together (one release of their room and
-        one count per answer, not one per record)."""
+        one count per answer, not one per record), and keep the entries as spares."""
         records = nbytes = 0
         epoch, count = written[0][0][0].epoch, 0
         settled_in = self._settled_in
+        spares = self._spares
         for entries, shard_id, sequence_number in written:
             for index, entry in enumerate(entries):
-                handle = entry.handle
-                if handle is not None:
-                    handle._acknowledged(shard_id, sequence_number, index)
-                elif entry._sequence_number is None and entry._error is None:
-                    # The entry is its own handle: PutHandle._acknowledged, inlined (the
-                    # call was ~5 % of an aggregated put_many).
-                    entry._shard_id = shard_id
-                    entry._sub_sequence_number = index
-                    entry._sequence_number = sequence_number
-                    if entry._event is not None:
-                        entry._event.set()
-                else:
+                # Outcomes.acknowledge, inlined (the call was ~5 % of an aggregated put_many).
+                outcomes, slot = entry.outcomes, entry.slot
+                if outcomes.sequence_numbers[slot] is not None or (
+                    outcomes.errors is not None and slot in outcomes.errors
+                ):
                     raise RuntimeError("a put handle settles once")
-                entry.data = b""  # the handle keeps the result, not the record
+                outcomes.shard_ids[slot] = shard_id
+                outcomes.sub_sequence_numbers[slot] = index
+                outcomes.sequence_numbers[slot] = sequence_number
+                if outcomes.events is not None:
+                    outcomes.wake(slot)
+                entry.data = b""  # a spare holds no record
                 entry.last_error = None  # nor a retried failure's traceback (its call's frames)
                 nbytes += entry.size
                 if entry.epoch != epoch:
@@ -73,6 +75,9 @@ class Ledger:
                     epoch, count = entry.epoch, 0
                 count += 1
             records += len(entries)
+            room = self._spare_limit - len(spares)
+            if room > 0:
+                spares += entries if len(entries) <= room else entries[:room]
         settled_in(epoch, count)
         self._counters["records_sent"] += records
         assert self._queue is not None
@@ -89,22 +94,24 @@ class Ledger:
 
     def _settle(self, entry: Entry, result: PutResult | None, error: BaseException | None) -> None:
         """Every record ends here exactly once (called by the pipeline)."""
-        handle: PutHandle = entry if entry.handle is None else entry.handle
-        entry.data = b""  # the handle keeps the outcome, not the record
+        outcomes, slot = entry.outcomes, entry.slot
+        entry.data = b""  # a spare holds no record
         entry.last_error = None  # a final error holds it as its __cause__ already
         counters = self._counters
         if error is None:
             assert result is not None
-            handle._set_result(result)
+            outcomes.acknowledge(slot, *result)
             counters["records_sent"] += 1
         else:
-            handle._set_error(error)
+            outcomes.fail(slot, error)
             counters["records_failed"] += 1
             self._record_failure(error)
         queue = self._queue
         if queue is not None:
             queue.release(1, entry.size)
         self._settled_in(entry.epoch, 1)
+        if len(self._spares) < self._spare_limit:
+            self._spares.append(entry)
 
     def _record_failure(self, error: BaseException) -> None:
         closing = isinstance(

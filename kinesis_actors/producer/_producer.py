@@ -18,7 +18,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from operator import attrgetter
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, cast
+from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 from anyio.abc import TaskGroup
@@ -33,7 +33,7 @@ from ..runtime import (
     unwrap_sole,
 )
 from ._config import ProducerConfig
-from ._handle import PutHandle
+from ._handle import PUT_BLOCK, Outcomes, PutHandle, PutHandles
 from ._ledger import Ledger
 from ._metrics import ProducerMetrics
 from ._pipeline import Entry, Pipeline
@@ -57,6 +57,7 @@ _CHECKPOINT_EVERY = 256
 _CHECKPOINT_EVERY_MANY = 500
 
 
+_view = PutHandle._view
 _entry_size = attrgetter("size")  # a C callable: the mailbox calls it once per record
 
 
@@ -103,6 +104,8 @@ class Producer(Ledger):
         self._sender: Sender | None = None
         self._open_shards = 1
         self._puts_since_checkpoint = 0
+        self._put_outcomes = Outcomes(PUT_BLOCK)  # the block single puts settle into
+        self._put_slot = 0
 
     # -- public surface ---------------------------------------------------------------------
 
@@ -265,6 +268,12 @@ class Producer(Ledger):
         record above the stream's limit; and :class:`~kinesis_actors.errors.ProducerFailedError`
         or :class:`~kinesis_actors.errors.ProducerClosedError` when it takes no more records.
         """
+        # A slot of the current block, taken before any wait (a concurrent put takes the next).
+        outcomes, slot = self._put_outcomes, self._put_slot
+        if slot == PUT_BLOCK:
+            outcomes = self._put_outcomes = Outcomes(PUT_BLOCK)
+            slot = 0
+        self._put_slot = slot + 1
         entry: Entry | None = None  # _offer checks that the producer is open
         if explicit_hash_key is None and type(partition_key) is str and type(data) is bytes:
             # The common record, without prepare_record's call and tuple; anything else,
@@ -276,19 +285,21 @@ class Producer(Ledger):
             else:
                 size = len(data) + key_size
                 if data and size <= self._max_record_bytes:
-                    entry = Entry(data, partition_key, None, hashed, size, 0.0)
+                    spares = self._spares
+                    entry = spares.pop() if spares else Entry()
+                    entry.fill(data, partition_key, None, hashed, size, outcomes, slot, 0)
         if entry is None:
             self._check_open()  # a closed producer's error before a bad record's
             data, size, hashed = prepare_record(
                 data, partition_key, explicit_hash_key, self._max_record_bytes, self._stream
             )
-            entry = Entry(data, partition_key, explicit_hash_key, hashed, size, 0.0)
+            entry = Entry(data, partition_key, explicit_hash_key, hashed, size, 0.0, outcomes, slot)
         if not self._offer(entry):
             await self._send(entry)
         elif self._puts_since_checkpoint >= _CHECKPOINT_EVERY:
             self._puts_since_checkpoint = 0
             await anyio.lowlevel.cancel_shielded_checkpoint()  # accepted: never "cancelled"
-        return entry  # its own handle
+        return _view(outcomes, slot)
 
     def put_nowait(
         self, data: bytes, partition_key: str, explicit_hash_key: str | None = None
@@ -302,19 +313,21 @@ class Producer(Ledger):
         data, size, hashed = prepare_record(
             data, partition_key, explicit_hash_key, self._max_record_bytes, self._stream
         )
-        entry = Entry(data, partition_key, explicit_hash_key, hashed, size, 0.0)
+        outcomes = Outcomes(1)  # a block of its own: rare, and a full queue wastes no slot
+        entry = Entry(data, partition_key, explicit_hash_key, hashed, size, 0.0, outcomes)
         if not self._offer(entry):
             raise anyio.WouldBlock
-        return entry  # its own handle
+        return _view(outcomes, 0)
 
     async def put_many(
         self,
         records: Iterable[Sequence[Any]],
         *,
         handles: Sequence[PutHandle] | None = None,
-    ) -> list[PutHandle]:
+    ) -> Sequence[PutHandle]:
         """Queue many ``(data, partition_key[, explicit_hash_key])`` records, in order; returns
-        a handle per record, once the last is inside the bounded queue.
+        their handles (a sequence, one per record, in order), once the last is inside the
+        bounded queue.
 
         Every record is validated before any is queued: a bad one raises its typed error
         (naming its index) and queues nothing. Then each waits for room as :meth:`put` does,
@@ -326,15 +339,19 @@ class Producer(Ledger):
         """
         try:
             self._check_open()
-            entries = batch_entries(
-                records, handles, self._max_record_bytes, self._stream, self._epoch
+            entries, outcomes = batch_entries(
+                records,
+                handles,
+                self._max_record_bytes,
+                self._stream,
+                self._epoch,
+                spares=self._spares,
             )
         except BaseException as exc:
             for handle in handles or ():  # none was queued: every given handle says why
                 if not handle.done():
                     handle._set_error(exc)
             raise
-        made = handles is None  # the entries are the handles
         offer_many, index, count = self._offer_many, 0, len(entries)
         try:
             while index < count:
@@ -348,12 +365,12 @@ class Producer(Ledger):
                     self._puts_since_checkpoint = 0
                     await anyio.lowlevel.cancel_shielded_checkpoint()
         except BaseException as exc:
-            if not made:
+            if outcomes is None:  # the given handles of the records not queued say why
                 for unsent in entries[index:]:
-                    if not unsent.handle.done():
-                        unsent.handle._set_error(exc)
+                    if not unsent.outcomes.done(unsent.slot):
+                        unsent.outcomes.fail(unsent.slot, exc)
             raise
-        return cast("list[PutHandle]", entries) if handles is None else list(handles)
+        return PutHandles._over(outcomes) if outcomes is not None else handles or ()
 
     async def flush(self) -> None:
         """Return once every record accepted before this call is acknowledged or has failed.

@@ -10,7 +10,7 @@ from typing import Any
 from .. import errors
 from ..records import hash_key, parse_explicit_hash_key, validate_partition_key
 from ._calls import Entry
-from ._handle import PutHandle
+from ._handle import Outcomes, PutHandle
 
 __all__ = ["batch_entries", "key_facts", "prepare_record"]
 
@@ -74,21 +74,38 @@ def batch_entries(
     max_record_bytes: int,
     stream: str,
     epoch: int,
-) -> list[Entry]:
-    """Validate a batch for ``put_many``: an entry per record, or the typed error of the
-    first bad one, naming its index. ``handles`` (one per record) are settled instead of the
-    entries; a count that does not match is a :class:`~kinesis_actors.errors.ValidationError`.
+    *,
+    spares: list[Entry],
+) -> tuple[list[Entry], Outcomes | None]:
+    """Validate a batch for ``put_many``: an entry per record (refilled from ``spares``
+    first), or the typed error of the first bad one, naming its index. The entries settle
+    into a new :class:`~._handle.Outcomes` for the batch, returned with them; or, when
+    ``handles`` are given (one per record), into those, and the outcomes are ``None``. A
+    count that does not match is a :class:`~kinesis_actors.errors.ValidationError`.
 
     One pass; a ``(bytes, str)`` record within the limit costs one cached call for its key
     (:func:`key_facts`) and no tuple. Anything else goes through :func:`prepare_record`,
     which raises the typed error.
     """
+    if not isinstance(records, list | tuple):
+        records = list(records)
     limit = max_record_bytes
     entries: list[Entry] = []
     append = entries.append
-    given = -1 if handles is None else len(handles)
+    outcomes = Outcomes(len(records)) if handles is None else None
+    if handles is not None and len(handles) != len(records):
+        raise errors.ValidationError(
+            f"put_many got {len(handles)} handles for {len(records)} records"
+        )
+    # The slots to settle: the batch's own, those of a PutHandles, or each given handle's.
+    shared = outcomes if handles is None else getattr(handles, "_outcomes", None)
     for index, record in enumerate(records):
-        handle = None if index >= given or handles is None else handles[index]
+        if shared is not None:
+            block, slot = shared, index
+        else:
+            assert handles is not None
+            handle = handles[index]
+            block, slot = handle._outcomes, handle._slot
         if len(record) == 2:
             data, key = record
             if type(key) is str and type(data) is bytes and data:  # exact types: no subclass
@@ -99,7 +116,8 @@ def batch_entries(
                 else:
                     size = len(data) + key_size
                     if size <= limit:
-                        append(Entry(data, key, None, hashed, size, 0.0, handle, epoch))
+                        entry = spares.pop() if spares else Entry()
+                        append(entry.fill(data, key, None, hashed, size, block, slot, epoch))
                         continue
             explicit_hash_key = None
         elif len(record) == 3:
@@ -113,7 +131,6 @@ def batch_entries(
             data, size, hashed = prepare_record(data, key, explicit_hash_key, limit, stream)
         except errors.KinesisError as exc:
             raise type(exc)(f"record {index} of the batch: {exc}") from exc
-        append(Entry(data, key, explicit_hash_key, hashed, size, 0.0, handle, epoch))
-    if handles is not None and given != len(entries):
-        raise errors.ValidationError(f"put_many got {given} handles for {len(entries)} records")
-    return entries
+        entry = spares.pop() if spares else Entry()
+        append(entry.fill(data, key, explicit_hash_key, hashed, size, block, slot, epoch))
+    return entries, outcomes

@@ -53,7 +53,7 @@ class Harness:
     def add(self, key: str, data: bytes | None = None, now: float = 0.0) -> Entry:
         data = data if data is not None else f"{key}-{self.count}".encode()
         self.count += 1
-        entry = Entry(data, key, None, hash_key(key), len(data) + len(key), now, self.count)
+        entry = Entry(data, key, None, hash_key(key), len(data) + len(key), now)
         self.pipeline.add(entry)
         return entry
 

@@ -198,10 +198,12 @@ async def test_lesson_32_one_unknown_outcome_is_resent_and_the_record_arrives(
             handle = await producer.put(b"k|0|", "k")
             with anyio.fail_after(10):
                 assert (await handle).shard_id
-            # The handle is the record's entry: acknowledged, it keeps no failure of the
-            # first attempt (whose traceback holds that call's frames and request body).
-            assert handle.last_error is None  # type: ignore[attr-defined]
-            assert handle.unknown_outcomes == 1  # type: ignore[attr-defined]
+            # Acknowledged, the record's entry is a spare that keeps neither the record nor
+            # the first attempt's failure (whose traceback holds that call's frames and
+            # request body); its count of unknown outcomes stays until it is refilled.
+            (entry,) = producer._spares
+            assert entry.last_error is None and entry.data == b""
+            assert entry.unknown_outcomes == 1
     finally:
         await kinesis.__aexit__(None, None, None)
     seen = await anyio.to_thread.run_sync(count_by_key, local_kinesis, stream_name)
