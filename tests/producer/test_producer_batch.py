@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from kinesis_actors import KinesisClient, LocalKinesis, Producer, ProducerConfig, errors
-from kinesis_actors.producer import PutHandle, _producer
+from kinesis_actors.producer import PutHandle, _intake
 from tests.producer.test_producer_supervision import user_records
 
 pytestmark = pytest.mark.anyio
@@ -137,5 +137,5 @@ async def test_puts_that_never_wait_still_let_other_tasks_run(
         for _ in range(4):
             await producer.put_many([(b"y", "k")] * 1_200)
         stop.set()
-    assert 0 < put_gap <= 2 * _producer._CHECKPOINT_EVERY
-    assert 0 < max(gaps) <= 2 * _producer._CHECKPOINT_EVERY_MANY
+    assert 0 < put_gap <= 2 * _intake._CHECKPOINT_EVERY
+    assert 0 < max(gaps) <= 2 * _intake._CHECKPOINT_EVERY_MANY

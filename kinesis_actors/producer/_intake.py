@@ -1,0 +1,259 @@
+"""How records get into a producer: validation, a slot for each outcome, and admission
+into the bounded queue, waiting while it is full (the backpressure, lesson 16).
+
+:class:`Intake` is the put side of :class:`~._producer.Producer`, which extends it
+(inheritance, as with :class:`~._ledger.Ledger`: the put path gains no call). The queue is the
+dispatcher actor's mailbox; a record is admitted with its room (one record, its size in
+bytes) and an entry in the current flush epoch, and that room comes back when the ledger
+settles it. Entries come from the ledger's spares first (see :class:`~._calls.Entry`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from .. import errors
+from ..runtime import MailboxClosed
+from ._calls import Entry
+from ._config import ProducerConfig
+from ._handle import PUT_BLOCK, Outcomes, PutHandle, PutHandles
+from ._ledger import Ledger
+from ._stream import DEFAULT_MAX_RECORD_BYTES
+from ._validation import batch_entries, key_facts, prepare_record
+
+if TYPE_CHECKING:
+    from ._sender import Sender
+
+__all__ = ["Intake"]
+
+# Puts that never wait still yield to the loop this often (put_many: records). Each yield
+# is a trip through the loop and the dispatcher; measured against boto3 in the same runs
+# (100-byte records, aggregation): put 1.20x at 64 -> 0.94x at 256; put_many 0.97x -> 0.81x
+# at 500 (a PutRecords call's worth). 256 puts are well under a millisecond of the loop.
+_CHECKPOINT_EVERY = 256
+_CHECKPOINT_EVERY_MANY = 500
+
+
+_view = PutHandle._view
+_entry_size = attrgetter("size")  # a C callable: the mailbox calls it once per record
+
+
+class Intake(Ledger):
+    """The put side of a producer; see the module's docstring."""
+
+    def __init__(self, stream: str, config: ProducerConfig) -> None:
+        super().__init__(stream, config)
+        self._state = "new"  # new, opening, open, closing, closed
+        self._sender: Sender | None = None  # the dispatcher's owner, once open
+        self._max_record_bytes = DEFAULT_MAX_RECORD_BYTES
+        self._puts_since_checkpoint = 0
+        self._put_outcomes = Outcomes(PUT_BLOCK)  # the block single puts settle into
+        self._put_slot = 0
+
+    async def put(
+        self, data: bytes, partition_key: str, explicit_hash_key: str | None = None
+    ) -> PutHandle:
+        """Queue one record; returns once it is inside the bounded queue.
+
+        Waits while the queue is full (records or bytes). Raises a typed error at once for bad
+        input: :class:`~kinesis_actors.errors.ValidationError` for empty data, a bad partition
+        key or explicit hash key, :class:`~kinesis_actors.errors.RecordTooLargeError` for a
+        record above the stream's limit; and :class:`~kinesis_actors.errors.ProducerFailedError`
+        or :class:`~kinesis_actors.errors.ProducerClosedError` when it takes no more records.
+        """
+        # A slot of the current block, taken before any wait (a concurrent put takes the next).
+        outcomes, slot = self._put_outcomes, self._put_slot
+        if slot == PUT_BLOCK:
+            outcomes = self._put_outcomes = Outcomes(PUT_BLOCK)
+            slot = 0
+        self._put_slot = slot + 1
+        entry: Entry | None = None  # _offer checks that the producer is open
+        if explicit_hash_key is None and type(partition_key) is str and type(data) is bytes:
+            # The common record, without prepare_record's call and tuple; anything else,
+            # or a bad record, goes the long way for its typed error.
+            try:
+                key_size, hashed = key_facts(partition_key)
+            except ValueError:
+                pass
+            else:
+                size = len(data) + key_size
+                if data and size <= self._max_record_bytes:
+                    spares = self._spares
+                    entry = spares.pop() if spares else Entry()
+                    entry.fill(data, partition_key, None, hashed, size, outcomes, slot, 0)
+        if entry is None:
+            self._check_open()  # a closed producer's error before a bad record's
+            data, size, hashed = prepare_record(
+                data, partition_key, explicit_hash_key, self._max_record_bytes, self._stream
+            )
+            entry = Entry(data, partition_key, explicit_hash_key, hashed, size, 0.0, outcomes, slot)
+        if not self._offer(entry):
+            await self._send(entry)
+        elif self._puts_since_checkpoint >= _CHECKPOINT_EVERY:
+            self._puts_since_checkpoint = 0
+            await anyio.lowlevel.cancel_shielded_checkpoint()  # accepted: never "cancelled"
+        return _view(outcomes, slot)
+
+    def put_nowait(
+        self, data: bytes, partition_key: str, explicit_hash_key: str | None = None
+    ) -> PutHandle:
+        """Queue one record if there is room now; raises :class:`anyio.WouldBlock` if not.
+
+        Validates and raises as :meth:`put` does; never waits, never yields to the loop (a
+        caller putting many records this way should ``await`` something now and then).
+        """
+        self._check_open()
+        data, size, hashed = prepare_record(
+            data, partition_key, explicit_hash_key, self._max_record_bytes, self._stream
+        )
+        outcomes = Outcomes(1)  # a block of its own: rare, and a full queue wastes no slot
+        entry = Entry(data, partition_key, explicit_hash_key, hashed, size, 0.0, outcomes)
+        if not self._offer(entry):
+            raise anyio.WouldBlock
+        return _view(outcomes, 0)
+
+    async def put_many(
+        self,
+        records: Iterable[Sequence[Any]],
+        *,
+        handles: Sequence[PutHandle] | None = None,
+    ) -> Sequence[PutHandle]:
+        """Queue many ``(data, partition_key[, explicit_hash_key])`` records, in order; returns
+        their handles (a sequence, one per record, in order), once the last is inside the
+        bounded queue.
+
+        Every record is validated before any is queued: a bad one raises its typed error
+        (naming its index) and queues nothing. Then each waits for room as :meth:`put` does,
+        so the queue's bounds hold whatever the batch's size. If queueing stops part way (the
+        producer closed or failed, or the call was cancelled), the records before are queued
+        and will settle; the others are not, and the error is raised (their ``handles``, if
+        given, get it too). ``handles`` (one per record) are settled instead of new ones, for
+        callers that hand out handles before the records reach the loop (``SyncProducer``).
+        """
+        try:
+            self._check_open()
+            entries, outcomes = batch_entries(
+                records,
+                handles,
+                self._max_record_bytes,
+                self._stream,
+                self._epoch,
+                spares=self._spares,
+            )
+        except BaseException as exc:
+            for handle in handles or ():  # none was queued: every given handle says why
+                if not handle.done():
+                    handle._set_error(exc)
+            raise
+        offer_many, index, count = self._offer_many, 0, len(entries)
+        try:
+            while index < count:
+                # As many as fit, up to the next checkpoint, in one go; then wait for room.
+                room = _CHECKPOINT_EVERY_MANY - self._puts_since_checkpoint
+                index += offer_many(entries, index, min(count, index + max(room, 1)))
+                if index < count and self._puts_since_checkpoint < _CHECKPOINT_EVERY_MANY:
+                    await self._send(entries[index])
+                    index += 1
+                elif self._puts_since_checkpoint >= _CHECKPOINT_EVERY_MANY:
+                    self._puts_since_checkpoint = 0
+                    await anyio.lowlevel.cancel_shielded_checkpoint()
+        except BaseException as exc:
+            if outcomes is None:  # the given handles of the records not queued say why
+                for unsent in entries[index:]:
+                    if not unsent.outcomes.done(unsent.slot):
+                        unsent.outcomes.fail(unsent.slot, exc)
+            raise
+        return PutHandles._over(outcomes) if outcomes is not None else handles or ()
+
+    # -- admission ---------------------------------------------------------------------------
+
+    def prepare(
+        self, data: bytes, partition_key: str, explicit_hash_key: str | None = None
+    ) -> tuple[bytes, int, int]:
+        """Validate a record without queueing it: ``(data as bytes, size, hash key)``.
+
+        Raises the typed error ``put`` would raise. Pure, so other threads may call it.
+        """
+        return prepare_record(
+            data, partition_key, explicit_hash_key, self._max_record_bytes, self._stream
+        )
+
+    def _offer(self, entry: Entry) -> bool:
+        """Queue ``entry`` if there is room now (the put path's fast way); False if full."""
+        queue = self._queue
+        if queue is None or self._state != "open" or self._failure or self._broken:
+            self._check_open()
+        assert queue is not None
+        epoch = entry.epoch = self._epoch
+        outstanding = self._epoch_outstanding
+        outstanding[epoch] = outstanding.get(epoch, 0) + 1
+        try:
+            queued = queue.try_send(entry, entry.size)
+        except MailboxClosed:
+            self._forget(epoch)
+            raise self._stopped_error() from None
+        if not queued:
+            self._forget(epoch)
+            return False
+        if len(queue) == 1:
+            self._wake_sender()  # the first record of an empty queue: the dispatcher takes it
+        self._puts_since_checkpoint += 1
+        return True
+
+    def _offer_many(self, entries: list[Entry], start: int, stop: int) -> int:
+        """Queue ``entries[start:stop]`` while they fit (put_many's fast way): how many did."""
+        queue = self._queue
+        if queue is None or self._state != "open" or self._failure or self._broken:
+            self._check_open()
+        assert queue is not None
+        was_empty = len(queue) == 0
+        try:
+            sent = queue.try_send_many(entries, start, stop, _entry_size)
+        except MailboxClosed:
+            raise self._stopped_error() from None
+        if sent:
+            epoch = self._epoch
+            if entries[start].epoch != epoch:  # a flush began since batch_entries stamped them
+                for index in range(start, start + sent):
+                    entries[index].epoch = epoch
+            outstanding = self._epoch_outstanding
+            outstanding[epoch] = outstanding.get(epoch, 0) + sent
+            if was_empty:
+                self._wake_sender()  # an empty queue's first records: the dispatcher takes them
+            self._puts_since_checkpoint += sent
+        return sent
+
+    async def _send(self, entry: Entry) -> None:
+        """Queue ``entry``, waiting for room: the backpressure (woken by acknowledgements)."""
+        queue = self._queue
+        assert queue is not None
+        epoch = entry.epoch = self._epoch
+        outstanding = self._epoch_outstanding
+        outstanding[epoch] = outstanding.get(epoch, 0) + 1
+        self._wake_sender()  # it watches waiting puts, to say why they wait
+        try:
+            await queue.send(entry, entry.size)
+        except MailboxClosed:
+            self._forget(epoch)
+            raise self._stopped_error() from None
+        except BaseException:
+            self._forget(epoch)
+            raise
+        self._wake_sender()
+
+    def _wake_sender(self) -> None:
+        if self._sender is not None:
+            self._sender.wake()
+
+    def _check_open(self) -> None:
+        if self._state != "open":
+            raise errors.ProducerClosedError(
+                f"producer for {self._stream!r} is {self._state}; put and flush need an open "
+                "producer ('async with Producer(...)')"
+            )
+        if self._failure is not None or self._broken is not None:
+            raise self._failed_error()
