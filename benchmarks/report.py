@@ -192,7 +192,7 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
         "- every client runs in one process against a loopback load target in a process of "
         "its own; *vs project* is peer / kinesis-actors for the same config (rates: higher is "
         "faster; CPU: higher costs more); *target < client* says the target was not the "
-        "bottleneck.",
+        "bottleneck; every row starts after a full garbage collection.",
     ]
     repeats = results.get("scale", {}).get("repeats", 1)
     if repeats > 1:

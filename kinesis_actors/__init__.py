@@ -16,7 +16,14 @@ from . import errors
 from .client import ClientConfig, DynamoDBClient, KinesisClient, RetryPolicy, RetrySettings
 from .consumer import Consumer, ConsumerConfig, RecordBatch, StartingPosition
 from .local import LocalDynamoDB, LocalKinesis
-from .producer import Producer, ProducerConfig, ProducerMetrics, PutHandle, PutResult
+from .producer import (
+    Producer,
+    ProducerConfig,
+    ProducerMetrics,
+    PutHandle,
+    PutHandles,
+    PutResult,
+)
 from .records import RECORD_SCHEMA
 
 __all__ = [
@@ -32,6 +39,7 @@ __all__ = [
     "ProducerConfig",
     "ProducerMetrics",
     "PutHandle",
+    "PutHandles",
     "PutResult",
     "RecordBatch",
     "RetryPolicy",

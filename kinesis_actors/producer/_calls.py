@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..records import OutboundRecord
-from ._handle import Outcomes, PutHandle
+from ._handle import NO_OUTCOMES, Outcomes, PutHandle
 
 __all__ = [
     "DEFAULT_LINGER",
@@ -61,7 +61,7 @@ class Entry:
         hash_key: int = 0,
         size: int = 0,
         enqueued: float = 0.0,
-        outcomes: Outcomes | None = None,
+        outcomes: Outcomes = NO_OUTCOMES,
         slot: int = 0,
         epoch: int = 0,
     ) -> None:
@@ -75,18 +75,18 @@ class Entry:
         explicit_hash_key: str | None,
         hash_key: int,
         size: int,
-        outcomes: Outcomes | None,
+        outcomes: Outcomes,
         slot: int,
         epoch: int,
     ) -> Entry:
-        """(Re)initialize for a new record; ``outcomes`` ``None``: a block of its own."""
+        """(Re)initialize for a new record, settling into ``outcomes[slot]``."""
         self.data = data
         self.partition_key = partition_key
         self.explicit_hash_key = explicit_hash_key
         self.hash_key = hash_key
         self.size = size
         self.enqueued = 0.0  # stamped when the pipeline takes it
-        self.outcomes = Outcomes(1) if outcomes is None else outcomes
+        self.outcomes = outcomes
         self.slot = slot
         self.epoch = epoch
         self.attempts = 0

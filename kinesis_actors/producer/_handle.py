@@ -11,12 +11,13 @@ handles keeps results, never records.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Generator, Iterator, Sequence
 from typing import Any, NamedTuple, overload
 
 import anyio
 
-__all__ = ["PUT_BLOCK", "Outcomes", "PutHandle", "PutHandles", "PutResult"]
+__all__ = ["NO_OUTCOMES", "PUT_BLOCK", "Outcomes", "PutHandle", "PutHandles", "PutResult"]
 
 PUT_BLOCK = 256  # single puts sharing one Outcomes (a kept handle keeps ~6 KB of results)
 
@@ -38,7 +39,9 @@ class Outcomes:
     ledger (each slot once), read through :class:`PutHandle` views.
 
     ``errors`` and ``events`` are sparse (most records succeed, and most handles are never
-    awaited before they settle), so they are created on first use.
+    awaited before they settle). ``events`` is created on first use, by a waiter on the
+    loop; ``errors`` at once, since ``SyncProducer`` may fail slots from its caller's thread
+    while the loop fails others (two threads creating it could lose a failure).
     """
 
     __slots__ = ("errors", "events", "sequence_numbers", "shard_ids", "sub_sequence_numbers")
@@ -47,15 +50,14 @@ class Outcomes:
         self.sequence_numbers: list[str | None] = [None] * size
         self.shard_ids: list[str | None] = [None] * size
         self.sub_sequence_numbers: list[int] = [0] * size
-        self.errors: dict[int, BaseException] | None = None
+        self.errors: dict[int, BaseException] = {}
         self.events: dict[int, anyio.Event] | None = None
 
     def __len__(self) -> int:
         return len(self.sequence_numbers)
 
     def done(self, slot: int) -> bool:
-        errors = self.errors
-        return self.sequence_numbers[slot] is not None or (errors is not None and slot in errors)
+        return self.sequence_numbers[slot] is not None or slot in self.errors
 
     def acknowledge(
         self, slot: int, shard_id: str, sequence_number: str, sub_sequence_number: int
@@ -73,8 +75,6 @@ class Outcomes:
         """Slot ``slot`` failed with ``error``."""
         if self.done(slot):
             raise RuntimeError("a put handle settles once")
-        if self.errors is None:
-            self.errors = {}
         self.errors[slot] = error
         if self.events is not None:
             self.wake(slot)
@@ -85,6 +85,11 @@ class Outcomes:
         event = self.events.pop(slot, None)
         if event is not None:
             event.set()
+
+
+NO_OUTCOMES = Outcomes(0)
+"""What a spare entry (settled, waiting to be refilled) points at: no block, so a spare keeps
+no caller's results alive, and settling it again fails loudly (it has no slot)."""
 
 
 class PutHandle:
@@ -128,8 +133,7 @@ class PutHandle:
 
     def exception(self) -> BaseException | None:
         """The failure, or ``None`` (also while not settled)."""
-        errors = self._outcomes.errors
-        return None if errors is None else errors.get(self._slot)
+        return self._outcomes.errors.get(self._slot)
 
     async def wait(self) -> PutResult:
         """Wait until settled; return the result or raise the failure."""
@@ -207,6 +211,7 @@ class PutHandles(Sequence[PutHandle]):
     def __getitem__(self, index: int | slice) -> PutHandle | list[PutHandle]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
+        index = operator.index(index)
         count = len(self)
         if index < 0:
             index += count

@@ -20,7 +20,7 @@ from .. import errors
 from ..runtime import MailboxClosed
 from ._calls import Entry
 from ._config import ProducerConfig
-from ._handle import PUT_BLOCK, Outcomes, PutHandle, PutHandles
+from ._handle import NO_OUTCOMES, PUT_BLOCK, Outcomes, PutHandle, PutHandles
 from ._ledger import Ledger
 from ._stream import DEFAULT_MAX_RECORD_BYTES
 from ._validation import batch_entries, key_facts, prepare_record
@@ -65,7 +65,7 @@ class Intake(Ledger):
         record above the stream's limit; and :class:`~kinesis_actors.errors.ProducerFailedError`
         or :class:`~kinesis_actors.errors.ProducerClosedError` when it takes no more records.
         """
-        # A slot of the current block, taken before any wait (a concurrent put takes the next).
+        # A slot of the current block (_next_slot, inlined: put is the hot path).
         outcomes, slot = self._put_outcomes, self._put_slot
         if slot == PUT_BLOCK:
             outcomes = self._put_outcomes = Outcomes(PUT_BLOCK)
@@ -110,11 +110,24 @@ class Intake(Ledger):
         data, size, hashed = prepare_record(
             data, partition_key, explicit_hash_key, self._max_record_bytes, self._stream
         )
-        outcomes = Outcomes(1)  # a block of its own: rare, and a full queue wastes no slot
-        entry = Entry(data, partition_key, explicit_hash_key, hashed, size, 0.0, outcomes)
+        outcomes, slot = self._next_slot()  # a refused record leaves its slot unused
+        spares = self._spares
+        entry = spares.pop() if spares else Entry()
+        entry.fill(data, partition_key, explicit_hash_key, hashed, size, outcomes, slot, 0)
         if not self._offer(entry):
+            entry.data, entry.outcomes = b"", NO_OUTCOMES  # never queued: a spare again
+            spares.append(entry)
             raise anyio.WouldBlock
-        return _view(outcomes, 0)
+        return _view(outcomes, slot)
+
+    def _next_slot(self) -> tuple[Outcomes, int]:
+        """A slot of the current block of single puts, taken before any wait (a concurrent
+        put takes the next one)."""
+        slot = self._put_slot
+        if slot == PUT_BLOCK:
+            self._put_outcomes, slot = Outcomes(PUT_BLOCK), 0
+        self._put_slot = slot + 1
+        return self._put_outcomes, slot
 
     async def put_many(
         self,
@@ -167,7 +180,10 @@ class Intake(Ledger):
                     if not unsent.outcomes.done(unsent.slot):
                         unsent.outcomes.fail(unsent.slot, exc)
             raise
-        return PutHandles._over(outcomes) if outcomes is not None else handles or ()
+        if outcomes is None:
+            assert handles is not None
+            return handles  # the caller's own, now settling
+        return PutHandles._over(outcomes)
 
     # -- admission ---------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from .. import errors
 from ..runtime import Mailbox, RestartIntensityExceeded
 from ._calls import Entry
 from ._config import ProducerConfig
-from ._handle import PutResult
+from ._handle import NO_OUTCOMES, PutResult
 
 __all__ = ["Ledger"]
 
@@ -58,17 +58,18 @@ class Ledger:
             for index, entry in enumerate(entries):
                 # Outcomes.acknowledge, inlined (the call was ~5 % of an aggregated put_many).
                 outcomes, slot = entry.outcomes, entry.slot
-                if outcomes.sequence_numbers[slot] is not None or (
-                    outcomes.errors is not None and slot in outcomes.errors
-                ):
+                if outcomes.sequence_numbers[slot] is not None or slot in outcomes.errors:
                     raise RuntimeError("a put handle settles once")
                 outcomes.shard_ids[slot] = shard_id
                 outcomes.sub_sequence_numbers[slot] = index
                 outcomes.sequence_numbers[slot] = sequence_number
                 if outcomes.events is not None:
                     outcomes.wake(slot)
-                entry.data = b""  # a spare holds no record
-                entry.last_error = None  # nor a retried failure's traceback (its call's frames)
+                # A spare holds no record, nor a retried failure's traceback (its call's
+                # frames), nor the caller's block (its results, maybe failures with frames).
+                entry.data = b""
+                entry.last_error = None
+                entry.outcomes = NO_OUTCOMES
                 nbytes += entry.size
                 if entry.epoch != epoch:
                     settled_in(epoch, count)
@@ -95,8 +96,9 @@ class Ledger:
     def _settle(self, entry: Entry, result: PutResult | None, error: BaseException | None) -> None:
         """Every record ends here exactly once (called by the pipeline)."""
         outcomes, slot = entry.outcomes, entry.slot
-        entry.data = b""  # a spare holds no record
-        entry.last_error = None  # a final error holds it as its __cause__ already
+        entry.data = b""  # a spare holds no record,
+        entry.last_error = None  # no failure (a final error holds it as its __cause__),
+        entry.outcomes = NO_OUTCOMES  # and no caller's block
         counters = self._counters
         if error is None:
             assert result is not None

@@ -1,23 +1,31 @@
 """Put handles as views of columnar outcomes, and the entries the producer recycles.
 
-The first tests need no loop or server. The last ones check, against the local server behind
+The first tests need no loop or server. The fault test checks, against the local server behind
 the fault proxy, the promise recycling could break: every handle names its own record (the
 data read back at its shard, sequence and sub-sequence number is the data put), through
-refilled entries, blocks of single puts, batches and retries.
+refilled entries, blocks of single puts, batches, cancelled puts and retries of every kind.
 """
 
 from __future__ import annotations
 
+import random
+import sys
+import threading
+
 import anyio
 import pytest
 
-from kinesis_actors import LocalKinesis, Producer, ProducerConfig, errors
-from kinesis_actors.producer import PutHandle, PutResult
-from kinesis_actors.producer._handle import PUT_BLOCK, Outcomes, PutHandles
+from kinesis_actors import KinesisClient, LocalKinesis, Producer, ProducerConfig, errors
+from kinesis_actors.producer import PutHandle, PutHandles, PutResult
+from kinesis_actors.producer._calls import Entry
+from kinesis_actors.producer._handle import NO_OUTCOMES, PUT_BLOCK, Outcomes
+from kinesis_actors.producer._ledger import Ledger
+from kinesis_actors.producer._validation import batch_entries
 from kinesis_actors.records import deaggregate
+from kinesis_actors.runtime import Mailbox
 from tests.boto import read_back
-from tests.faults import FaultProxy
-from tests.producer.test_producer_faults import Share, proxied
+from tests.faults import Cut, Fault, FaultProxy, RejectRecords, Reply, Request, Rewrite
+from tests.producer.test_producer_faults import proxied
 
 # -- without a loop ------------------------------------------------------------------------------
 
@@ -93,17 +101,52 @@ def positions(local: LocalKinesis, stream: str) -> dict[tuple[str, str, int], by
     return seen
 
 
+class MixedFaults:
+    """Per PutRecords call, seeded: a share of its records rejected, an answer garbled after
+    the records were written (an unknown outcome: sent again), a cut connection, a 500, or
+    nothing (the proxy runs in its own thread, hence the lock)."""
+
+    def __init__(self, seed: int) -> None:
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+
+    def __call__(self, request: Request) -> Fault:
+        if request.target != "PutRecords":
+            return None
+        with self._lock:
+            roll = self._random.random()
+            count = len(request.json()["Records"])  # type: ignore[arg-type]
+            rejected = frozenset(i for i in range(count) if self._random.random() < 0.3)
+        if roll < 0.35:
+            return RejectRecords(rejected)
+        if roll < 0.45:
+            return Rewrite(lambda body: b"")
+        if roll < 0.52:
+            return Cut()
+        if roll < 0.57:
+            return Reply.error("InternalFailure", status=500)
+        return None
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("aggregation", [True, False], ids=["aggregated", "single"])
-async def test_every_handle_names_its_own_record_through_recycled_entries_and_retries(
+async def test_every_handle_names_its_own_record_through_recycled_entries_and_faults(
     proxy: FaultProxy, local_kinesis: LocalKinesis, stream_name: str, aggregation: bool
 ) -> None:
-    """A quarter of every call's records rejected: retried records, refilled entries (the
-    queue holds 64, so 1,400 records go through at most 64 spares), blocks of single puts
-    from two tasks at once, and batches; each handle's position holds its record."""
-    proxy.decide = Share(0.25)
+    """Rejected records, unknown outcomes, cut connections and 500s (retried records);
+    entries refilled many times over (the queue holds 24); blocks of single puts from two
+    tasks, some cancelled while they wait for room; and batches. Every acknowledged handle's
+    position holds its own record, no position twice, every handle settles, and the spares
+    stay within the queue's bound."""
+    proxy.decide = MixedFaults(7)
     config = ProducerConfig(
-        queue_limit_records=64, linger=0.005, aggregation=aggregation, retry_base=0.005
+        queue_limit_records=24,
+        linger=0.002,
+        aggregation=aggregation,
+        retry_base=0.002,
+        retry_max=0.02,
+        fail_on_error=False,
+        max_in_flight_calls=3,
     )
     put: list[tuple[bytes, PutHandle]] = []
     kinesis = proxied(proxy, local_kinesis)
@@ -111,28 +154,81 @@ async def test_every_handle_names_its_own_record_through_recycled_entries_and_re
         await kinesis.create_stream(stream_name, 2)
 
         async def put_singles(task: int, count: int) -> None:
-            for i in range(count):
+            patience = random.Random(task)
+            for i in range(count):  # more than a block of puts each
                 data = f"single|{task}|{i}".encode()
-                put.append((data, await producer.put(data, f"k{i % 7}")))
+                with anyio.move_on_after(patience.choice([0.0005, 0.002, 5.0])):
+                    put.append((data, await producer.put(data, f"k{i % 5}")))
 
-        with anyio.fail_after(60):
+        async def put_batches(count: int) -> None:
+            for batch in range(count):
+                records = [(f"many|{batch}|{i}".encode(), f"k{i % 3}") for i in range(70)]
+                handles = await producer.put_many(records)
+                put.extend(zip((data for data, _ in records), handles, strict=True))
+
+        with anyio.fail_after(120):
             async with Producer(kinesis, stream_name, config) as producer:
-                async with anyio.create_task_group() as tg:  # more than two blocks of puts
-                    tg.start_soon(put_singles, 0, PUT_BLOCK + 100)
-                    tg.start_soon(put_singles, 1, PUT_BLOCK)
-                for batch in range(2):
-                    records = [(f"many|{batch}|{i}".encode(), f"k{i % 5}") for i in range(444)]
-                    handles = await producer.put_many(records)
-                    put.extend(zip((data for data, _ in records), handles, strict=True))
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(put_singles, 1, PUT_BLOCK + 44)
+                    tg.start_soon(put_singles, 2, PUT_BLOCK + 44)
+                    tg.start_soon(put_batches, 6)
                 await producer.flush()
-                spares = len(producer._spares)
+                spares = producer._spares
+                assert len(spares) <= 24 and len(set(map(id, spares))) == len(spares)
                 retries = producer.metrics.retries
     written = await anyio.to_thread.run_sync(positions, local_kinesis, stream_name)
-    assert retries > 0 and spares == 64
-    assert len(put) == 2 * PUT_BLOCK + 100 + 888
+    assert retries > 0
+    acknowledged: set[tuple[str, str, int]] = set()
     for data, handle in put:
-        result = handle.result()
-        assert written[(result.shard_id, result.sequence_number, result.sub_sequence_number)] == (
-            data
-        )
-    assert len({handle.result() for _, handle in put}) == len(put)  # no position twice
+        assert handle.done()
+        if handle.exception() is None:
+            result = handle.result()
+            position = (result.shard_id, result.sequence_number, result.sub_sequence_number)
+            assert written[position] == data
+            assert position not in acknowledged
+            acknowledged.add(position)
+    assert len(acknowledged) > len(put) // 2
+
+
+def test_a_spare_keeps_no_block_of_results_alive() -> None:
+    """Settled entries go back to the spares without their block: a caller dropping a
+    batch's handles frees its results (and any failure's traceback, which holds the frames
+    of the call that carried the records). Found in review: every spare kept its last
+    batch's block, failures included, until it was refilled."""
+    ledger = Ledger("s", ProducerConfig(queue_limit_records=2_000))
+    queue: Mailbox[Entry] = Mailbox(2_000, hold=True)
+    ledger._queue = queue
+    entries, outcomes = batch_entries([(b"x", "k")] * 1_000, None, 1 << 20, "s", 0, spares=[])
+    assert outcomes is not None
+    for entry in entries:
+        queue.send_nowait(entry, entry.size)
+    queue.receive_held()
+    ledger._epoch_outstanding[0] = 1_000
+    ledger._acknowledge([(entries[:999], "shardId-0", "1")])
+    ledger._settle(entries[999], PutResult("shardId-0", "2", 0), None)
+    assert PutHandles._over(outcomes)[998].result().sub_sequence_number == 998
+    assert len(ledger._spares) == 1_000
+    assert all(spare.outcomes is NO_OUTCOMES and spare.data == b"" for spare in ledger._spares)
+    assert sys.getrefcount(outcomes) == 2  # this test's name and the call's argument
+    with pytest.raises(IndexError):  # a spare settled again fails loudly
+        ledger._settle(ledger._spares[0], PutResult("shardId-0", "3", 0), None)
+
+
+@pytest.mark.anyio
+async def test_put_nowait_refused_for_room_gives_its_entry_back(
+    client: KinesisClient, stream_name: str
+) -> None:
+    await client.create_stream(stream_name, 1)
+    config = ProducerConfig(queue_limit_records=2, linger=5.0)
+    async with Producer(client, stream_name, config) as producer:
+        first, second = producer.put_nowait(b"a", "k"), producer.put_nowait(b"b", "k")
+        with pytest.raises(anyio.WouldBlock):
+            producer.put_nowait(b"c", "k")
+        (spare,) = producer._spares
+        assert spare.data == b"" and spare.outcomes is NO_OUTCOMES
+        await producer.flush()
+    one, two = await first, await second
+    assert (one.sequence_number, one.sub_sequence_number) < (
+        two.sequence_number,
+        two.sub_sequence_number,
+    )
