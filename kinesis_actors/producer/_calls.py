@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..records import OutboundRecord
-from ._handle import NO_OUTCOMES, Outcomes, PutHandle
+from ._handle import NO_OUTCOMES, Outcomes
 
 __all__ = [
     "DEFAULT_LINGER",
@@ -93,11 +93,6 @@ class Entry:
         self.unknown_outcomes = 0  # attempts whose outcome was unknown (see _retries)
         self.last_error: BaseException | None = None
         return self
-
-    @property
-    def handle(self) -> PutHandle:
-        """A handle on this record's outcome."""
-        return PutHandle._view(self.outcomes, self.slot)
 
 
 class Part(NamedTuple):

@@ -150,11 +150,8 @@ class PutHandle:
     def __await__(self) -> Generator[Any, None, PutResult]:
         return self.wait().__await__()
 
-    def _acknowledged(self, shard_id: str, sequence_number: str, sub_sequence_number: int) -> None:
-        self._outcomes.acknowledge(self._slot, shard_id, sequence_number, sub_sequence_number)
-
     def _set_result(self, result: PutResult) -> None:
-        self._acknowledged(*result)
+        self._outcomes.acknowledge(self._slot, *result)
 
     def _set_error(self, error: BaseException) -> None:
         self._outcomes.fail(self._slot, error)

@@ -10,7 +10,7 @@ from typing import Any
 from .. import errors
 from ..records import hash_key, parse_explicit_hash_key, validate_partition_key
 from ._calls import Entry
-from ._handle import Outcomes, PutHandle
+from ._handle import Outcomes, PutHandle, PutHandles
 
 __all__ = ["batch_entries", "key_facts", "prepare_record"]
 
@@ -98,7 +98,9 @@ def batch_entries(
             f"put_many got {len(handles)} handles for {len(records)} records"
         )
     # The slots to settle: the batch's own, those of a PutHandles, or each given handle's.
-    shared = outcomes if handles is None else getattr(handles, "_outcomes", None)
+    shared = outcomes if handles is None else None
+    if isinstance(handles, PutHandles):
+        shared = handles._outcomes
     for index, record in enumerate(records):
         if shared is not None:
             block, slot = shared, index
