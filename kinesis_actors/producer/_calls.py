@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..records import OutboundRecord
 from ._handle import NO_OUTCOMES, Outcomes
 
 __all__ = [
@@ -36,6 +35,11 @@ class Entry:
     keeps: once settled, an entry is referenced by nothing but the spares (its call's parts
     are dropped with the answer that settled them). Settling drops ``data``, so a spare holds
     no record.
+
+    A record sent alone is its call's part itself (the same fields as a :class:`Part`, with
+    ``lane`` set when it is taken): no part, record or list per record, which, held while the
+    call is out, were what the collector promoted (measured, without aggregation: three full
+    collections per 100,000 records, 1.3-2.0 us a record on this machine).
     """
 
     __slots__ = (
@@ -45,6 +49,7 @@ class Entry:
         "epoch",
         "explicit_hash_key",
         "hash_key",
+        "lane",
         "last_error",
         "outcomes",
         "partition_key",
@@ -67,6 +72,12 @@ class Entry:
     ) -> None:
         self.fill(data, partition_key, explicit_hash_key, hash_key, size, outcomes, slot, epoch)
         self.enqueued = enqueued
+        self.lane = ""  # the lane it was last taken from to be sent alone
+
+    @property
+    def entries(self) -> list[Entry]:
+        """As a call's part (sent alone): the user records inside it, itself."""
+        return [self]
 
     def fill(  # noqa: PLR0917 - once per record on the hot path
         self,
@@ -96,9 +107,12 @@ class Entry:
 
 
 class Part(NamedTuple):
-    """One Kinesis record of a call and the user records inside it, in sub-sequence order."""
+    """One Kinesis record of a call holding several user records (an aggregate), and those
+    records in sub-sequence order. A record sent alone is its own part (an :class:`Entry`)."""
 
-    record: OutboundRecord
+    data: bytes
+    partition_key: str
+    explicit_hash_key: str | None
     lane: str
     entries: list[Entry]
     size: int
@@ -107,12 +121,9 @@ class Part(NamedTuple):
 class Call(NamedTuple):
     """One PutRecords call: its Kinesis records and their total size (data plus keys)."""
 
-    parts: list[Part]
+    parts: list[Part | Entry]
     nbytes: int
 
     def records(self) -> list[tuple[bytes, str, str | None]]:
         """``(data, partition_key, explicit_hash_key)`` per Kinesis record, in call order."""
-        return [
-            (part.record.data, part.record.partition_key, part.record.explicit_hash_key)
-            for part in self.parts
-        ]
+        return [(part.data, part.partition_key, part.explicit_hash_key) for part in self.parts]

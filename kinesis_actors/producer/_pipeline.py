@@ -169,7 +169,7 @@ class Pipeline(WaitingRoom):
         self._sweep(now)
         if self.ready_records == 0 or not (force or self._due(now)):
             return None
-        parts: list[Part] = []
+        parts: list[Part | Entry] = []
         nbytes = 0
         grants: dict[str, Grant] = {}
         lanes = [lane for lane in self._lanes.values() if lane.ready and lane.resume_at <= now]
@@ -191,7 +191,7 @@ class Pipeline(WaitingRoom):
 
     def _build_part(
         self, lane: Lane, now: float, room: int, grants: dict[str, Grant]
-    ) -> Part | None:
+    ) -> Part | Entry | None:
         """One Kinesis record from the lane, or ``None`` (and maybe a ``resume_at``).
 
         The lane's first record in this call opens its :class:`~._ratelimit.Grant`, the
@@ -243,21 +243,28 @@ class Pipeline(WaitingRoom):
         record = aggregator.build()
         return self._part(lane, record, taken, grant)
 
-    def _single(self, lane: Lane, domain: Domain, grant: Grant) -> Part:
-        """The domain's first record sent as itself: its size is the entry's (data plus key),
-        with no key to measure again."""
-        entry = self.take_one(lane, domain)
-        size = entry.size
-        grant.spend(size)
-        record = OutboundRecord(entry.data, entry.partition_key, entry.explicit_hash_key, 1)
-        return Part(record, lane.shard_id, [entry], size)
+    def _single(self, lane: Lane, domain: Domain, grant: Grant) -> Entry:
+        """The domain's first record sent as itself, its own part (see :class:`~._calls.Entry`):
+        its size is the entry's (data plus key), with no key to measure again."""
+        return self._sent_alone(lane, self.take_one(lane, domain), grant)
 
-    def _part(self, lane: Lane, record: OutboundRecord, entries: list[Entry], grant: Grant) -> Part:
-        size = len(record.data) + key_bytes(record.partition_key)
+    def _part(
+        self, lane: Lane, record: OutboundRecord, entries: list[Entry], grant: Grant
+    ) -> Part | Entry:
+        if len(entries) == 1:  # an aggregator of one builds the record itself
+            return self._sent_alone(lane, entries[0], grant)
+        data, partition_key = record.data, record.partition_key
+        size = len(data) + key_bytes(partition_key)
         # Always spent: if a bucket runs short mid-call (the record bucket, or a record
         # bigger than the byte tokens left), it goes into debt and the lane waits it out.
         grant.spend(size)
-        return Part(record, lane.shard_id, entries, size)
+        return Part(data, partition_key, record.explicit_hash_key, lane.shard_id, entries, size)
+
+    @staticmethod
+    def _sent_alone(lane: Lane, entry: Entry, grant: Grant) -> Entry:
+        grant.spend(entry.size)
+        entry.lane = lane.shard_id
+        return entry
 
     # -- outcomes -----------------------------------------------------------------------------
 
@@ -298,8 +305,9 @@ class Pipeline(WaitingRoom):
                         counts[0] += 1
                         counts[1] += part.size
                     nbytes += part.size
-                    written.append((part.entries, shard_id, sequence_number))
-                    release(part.entries)
+                    entries = part.entries
+                    written.append((entries, shard_id, sequence_number))
+                    release(entries)
                 else:
                     self._failed(part, _unbelievable(result), now, succeeded, unknown=True)
             else:
@@ -338,7 +346,7 @@ class Pipeline(WaitingRoom):
 
     def _failed(
         self,
-        part: Part,
+        part: Part | Entry,
         error: BaseException,
         now: float,
         succeeded: dict[str, list[int]] | None = None,

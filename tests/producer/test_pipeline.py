@@ -71,7 +71,7 @@ def user_records(call: Call) -> list[tuple[str, bytes]]:
     """What a consumer would see, deaggregated, per Kinesis record in call order."""
     seen = []
     for part in call.parts:
-        for record in deaggregate(part.record.data, part.record.partition_key):
+        for record in deaggregate(part.data, part.partition_key):
             seen.append((record.partition_key, record.data))
     return seen
 
@@ -96,7 +96,7 @@ def test_aggregates_only_records_predicted_for_the_same_shard() -> None:
         lanes = {TWO_SHARDS.shard_for(entry.partition_key) for entry in part.entries}
         assert lanes == {part.lane}
         # The aggregate's own explicit hash key routes it to the first record's shard.
-        assert TWO_SHARDS.shard_for_hash_key(int(part.record.explicit_hash_key or 0)) == part.lane
+        assert TWO_SHARDS.shard_for_hash_key(int(part.explicit_hash_key or 0)) == part.lane
     assert sorted(key for key, _ in user_records(call)) == sorted(keys)
 
 
@@ -459,7 +459,7 @@ def test_records_over_half_an_aggregate_go_alone() -> None:
     big = [h.add("same", b"x" * 600) for _ in range(2)]
     call = h.call()
     assert [p.entries for p in call.parts] == [[big[0]]]  # one per key in flight, alone
-    assert call.parts[0].record.data == b"x" * 600
+    assert call.parts[0].data == b"x" * 600
 
 
 def test_idle_domains_are_kept_for_their_next_records_and_pruned_past_the_bound() -> None:
