@@ -160,8 +160,14 @@ class ProtocolCodec:
             for data, key, hash_key in records
         ]
         head = json.dumps(stream_params(stream), separators=(",", ":")).encode("utf-8")
-        body = head[:-1] + b',"Records":[' + b",".join(items) + b"]}"
-        return EncodedRequest("PutRecords", self._put_records_headers, body, len(items))
+        count = len(items)
+        if not items:
+            items.append(b"")
+        # The document's head and tail joined onto the first and last items: the body is
+        # copied once, by the join (an aggregated call's body is megabytes).
+        items[0] = head[:-1] + b',"Records":[' + items[0]
+        items[-1] += b"]}"
+        return EncodedRequest("PutRecords", self._put_records_headers, b",".join(items), count)
 
     @functools.cached_property
     def _put_records_headers(self) -> Mapping[str, str]:

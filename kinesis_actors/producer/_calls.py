@@ -6,9 +6,12 @@ such call rejected); the KPL caps a call at 5 MiB, which is the default here too
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ._handle import NO_OUTCOMES, Outcomes
+
+if TYPE_CHECKING:
+    from ._domains import Domain
 
 __all__ = [
     "DEFAULT_LINGER",
@@ -107,8 +110,10 @@ class Entry:
 
 
 class Part(NamedTuple):
-    """One Kinesis record of a call holding several user records (an aggregate), and those
-    records in sub-sequence order. A record sent alone is its own part (an :class:`Entry`)."""
+    """One Kinesis record of a call holding several user records (an aggregate), those
+    records in sub-sequence order, and the ordering domains they were taken from (released
+    once per domain when the answer comes). A record sent alone is its own part (an
+    :class:`Entry`)."""
 
     data: bytes
     partition_key: str
@@ -116,6 +121,7 @@ class Part(NamedTuple):
     lane: str
     entries: list[Entry]
     size: int
+    domains: list[Domain]
 
 
 class Call(NamedTuple):

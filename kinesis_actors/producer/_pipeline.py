@@ -237,11 +237,11 @@ class Pipeline(WaitingRoom):
         if cap < _MIN_AGGREGATE_ROOM or cap < len(first.data):
             return self._single(lane, head, grant)
         aggregator = Aggregator(cap)
-        taken = self.take_runs(lane, aggregator)
+        taken, runs = self.take_runs(lane, aggregator)
         if not taken:
             return None
         record = aggregator.build()
-        return self._part(lane, record, taken, grant)
+        return self._part(lane, record, taken, runs, grant)
 
     def _single(self, lane: Lane, domain: Domain, grant: Grant) -> Entry:
         """The domain's first record sent as itself, its own part (see :class:`~._calls.Entry`):
@@ -249,7 +249,12 @@ class Pipeline(WaitingRoom):
         return self._sent_alone(lane, self.take_one(lane, domain), grant)
 
     def _part(
-        self, lane: Lane, record: OutboundRecord, entries: list[Entry], grant: Grant
+        self,
+        lane: Lane,
+        record: OutboundRecord,
+        entries: list[Entry],
+        runs: list[Domain],
+        grant: Grant,
     ) -> Part | Entry:
         if len(entries) == 1:  # an aggregator of one builds the record itself
             return self._sent_alone(lane, entries[0], grant)
@@ -258,7 +263,9 @@ class Pipeline(WaitingRoom):
         # Always spent: if a bucket runs short mid-call (the record bucket, or a record
         # bigger than the byte tokens left), it goes into debt and the lane waits it out.
         grant.spend(size)
-        return Part(data, partition_key, record.explicit_hash_key, lane.shard_id, entries, size)
+        return Part(
+            data, partition_key, record.explicit_hash_key, lane.shard_id, entries, size, runs
+        )
 
     @staticmethod
     def _sent_alone(lane: Lane, entry: Entry, grant: Grant) -> Entry:
@@ -305,9 +312,8 @@ class Pipeline(WaitingRoom):
                         counts[0] += 1
                         counts[1] += part.size
                     nbytes += part.size
-                    entries = part.entries
-                    written.append((entries, shard_id, sequence_number))
-                    release(entries)
+                    written.append((part.entries, shard_id, sequence_number))
+                    release(part)
                 else:
                     self._failed(part, _unbelievable(result), now, succeeded, unknown=True)
             else:
@@ -376,7 +382,7 @@ class Pipeline(WaitingRoom):
             else:
                 self._settle(entry, None, final)
         self._requeue(again, now)
-        self._release(part.entries)
+        self._release(part)
 
     def _requeue(self, entries: list[Entry], now: float) -> None:
         """Put failed records back at the front of their domains, which then back off.

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from operator import attrgetter
 
 from ..records import Aggregator, ShardMap
-from ._calls import Entry
+from ._calls import Entry, Part
 from ._domains import IDLE, IN_FLIGHT, READY, WAITING, Domain, DomainKey, Lane
 
 __all__ = ["UNPREDICTED_LANE", "WHOLE_STREAM_LANE", "WaitingRoom"]
@@ -130,11 +130,12 @@ class WaitingRoom:
         self._took_from(lane, domain)
         return entry
 
-    def take_runs(self, lane: Lane, aggregator: Aggregator) -> list[Entry]:
+    def take_runs(self, lane: Lane, aggregator: Aggregator) -> tuple[list[Entry], list[Domain]]:
         """Records from the lane's head domains into ``aggregator``, a domain's run at a time
         (:meth:`~kinesis_actors.records.Aggregator.add_run`), until it is full or the lane
-        has nothing ready; the records taken, in the aggregate's order."""
+        has nothing ready: the records taken, in the aggregate's order, and their domains."""
         taken: list[Entry] = []
+        runs: list[Domain] = []
         add_run = aggregator.add_run
         while True:
             domain = self._head(lane)
@@ -161,10 +162,11 @@ class WaitingRoom:
             self.ready_records -= count
             self.ready_bytes -= nbytes
             self.pending_records -= count
+            runs.append(domain)
             self._took_from(lane, domain)
             if entries:
                 break  # the aggregate is full
-        return taken
+        return taken, runs
 
     def _lane(self, hash_key: int) -> Lane:
         if self._map is None:
@@ -239,35 +241,25 @@ class WaitingRoom:
         else:
             self._leave_ready(domain, IDLE)
 
-    def _release(self, entries: Sequence[Entry]) -> None:
-        """The in-flight record holding ``entries`` came back: its domains may move again."""
+    def _release(self, part: Part | Entry) -> None:
+        """The in-flight Kinesis record ``part`` came back: its domains may move again.
+
+        An aggregate names its domains (one run each: with ``preserve_order`` a domain has one
+        run in flight), so this costs a step per domain, not per record; a record sent alone
+        finds its own.
+        """
         if not self._preserve_order:
             return
-        if len(entries) == 1:  # a record sent alone (no aggregation): no set to build
-            entry = entries[0]
-            ehk = entry.explicit_hash_key
-            domain = self._domains.get(
-                entry.partition_key if ehk is None else (entry.partition_key, ehk)
-            )
-            if domain is not None and domain.state == IN_FLIGHT:
-                if domain.entries:
-                    self._make_ready(domain, front=True)
-                else:
-                    self._leave_ready(domain, IDLE)
-            return
-        # An aggregate holds runs of one domain each (and with preserve_order, one run per
-        # domain): a domain is looked at once per run, not once per record.
-        seen: set[DomainKey] = set()
-        previous: DomainKey | None = None
-        for entry in entries:
-            ehk = entry.explicit_hash_key
-            key = entry.partition_key if ehk is None else (entry.partition_key, ehk)
-            if key == previous or key in seen:
-                continue
-            previous = key
-            seen.add(key)
-            domain = self._domains.get(key)
-            if domain is None or domain.state != IN_FLIGHT:
+        domains = self._domains
+        runs: Sequence[Domain]
+        if isinstance(part, Part):
+            runs = part.domains
+        else:
+            ehk = part.explicit_hash_key
+            found = domains.get(part.partition_key if ehk is None else (part.partition_key, ehk))
+            runs = () if found is None else (found,)
+        for domain in runs:
+            if domain.state != IN_FLIGHT:
                 continue
             if domain.entries:
                 self._make_ready(domain, front=True)

@@ -308,6 +308,24 @@ def test_an_answer_landing_after_a_drain_settles_its_records_instead_of_retrying
     assert h.pipeline.next_call(10.0, force=True) is None
 
 
+@pytest.mark.parametrize("aggregation", [True, False])
+def test_an_acknowledgement_after_a_drain_moves_no_domain_of_the_drained_pipeline(
+    aggregation: bool,
+) -> None:
+    """An answer's release moves the domains it names (an aggregate names its runs'); after
+    a drain they hold nothing: nothing is counted ready or sent again."""
+    h = Harness(aggregation=aggregation)
+    h.add("a"), h.add("a"), h.add("b")
+    call = h.call()
+    sent = [entry for part in call.parts for entry in part.entries]
+    h.add("a")  # waits behind its key's records in flight
+    h.pipeline.drain(errors.ProducerClosedError("closed"))
+    h.pipeline.complete(call, ok(call), 1.0)
+    assert [id(e) for e, r, _ in h.settled if r is not None] == [id(e) for e in sent]
+    assert h.pipeline.ready_records == h.pipeline.pending_records == 0
+    assert h.pipeline.next_call(10.0, force=True) is None
+
+
 def test_a_domain_reused_after_its_records_expired_backs_off_from_its_new_failure_only() -> None:
     """Idle domains are kept for their key's next records; one that went idle while backing
     off (its records expired) must not make the next record of its key wait out that old
