@@ -83,9 +83,9 @@ def batch_entries(
     ``handles`` are given (one per record), into those, and the outcomes are ``None``. A
     count that does not match is a :class:`~kinesis_actors.errors.ValidationError`.
 
-    One pass; a ``(bytes, str)`` record within the limit costs one cached call for its key
-    (:func:`key_facts`) and no tuple. Anything else goes through :func:`prepare_record`,
-    which raises the typed error.
+    One pass; a ``(bytes, str)`` record (or ``(bytes, str, None)``) within the limit costs
+    one cached call for its key (:func:`key_facts`) and no tuple. Anything else goes
+    through :func:`prepare_record`, which raises the typed error.
     """
     if not isinstance(records, list | tuple):
         records = list(records)
@@ -110,17 +110,6 @@ def batch_entries(
             block, slot = handle._outcomes, handle._slot
         if len(record) == 2:
             data, key = record
-            if type(key) is str and type(data) is bytes and data:  # exact types: no subclass
-                try:
-                    key_size, hashed = key_facts(key)
-                except ValueError:
-                    pass  # prepare_record below raises it, typed
-                else:
-                    size = len(data) + key_size
-                    if size <= limit:
-                        entry = spares.pop() if spares else Entry()
-                        append(entry.fill(data, key, None, hashed, size, block, slot, epoch))
-                        continue
             explicit_hash_key = None
         elif len(record) == 3:
             data, key, explicit_hash_key = record
@@ -129,6 +118,18 @@ def batch_entries(
                 f"record {index} of the batch: expected (data, partition_key[, "
                 f"explicit_hash_key]), got {len(record)} fields"
             )
+        # exact types: no subclass; a third field of None is no explicit hash key
+        if explicit_hash_key is None and type(key) is str and type(data) is bytes and data:
+            try:
+                key_size, hashed = key_facts(key)
+            except ValueError:
+                pass  # prepare_record below raises it, typed
+            else:
+                size = len(data) + key_size
+                if size <= limit:
+                    entry = spares.pop() if spares else Entry()
+                    append(entry.fill(data, key, None, hashed, size, block, slot, epoch))
+                    continue
         try:
             data, size, hashed = prepare_record(data, key, explicit_hash_key, limit, stream)
         except errors.KinesisError as exc:
