@@ -163,8 +163,9 @@ class ProtocolCodec:
         count = len(items)
         if not items:
             items.append(b"")
-        # The document's head and tail joined onto the first and last items: the body is
-        # copied once, by the join (an aggregated call's body is megabytes).
+        # The document's head and tail joined onto the first and last items, so the body
+        # (megabytes, for an aggregated call) is copied by the join alone, not twice more
+        # by concatenation; only those two items are copied once more.
         items[0] = head[:-1] + b',"Records":[' + items[0]
         items[-1] += b"]}"
         return EncodedRequest("PutRecords", self._put_records_headers, b",".join(items), count)

@@ -39,10 +39,11 @@ class Entry:
     are dropped with the answer that settled them). Settling drops ``data``, so a spare holds
     no record.
 
-    A record sent alone is its call's part itself (the same fields as a :class:`Part`, with
-    ``lane`` set when it is taken): no part, record or list per record, which, held while the
-    call is out, were what the collector promoted (measured, without aggregation: three full
-    collections per 100,000 records, 1.3-2.0 us a record on this machine).
+    A record sent alone is its call's part itself: it has the fields a call reads of a
+    :class:`Part` (data, keys, ``lane``, set when it is taken, size and ``entries``). So no
+    part, record or list per record, which, held while the call is out, were what the
+    collector promoted (measured, without aggregation: three full collections per 100,000
+    records, 1.3-2.0 us a record on this machine).
     """
 
     __slots__ = (
@@ -111,9 +112,9 @@ class Entry:
 
 class Part(NamedTuple):
     """One Kinesis record of a call holding several user records (an aggregate), those
-    records in sub-sequence order, and the ordering domains they were taken from (released
-    once per domain when the answer comes). A record sent alone is its own part (an
-    :class:`Entry`)."""
+    records in sub-sequence order, and the ordering domains they were taken from (with
+    ``preserve_order``, released once per domain when the answer comes). A record sent
+    alone is its own part (an :class:`Entry`)."""
 
     data: bytes
     partition_key: str
