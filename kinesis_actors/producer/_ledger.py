@@ -19,7 +19,7 @@ import anyio
 
 from .. import errors
 from ..runtime import Mailbox, RestartIntensityExceeded
-from ._calls import Entry
+from ._calls import Entry, Part
 from ._config import ProducerConfig
 from ._handle import NO_OUTCOMES, PutResult
 
@@ -46,15 +46,18 @@ class Ledger:
         self._spares: list[Entry] = []
         self._spare_limit = config.queue_limit_records
 
-    def _acknowledge(self, written: list[tuple[list[Entry], str, str]]) -> None:
-        """A PutRecords answer's written Kinesis records, each ``(entries, shard_id,
-        sequence_number)``: settle their user records together (one release of their room and
+    def _acknowledge(
+        self, parts: list[Part | Entry], shard_ids: list[str], sequence_numbers: list[str]
+    ) -> None:
+        """A PutRecords answer's written Kinesis records (``parts``, each with its shard and
+        sequence number): settle their user records together (one release of their room and
         one count per answer, not one per record), and keep the entries as spares."""
         records = nbytes = 0
-        epoch, count = written[0][0][0].epoch, 0
+        epoch, count = parts[0].entries[0].epoch, 0
         settled_in = self._settled_in
         spares = self._spares
-        for entries, shard_id, sequence_number in written:
+        for part, shard_id, sequence_number in zip(parts, shard_ids, sequence_numbers, strict=True):
+            entries = part.entries  # a record sent alone: [itself], made here, dropped here
             for index, entry in enumerate(entries):
                 # Outcomes.acknowledge, inlined (the call was ~5 % of an aggregated put_many).
                 outcomes, slot = entry.outcomes, entry.slot

@@ -59,11 +59,12 @@ _SWEEP_FLOOR = 0.005
 _SWEEP_SHARE = 0.01
 
 Settle = Callable[["Entry", PutResult | None, BaseException | None], None]
-#: ``acknowledge(written)``: a call's Kinesis records that were written, each as ``(entries,
-#: shard_id, sequence_number)`` with its user records in sub-sequence order (one call per
-#: PutRecords answer, not per record: measured, a call per Kinesis record cost ~4 % of a
-#: non-aggregated put).
-Acknowledge = Callable[[list[tuple[list["Entry"], str, str]]], None]
+#: ``acknowledge(parts, shard_ids, sequence_numbers)``: a call's Kinesis records that were
+#: written, in three columns (a part's user records are in sub-sequence order). One call per
+#: PutRecords answer, not per record (measured: a call per Kinesis record cost ~4 % of a
+#: non-aggregated put), and no tuple per record: held until the answer is settled, those were
+#: what young collections caught.
+Acknowledge = Callable[[list["Part | Entry"], list[str], list[str]], None]
 
 
 def _unbelievable(result: object) -> errors.MalformedReplyError:
@@ -284,7 +285,9 @@ class Pipeline(WaitingRoom):
             )
             self.unknown(call, mismatch, now)
             return
-        written: list[tuple[list[Entry], str, str]] = []
+        written: list[Part | Entry] = []
+        shard_ids: list[str] = []
+        sequence_numbers: list[str] = []
         # Successes per lane, [records, bytes], given to the pacing once per lane and answer
         # (before a throttle of that lane, to keep their order: recovery is additive, so that
         # is the same).
@@ -312,7 +315,9 @@ class Pipeline(WaitingRoom):
                         counts[0] += 1
                         counts[1] += part.size
                     nbytes += part.size
-                    written.append((part.entries, shard_id, sequence_number))
+                    written.append(part)
+                    shard_ids.append(shard_id)
+                    sequence_numbers.append(sequence_number)
                     release(part)
                 else:
                     self._failed(part, _unbelievable(result), now, succeeded, unknown=True)
@@ -328,11 +333,13 @@ class Pipeline(WaitingRoom):
         self.bytes_sent += nbytes
         if written:
             if self._acknowledge is not None:
-                self._acknowledge(written)
+                self._acknowledge(written, shard_ids, sequence_numbers)
             else:
                 settle = self._settle
-                for entries, shard_id, sequence_number in written:
-                    for index, entry in enumerate(entries):
+                for part, shard_id, sequence_number in zip(
+                    written, shard_ids, sequence_numbers, strict=True
+                ):
+                    for index, entry in enumerate(part.entries):
                         settle(entry, PutResult(shard_id, sequence_number, index), None)
 
     def fail(self, call: Call, error: BaseException, now: float) -> None:

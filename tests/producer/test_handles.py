@@ -17,7 +17,7 @@ import pytest
 
 from kinesis_actors import KinesisClient, LocalKinesis, Producer, ProducerConfig, errors
 from kinesis_actors.producer import PutHandle, PutHandles, PutResult
-from kinesis_actors.producer._calls import Entry
+from kinesis_actors.producer._calls import Entry, Part
 from kinesis_actors.producer._handle import NO_OUTCOMES, PUT_BLOCK, Outcomes
 from kinesis_actors.producer._ledger import Ledger
 from kinesis_actors.producer._validation import batch_entries
@@ -204,7 +204,8 @@ def test_a_spare_keeps_no_block_of_results_alive() -> None:
         queue.send_nowait(entry, entry.size)
     queue.receive_held()
     ledger._epoch_outstanding[0] = 1_000
-    ledger._acknowledge([(entries[:999], "shardId-0", "1")])
+    aggregate = Part(b"aggregate", "k", None, "shardId-0", entries[:999], 0, [])
+    ledger._acknowledge([aggregate], ["shardId-0"], ["1"])
     ledger._settle(entries[999], PutResult("shardId-0", "2", 0), None)
     assert PutHandles._over(outcomes)[998].result().sub_sequence_number == 998
     assert len(ledger._spares) == 1_000
