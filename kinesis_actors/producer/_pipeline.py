@@ -241,8 +241,9 @@ class Pipeline(WaitingRoom):
         taken, runs = self.take_runs(lane, aggregator)
         if not taken:
             return None
-        record = aggregator.build()
-        return self._part(lane, record, taken, runs, grant)
+        if len(taken) == 1:  # an aggregator of one would send the record as itself
+            return self._sent_alone(lane, taken[0], grant)
+        return self._part(lane, aggregator.build(), taken, runs, grant)
 
     def _single(self, lane: Lane, domain: Domain, grant: Grant) -> Entry:
         """The domain's first record sent as itself, its own part (see :class:`~._calls.Entry`):
@@ -256,9 +257,7 @@ class Pipeline(WaitingRoom):
         entries: list[Entry],
         runs: list[Domain],
         grant: Grant,
-    ) -> Part | Entry:
-        if len(entries) == 1:  # an aggregator of one builds the record itself
-            return self._sent_alone(lane, entries[0], grant)
+    ) -> Part:
         data, partition_key = record.data, record.partition_key
         size = len(data) + key_bytes(partition_key)
         # Always spent: if a bucket runs short mid-call (the record bucket, or a record
