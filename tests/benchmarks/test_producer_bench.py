@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks import producer_bench
 
 
+@pytest.mark.slow
 def test_smoke_run_structure() -> None:
     results = producer_bench.run(quick=True, smoke=True)
     assert {"throughput", "capacity", "peers", "loadavg_start", "loadavg_end"} <= set(results)

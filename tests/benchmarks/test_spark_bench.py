@@ -25,6 +25,7 @@ def _positive(value: Any) -> bool:
     )
 
 
+@pytest.mark.slow
 def test_a_tiny_run_reports_every_figure() -> None:
     results = run(True, records=3_000, progress=lambda _: None)
     total = 3_000 + results["tail_records"]

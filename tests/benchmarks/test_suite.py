@@ -63,6 +63,7 @@ def _check_throughput(rows: list[dict[str, Any]], peers: set[str], configs: int)
             assert _number(row["vs_project"]) and row["vs_project"] > 0
 
 
+@pytest.mark.slow
 def test_json_has_every_scenario_and_peer(outcome: tuple[dict[str, Any], Path, str]) -> None:
     results, _, _ = outcome
     assert set(results["scenarios"]) == SCENARIOS
@@ -96,6 +97,7 @@ def test_json_has_every_scenario_and_peer(outcome: tuple[dict[str, Any], Path, s
     assert check["passed"] == (not check["failures"]), check
 
 
+@pytest.mark.slow
 def test_plots_and_table(outcome: tuple[dict[str, Any], Path, str]) -> None:
     results, out, table = outcome
     assert len(results["plots"]) == 6

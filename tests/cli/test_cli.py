@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from kinesis_actors import LocalKinesis
 from tests.boto import create_stream, read_back
 
@@ -26,6 +28,7 @@ def _cli(
     )
 
 
+@pytest.mark.slow
 def test_the_demo_runs_end_to_end_and_leaves_no_process_behind(tmp_path: Path) -> None:
     demo = subprocess.Popen(
         [

@@ -78,6 +78,7 @@ async def put_round(client: KinesisClient, stream: str, round_: int, keys: list[
     assert result["FailedRecordCount"] == 0
 
 
+@pytest.mark.slow
 async def test_faults_resubscribe_from_the_right_position(
     client: KinesisClient, stream_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -123,6 +124,7 @@ async def test_faults_resubscribe_from_the_right_position(
     assert all(p["Type"] == "AFTER_SEQUENCE_NUMBER" for p in faults.positions[1:])
 
 
+@pytest.mark.slow
 async def test_a_stalled_shard_does_not_hold_back_the_others(
     client: KinesisClient, stream_name: str
 ) -> None:

@@ -238,6 +238,7 @@ def max_overlap(events: list[dict[str, Any]], killed: dict[str, float]) -> float
     return worst
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("mode", "backend"), [("polling", "trio"), ("efo", "asyncio")])
 async def test_resharding_with_three_workers_reads_no_child_before_its_parents_finished(
     client: KinesisClient, group_factory: Any, stream_name: str, mode: str, backend: str

@@ -49,6 +49,7 @@ def mixed_size(rng: random.Random) -> int:
 
 # One backend: this run measures the producer against the server, and costs ~30 s; every
 # other test here runs on both backends.
+@pytest.mark.slow
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_fifty_thousand_records_arrive_once_in_key_order_on_their_shards(
     local_kinesis: LocalKinesis, client: KinesisClient, stream_name: str

@@ -330,6 +330,7 @@ def _job(options: dict[str, str], output: Path, checkpoint: Path, mode: str) -> 
     )
 
 
+@pytest.mark.slow
 def test_killing_the_driver_mid_stream_loses_and_repeats_nothing(
     spark: Any, local_kinesis: LocalKinesis, stream_name: str, tmp_path: Path
 ) -> None:

@@ -60,6 +60,7 @@ class HoldFirstRangeRead:
         return None
 
 
+@pytest.mark.slow
 def test_a_speculative_copy_of_a_task_loses_and_duplicates_nothing(
     cluster: StandaloneCluster, local_kinesis: LocalKinesis, stream_name: str, tmp_path: Path
 ) -> None:

@@ -55,6 +55,7 @@ def _rows_with_data(query: Any) -> int:
     return sum(int(progress.numInputRows) for progress in query.recentProgress)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["polling", "efo"])
 def test_read_stream_stopped_and_restarted_from_its_checkpoint_reads_every_record_once(
     remote: Any, local_kinesis: LocalKinesis, stream_name: str, tmp_path: Path, mode: str
@@ -114,6 +115,7 @@ def _delivered(local: LocalKinesis, stream: str) -> Counter[tuple[str, bytes]]:
     )
 
 
+@pytest.mark.slow
 def test_batch_streaming_and_partition_writes_deliver_every_row_once(
     remote: Any, local_kinesis: LocalKinesis, stream_name: str, tmp_path: Path
 ) -> None:
