@@ -8,11 +8,11 @@ KINESIS_LOCAL := .tools/node_modules/kinesis-local/main.js
 DYNALITE_VERSION := 4.0.0
 DYNALITE := .tools/node_modules/dynalite/cli.js
 STAMP := $(VENV)/.installed
-# Two pytest-xdist workers, one per core (tests/conftest.py keeps a file's tests, and the local
-# Spark session's, on one worker): measured, 24 min of pytest on one worker, 13.8 min on two,
-# since most of a test's time is spent waiting on a server or a JVM. The slowest tests are in
-# every run's log, to keep `make test` inside its ~15 minutes.
-PYTEST_ARGS ?= -n 2 --dist loadgroup --durations=15
+# Two pytest-xdist workers, one per core, a file's tests on one worker (its module's servers
+# start once): measured, 24 min of pytest on one worker, 13.6-13.8 min on two, since most of a
+# test's time is spent waiting on a server or a JVM. The slowest tests are in every run's log,
+# to keep `make test` inside its ~15 minutes.
+PYTEST_ARGS ?= -n 2 --dist loadfile --durations=15
 
 .PHONY: setup test quick lint typecheck unit demo bench clean
 

@@ -135,6 +135,31 @@ def _answers(port: int, target: str, content_type: str) -> bool:
         connection.close()
 
 
+def _holds_listener(pid: int, port: int) -> bool | None:
+    """Whether process ``pid`` holds the socket listening on TCP ``port``; ``None`` where
+    ``/proc`` cannot tell (not Linux)."""
+    sockets = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            # local address "ADDR:PORT" in hex, state 0A is LISTEN, then the socket's inode
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                sockets.add(f"socket:[{fields[9]}]")
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in sockets:
+                return True
+    return False
+
+
 def _signal_group(pgid: int, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signum)
@@ -356,9 +381,15 @@ class LocalKinesis(_LocalServer):
         return [node, "main.js"], server_dir, env
 
     def _answering(self) -> bool:
-        return _answers(
+        # A server of another process that took the same free port in the meantime (two test
+        # workers start theirs at once) answers ListStreams too, while ours is failing to
+        # bind: the listening socket must be our server's own.
+        process = self._process
+        if process is None or not _answers(
             self.plain_port, "Kinesis_20131202.ListStreams", "application/x-amz-json-1.1"
-        )
+        ):
+            return False
+        return _holds_listener(process.pid, self.plain_port) is not False
 
     def client(self, *, tls: bool = True, config: ClientConfig | None = None) -> KinesisClient:
         """A :class:`KinesisClient` for this server: HTTP/2 over TLS, or plain HTTP/1.1."""

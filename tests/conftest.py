@@ -4,10 +4,9 @@ Async tests run on both anyio backends (asyncio and trio) through anyio's own py
 Tests that need Kinesis talk to one real local server (kinesis-mock) started for the run;
 tests that need DynamoDB (lease tables) to one real local DynamoDB (dynalite), likewise.
 
-``make test`` runs the suite on two pytest-xdist workers (``--dist loadgroup``): each worker
-starts its own servers, and :func:`pytest_collection_modifyitems` keeps a file's tests on
-one worker, so a module's server (Spark Connect, the Spark cluster) starts once, and every
-test of the local Spark session on one worker, so one JVM serves them all.
+``make test`` runs the suite on two pytest-xdist workers (``--dist loadfile``): each worker
+starts its own servers, and a file's tests stay on one worker, so a module's server (Spark
+Connect, the Spark cluster) starts once.
 """
 
 from __future__ import annotations
@@ -19,15 +18,6 @@ import pytest
 
 from kinesis_actors import DynamoDBClient, KinesisClient, LocalDynamoDB, LocalKinesis
 from tests.faults import FaultProxy
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group the tests for pytest-xdist's ``loadgroup``: by file, and the local Spark session's
-    files together (see the module's docstring). Without xdist the marks do nothing."""
-    for item in items:
-        path = item.path.relative_to(config.rootpath)
-        local_spark = path.parts[:2] == ("tests", "spark_bridge")
-        item.add_marker(pytest.mark.xdist_group("spark-local" if local_spark else str(path)))
 
 
 @pytest.fixture(params=["asyncio", "trio"])

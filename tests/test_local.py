@@ -63,6 +63,21 @@ def test_starts_on_free_ports_and_stops() -> None:
     server.stop()  # idempotent
 
 
+def test_a_plain_port_taken_by_another_server_is_an_error_not_that_server(
+    monkeypatch: pytest.MonkeyPatch, local_kinesis: LocalKinesis
+) -> None:
+    """Two test workers start their servers at once and can be handed the same free port: the
+    second server then fails to bind while the first one answers on it. Starting must fail,
+    not adopt the other process's server (which would vanish with that process, mid-run)."""
+    ports = iter([local_kinesis.plain_port, local._free_port()])
+    monkeypatch.setattr(local, "_free_port", lambda: next(ports))
+    second = LocalKinesis(start_timeout=20)
+    with pytest.raises(LocalKinesisError, match="exited at start"):
+        second.start()
+    assert not second.running
+    assert local_kinesis.running
+
+
 def server_dies_with_a_killed_parent(tmp_path: Path, server_class: str) -> None:
     """Start ``kinesis_actors.<server_class>`` in a child Python, SIGKILL that child (no
     cleanup runs) and wait for the kernel to take the server with it."""

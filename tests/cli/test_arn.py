@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import socket
 import sys
 from typing import Any
 
@@ -70,13 +69,6 @@ def test_consumers_list_and_deregister_by_arn(
     assert json.loads(capsys.readouterr().out) == []
 
 
-def _closed_port_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
-
-
 @pytest.mark.parametrize(
     "command", [["tail"], ["put"], ["consumers", "list"], ["consumers", "deregister", "-n"]]
 )
@@ -90,12 +82,16 @@ def _closed_port_url() -> str:
     ],
 )
 def test_a_bad_stream_arn_is_refused_naming_stream_before_any_call(
-    capsys: pytest.CaptureFixture[str], command: list[str], stream: str, says: str
+    capsys: pytest.CaptureFixture[str],
+    command: list[str],
+    stream: str,
+    says: str,
+    closed_port_url: str,
 ) -> None:
     """Nothing listens at the endpoint: a call would say it cannot reach it instead."""
     if command[-1] == "-n":
         command = [*command[:-1], "--name", "x"]
-    assert main([*command, "--stream", stream, "--endpoint-url", _closed_port_url()]) == 2
+    assert main([*command, "--stream", stream, "--endpoint-url", closed_port_url]) == 2
     err = capsys.readouterr().err
     assert says in err and "--stream" in err, err
     assert "cannot reach" not in err and "Traceback" not in err

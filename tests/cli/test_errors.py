@@ -4,7 +4,6 @@ every command's --help."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 
@@ -33,13 +32,6 @@ def _one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str], *fragme
     return err
 
 
-def _closed_port_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
-
-
 @pytest.mark.parametrize(
     "command",
     [
@@ -61,11 +53,11 @@ def test_an_unknown_stream(
 
 @pytest.mark.parametrize("command", [["tail"], ["consumers", "list"], ["put"]])
 def test_an_unreachable_endpoint_fails_fast(
-    capsys: pytest.CaptureFixture[str], command: list[str]
+    capsys: pytest.CaptureFixture[str], command: list[str], closed_port_url: str
 ) -> None:
     _one_line_error(
         capsys,
-        [*command, "--stream", "s", "--endpoint-url", _closed_port_url()],
+        [*command, "--stream", "s", "--endpoint-url", closed_port_url],
         "cannot reach Kinesis",
         "--endpoint-url",
     )

@@ -139,7 +139,7 @@ async def test_an_exit_grace_of_zero_fails_what_is_left_at_once(
                 started = anyio.current_time()
                 raise KeyError("the user's")
         elapsed = anyio.current_time() - started
-    assert elapsed < 0.5, elapsed
+    assert elapsed < 0.9, elapsed  # not the default grace of 1 s, nor forever
     assert isinstance(handle.exception(), errors.ProducerClosedError)
     with pytest.raises(errors.ConfigError, match="exit_grace"):
         ProducerConfig(exit_grace=-1)

@@ -112,7 +112,7 @@ def test_stop_never_hangs_the_caller_even_when_the_loop_is_wedged(backend: str) 
     started = time.monotonic()
     try:
         assert runtime.stop(timeout=0.3) is False
-        assert time.monotonic() - started < 0.8
+        assert time.monotonic() - started < 1.5  # not until the loop is unblocked
     finally:
         unblock.set()
     # Once the loop is free again, the runtime finishes stopping by itself.

@@ -146,8 +146,9 @@ async def test_a_concurrent_stop_takes_the_slowest_child_not_the_sum() -> None:
         for spec in specs:
             await sup.start_child(spec)
     elapsed = anyio.current_time() - started
-    # One at a time, ten cleanups of 0.1 s would take 1 s.
-    assert 0.1 <= elapsed < 0.6
+    # One at a time, ten cleanups of 0.1 s would take 1 s (the margin is for a busy machine:
+    # make test runs two workers on two cores).
+    assert 0.1 <= elapsed < 0.9
 
 
 def test_the_stop_bound_is_the_sum_in_reverse_order_and_the_slowest_when_concurrent() -> None:

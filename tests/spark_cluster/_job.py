@@ -14,8 +14,6 @@ import sys
 import urllib.request
 from typing import Any
 
-from tests.spark_connect._server import _free_port
-
 SPECULATION = {
     "spark.speculation": "true",
     "spark.speculation.interval": "100ms",
@@ -40,13 +38,11 @@ def main() -> None:
 
     import spark_bridge
 
-    ui_port = _free_port()
     builder = (
         SparkSession.builder.master(master)
         .appName("kinesis-actors-speculation")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.port", str(ui_port))
         .config("spark.executor.memory", "512m")
         .config("spark.executor.cores", "1")
         .config("spark.cores.max", "2")
@@ -83,7 +79,9 @@ def main() -> None:
     )
     query.awaitTermination(120)
     error = query.exception()
-    api = f"http://127.0.0.1:{ui_port}/api/v1/applications"
+    # The UI's own address: a port picked free beforehand may be taken (by the other test
+    # worker) by the time the UI binds, and Spark then moves the UI to the next one.
+    api = f"{spark.sparkContext.uiWebUrl}/api/v1/applications"
     app = spark.sparkContext.applicationId
     tasks = []
     for stage in _get(f"{api}/{app}/stages?details=true"):
