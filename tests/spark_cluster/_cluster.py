@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -161,6 +162,15 @@ class StandaloneCluster:
         )
         self.children.append(master)
         master.start()
+        # The port the master bound: Spark moves to the next one if another process took the
+        # one picked free (another test worker, in between), and the workers must follow it.
+        bound = re.search(
+            r"Starting Spark master at spark://[^:]+:(\d+)",
+            master.log_path.read_text("utf-8", "replace"),
+        )
+        if bound is None:
+            raise ClusterError(f"the master did not say its port: {master.log_path}")
+        self.port = int(bound.group(1))
         workers = []
         for host in WORKER_HOSTS:
             work = self.workdir / f"worker-{host}"
