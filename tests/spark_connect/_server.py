@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -106,6 +107,9 @@ class ConnectServer:
         confs = {
             "spark.connect.grpc.binding.address": "127.0.0.1",
             "spark.connect.grpc.binding.port": str(self.port),
+            # If another process took that port before the server bound it, the next one
+            # (start reads the port from the started line); by default it would fail.
+            "spark.connect.grpc.port.maxRetries": "16",
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",
             "spark.ui.enabled": "false",
@@ -173,6 +177,14 @@ class ConnectServer:
             tail = self.output()[-4000:]
             self.stop()
             raise ConnectServerError(f"the Spark Connect server did not start:\n{tail}")
+        # The port it bound, from its started line: Spark moves to the next port if another
+        # process (the other test worker) took the one picked free before the server bound it.
+        bound = re.search(re.escape(READY_LINE) + r":? *[^\s:]+:(\d+)", self.output())
+        if bound is None:
+            tail = self.output()[-4000:]
+            self.stop()
+            raise ConnectServerError(f"the Spark Connect server did not say its port:\n{tail}")
+        self.port = int(bound.group(1))
         with socket.create_connection(("127.0.0.1", self.port), timeout=5):
             pass  # the gRPC port answers
 
