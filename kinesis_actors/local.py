@@ -194,6 +194,15 @@ class _LocalServer:
     def _answering(self) -> bool:
         raise NotImplementedError
 
+    def _answers_here(self, port: int, target: str, content_type: str) -> bool:
+        """Whether our server answers on ``port``. A server of another process that took the
+        same free port in the meantime (two test workers start theirs at once) answers too,
+        while ours is failing to bind: the listening socket must be our process's own."""
+        process = self._process
+        if process is None or not _answers(port, target, content_type):
+            return False
+        return _holds_listener(process.pid, port) is not False
+
     def start(self) -> None:
         """Start the server and return once it answers; raises the server's error otherwise.
 
@@ -381,15 +390,9 @@ class LocalKinesis(_LocalServer):
         return [node, "main.js"], server_dir, env
 
     def _answering(self) -> bool:
-        # A server of another process that took the same free port in the meantime (two test
-        # workers start theirs at once) answers ListStreams too, while ours is failing to
-        # bind: the listening socket must be our server's own.
-        process = self._process
-        if process is None or not _answers(
+        return self._answers_here(
             self.plain_port, "Kinesis_20131202.ListStreams", "application/x-amz-json-1.1"
-        ):
-            return False
-        return _holds_listener(process.pid, self.plain_port) is not False
+        )
 
     def client(self, *, tls: bool = True, config: ClientConfig | None = None) -> KinesisClient:
         """A :class:`KinesisClient` for this server: HTTP/2 over TLS, or plain HTTP/1.1."""
@@ -471,18 +474,9 @@ class LocalDynamoDB(_LocalServer):
         return command, server_dir, dict(os.environ)
 
     def _answering(self) -> bool:
-        # Its own "listening" line first: a server of another process that took the same free
-        # port in the meantime also answers ListTables, while ours is failing to bind.
-        if f":{self.port}".encode() not in self._listening_line():
-            return False
-        return _answers(self.port, "DynamoDB_20120810.ListTables", "application/x-amz-json-1.0")
-
-    def _listening_line(self) -> bytes:
-        if self._log is None:
-            return b""
-        # pread: the server writes through the same open file, so its offset must not move.
-        head = os.pread(self._log.fileno(), 4096, 0)
-        return next((line for line in head.splitlines() if b"listening at" in line), b"")
+        return self._answers_here(
+            self.port, "DynamoDB_20120810.ListTables", "application/x-amz-json-1.0"
+        )
 
     def client(self, *, config: ClientConfig | None = None) -> DynamoDBClient:
         """A :class:`~kinesis_actors.client.DynamoDBClient` for this server."""
