@@ -145,7 +145,7 @@ class WaitingRoom:
             if not entries:
                 break
             lead = entries[0]
-            count = add_run(map(_data, entries), lead.partition_key, lead.explicit_hash_key)
+            count = add_run(list(map(_data, entries)), lead.partition_key, lead.explicit_hash_key)
             if count == 0:
                 break
             if count == len(entries):  # the whole run (the common case)

@@ -224,6 +224,42 @@ def test_add_run_is_add_per_record(
             break
 
 
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 300), st.integers(1, 12), st.integers(1, 300)),
+        min_size=1,
+        max_size=12,
+    ),
+    st.integers(0, 300),
+    st.integers(21, 20_000),
+)
+def test_add_run_of_equal_sizes_is_add_per_record(
+    runs: list[tuple[int, int, int]], keys_before: int, max_bytes: int
+) -> None:
+    """Runs whose records all have one size (add_run joins those at once): the same bytes,
+    sizes and stopping point as one add() per record, with one- and two-byte lengths and key
+    indexes, and an empty aggregator taking a first record bigger than its cap."""
+    by_run, by_record = Aggregator(max_bytes), Aggregator(max_bytes)
+    for index in range(keys_before):
+        if not by_record.add(b"x", f"warm-{index}"):
+            break
+        assert by_run.add(b"x", f"warm-{index}")
+    for run, (key, count, size) in enumerate(runs):
+        datas = [bytes([(run + i) % 256]) * size for i in range(count)]
+        taken = by_run.add_run(datas, f"key-{key}")
+        expected = 0
+        for data in datas:
+            if not by_record.add(data, f"key-{key}"):
+                break
+            expected += 1
+        assert taken == expected
+        assert len(by_run) == len(by_record)
+        assert by_run.build_container() == by_record.build_container()
+        assert by_run.size == by_record.size == len(by_run.build().data)
+        if taken < count:
+            break
+
+
 def test_add_run_with_explicit_hash_keys_and_an_empty_run() -> None:
     by_run, by_record = Aggregator(), Aggregator()
     assert by_run.add_run([], "k") == 0
