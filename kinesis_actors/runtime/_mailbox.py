@@ -24,8 +24,10 @@ Two options make it the producer's queue (lessons 16, 17):
 from __future__ import annotations
 
 import logging
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
+from itertools import accumulate
 from typing import TypeVar
 
 import anyio
@@ -213,24 +215,23 @@ class Mailbox(Room[T]):
         data, weights = self._data, self._weights
         room = self._capacity - (len(data) + self._held + self._reserved)
         limit, total = self._max_weight, self._weight
-        index, wanted = start, stop
-        stop = min(stop, start + max(room, 0))
-        while index < stop:
-            item = items[index]
-            item_weight = weight(item)
-            # As in _fits: one item heavier than the bound goes alone, into an empty mailbox.
-            if (
-                limit is not None
-                and total + item_weight > limit
-                and (data or self._held or self._reserved)
-            ):
-                break
-            data.append(item)
+        batch = items[start : min(stop, start + max(room, 0))]
+        item_weights = list(map(weight, batch))
+        # How many fit, from a running sum of the weights (C calls, not a step per item):
+        # ends[k] is the weight with the first k in. As in _fits, one item heavier than the
+        # bound goes alone, into an empty mailbox.
+        ends = list(accumulate(item_weights, initial=total))
+        sent = len(batch)
+        if limit is not None and ends[-1] > limit:
+            sent = max(bisect_right(ends, limit) - 1, 0)
+            if sent == 0 and batch and not (data or self._held or self._reserved):
+                sent = 1
+        if sent:
+            data.extend(batch if sent == len(batch) else batch[:sent])
             if weights is not None:
-                weights.append(item_weight)
-            total += item_weight
-            index += 1
-        sent = index - start
+                weights.extend(item_weights[:sent])
+            total = ends[sent]
+        index, wanted = start + sent, stop
         if index < wanted:
             self._rejected += 1  # the item that did not fit, as try_send counts it
         if sent == 0:

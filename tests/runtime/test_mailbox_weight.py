@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kinesis_actors.runtime import DeadLetter, DropReason, FullPolicy, Mailbox, MailboxClosed
 
@@ -139,6 +141,36 @@ async def test_try_send_many_queues_in_order_while_count_and_weight_allow() -> N
     mailbox.release(3, 60)
     assert mailbox.try_send_many(items, 3, 5, lambda item: item) == 2
     assert mailbox.try_send_many([1, 1, 1], 0, 3, lambda item: item) == 2  # full by count
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 120), max_size=12),
+    st.lists(st.integers(0, 120), max_size=6),
+    st.integers(1, 10),
+    st.one_of(st.none(), st.integers(1, 200)),
+    st.booleans(),
+)
+def test_try_send_many_takes_what_try_send_one_by_one_would(
+    before: list[int], items: list[int], capacity: int, max_weight: int | None, hold: bool
+) -> None:
+    """The batch path (a running sum of the weights) against try_send per item, from any
+    starting fill: the same count, order, weight and rejections."""
+    by_batch: Mailbox[int] = Mailbox(capacity, max_weight=max_weight, hold=hold)
+    by_item: Mailbox[int] = Mailbox(capacity, max_weight=max_weight, hold=hold)
+    for weight in before:
+        assert by_batch.try_send(weight, weight) == by_item.try_send(weight, weight)
+    sent = by_batch.try_send_many(items, 0, len(items), lambda item: item)
+    expected = 0
+    for weight in items:
+        if not by_item.try_send(weight, weight):
+            break
+        expected += 1
+    assert sent == expected
+    batch, one = by_batch.stats(), by_item.stats()
+    assert (batch.weight, batch.peak_weight, batch.sent) == (one.weight, one.peak_weight, one.sent)
+    assert batch.rejected == one.rejected
+    assert len(by_batch) == len(by_item)
 
 
 async def test_try_send_many_lets_an_overweight_item_alone_into_an_empty_mailbox() -> None:
