@@ -30,7 +30,7 @@ import hashlib
 from bisect import bisect_right
 from collections.abc import Iterable
 from functools import lru_cache
-from itertools import accumulate, chain, repeat
+from itertools import accumulate, chain
 from operator import add
 from typing import NamedTuple
 
@@ -66,6 +66,10 @@ TAG_TAGS = 0x22  # Record.tags, length-delimited
 TAG_TAG_KEY = 0x0A  # Tag.key, length-delimited
 
 _SMALL_VARINTS = [bytes((value,)) for value in range(0x80)]
+
+# The least a record adds to an aggregate: its field's tag and length, the key index's tag and
+# one byte, the data's tag and length (an empty data).
+_MIN_RECORD_BYTES = 6
 
 
 def _varint(value: int) -> bytes:
@@ -150,8 +154,9 @@ class Aggregator:
         self._ehk_index: dict[str, int] = {}
         self._pk_entries: list[bytes] = []
         self._ehk_entries: list[bytes] = []
-        # The encoded records in order, joined only by build(): a header and a data per record,
-        # or a run of records joined at once (add_run); so ``_count`` counts the records.
+        # The encoded records in order, joined only by build(): a header and a data per record;
+        # or, for a run of one size (add_run), its header and the run's datas joined with the
+        # header between them. So ``_count`` counts the records.
         self._record_parts: list[bytes] = []
         self._count = 0
         self._body_size = 0
@@ -302,13 +307,20 @@ class Aggregator:
         """Buffer records that share keys, in order, while they fit: how many were taken.
 
         The same bytes as an :meth:`add` per record, for the producer's runs of one ordering
-        domain, without a step of Python per record: the key is looked up once, the headers
-        come from a cache by ``(key index, size)`` and how many fit from a running sum, and a
-        run of equal sizes is one ``join`` (see ``docs/producer.md``, "Seventh look"). Stops
-        at the first record that does not fit. Raises ``ValueError`` as :meth:`add` does.
+        domain, in C calls rather than a step of Python per record: the key is looked up
+        once, the headers come from a cache by ``(key index, size)`` and how many fit from a
+        running sum, and a run of equal sizes is one ``join`` (see ``docs/producer.md``,
+        "Seventh look"). Stops at the first record that does not fit. ``datas`` other than a
+        list or tuple is read in full first; of a long list, only as many as the room could
+        hold are looked at. Raises ``ValueError`` as :meth:`add` does.
         """
         if not isinstance(datas, list | tuple):
             datas = list(datas)
+        # A record takes at least _MIN_RECORD_BYTES, so no more than this many can fit: the
+        # work is bounded by the room, however long the run.
+        most = max(self._max_bytes - _OVERHEAD - self._body_size, 0) // _MIN_RECORD_BYTES + 1
+        if len(datas) > most:
+            datas = datas[:most]
         count = len(datas)
         pk_index = self._pk_index.get(partition_key)
         if count == 0 or explicit_hash_key is not None:
@@ -337,9 +349,9 @@ class Aggregator:
             added = taken * each
         else:
             sizes = list(map(len, datas))
-            headers = list(map(_record_header, repeat(pk_index, count), sizes))
-            ends = list(accumulate(map(len, headers), initial=0))  # header bytes so far
-            ends = list(map(add, accumulate(sizes), ends[1:]))  # record bytes so far
+            by_size = {size: _record_header(pk_index, size) for size in set(sizes)}
+            headers = list(map(by_size.__getitem__, sizes))
+            ends = list(accumulate(map(add, map(len, headers), sizes)))  # record bytes so far
             taken = bisect_right(ends, room)
             if taken == 0:
                 if self._count:

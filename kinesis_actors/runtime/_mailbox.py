@@ -202,9 +202,12 @@ class Mailbox(Room[T]):
         on the producer's ``put_many``). Stops at the first item that does not fit.
 
         :raises MailboxClosed: when the mailbox is closed.
+        :raises IndexError: when ``stop`` is past the end of ``items``.
         """
         if self._closed:
             raise MailboxClosed(self._name)
+        if stop > len(items):
+            raise IndexError(f"try_send_many: stop {stop} is past {len(items)} items")
         if self._senders or self._policy not in (FullPolicy.BLOCK, FullPolicy.FAIL):
             sent = 0
             for index in range(start, stop):

@@ -174,6 +174,35 @@ def test_records_of_an_aggregate_get_sub_sequence_numbers_in_order() -> None:
     assert lone.settled[0][0] is single and lone.settled[0][1] == expected
 
 
+@pytest.mark.parametrize("preserve_order", [True, False])
+@pytest.mark.parametrize("mixed", [False, True])
+@pytest.mark.parametrize(("size", "aggregates"), [(100, (6, 8)), (8, (1, 1))])
+def test_a_hot_keys_long_backlog_drains_in_order_an_aggregate_at_a_time(
+    preserve_order: bool, mixed: bool, size: int, aggregates: tuple[int, int]
+) -> None:
+    """A domain holding more records than the slice of a run handed to an aggregate at once
+    (_RUN_SLICE), and, of 100-byte records, than an aggregate: each aggregate is filled, the
+    records come out in order, nothing twice, and the waiting room's counts stay true after
+    every call."""
+    h = Harness(preserve_order=preserve_order)
+    sizes = [size + (i % 7 if mixed else 0) for i in range(3_000)]
+    for index, size in enumerate(sizes):
+        h.add("hot", index.to_bytes(4, "big") * (size // 4) + b"x" * (size % 4))
+    pipeline, seen, calls = h.pipeline, [], 0
+    while pipeline.pending_records:
+        call = h.call(now=1.0 + calls)
+        calls += 1
+        assert all(len(part.data) <= 51_200 for part in call.parts)
+        seen += [data for _, data in user_records(call)]
+        pipeline.complete(call, ok(call), 1.0 + calls)
+        left = 3_000 - len(seen)
+        assert pipeline.pending_records == pipeline.ready_records == left
+        assert pipeline.ready_bytes == sum(size + 3 for size in sizes[len(seen) :])
+    assert [int.from_bytes(data[:4], "big") for data in seen] == list(range(3_000))
+    # 100-106-byte records: ~470 an aggregate; 8-14-byte ones: all 3,000 in one
+    assert aggregates[0] <= pipeline.kinesis_records_sent <= aggregates[1]
+
+
 def test_a_non_retryable_failure_settles_with_its_typed_error() -> None:
     h = Harness()
     entry = h.add("k")

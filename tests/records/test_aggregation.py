@@ -260,6 +260,20 @@ def test_add_run_of_equal_sizes_is_add_per_record(
             break
 
 
+@pytest.mark.parametrize("mixed", [False, True])
+def test_add_run_of_a_run_far_longer_than_the_room_takes_what_add_would(mixed: bool) -> None:
+    """A run of 100,000 records into one aggregate (only the first few hundred fit; add_run
+    looks at no more than the room could hold): the same as an add() per record."""
+    datas = [bytes([i % 256]) * (100 + (i % 5 if mixed else 0)) for i in range(100_000)]
+    by_run, by_record = Aggregator(), Aggregator()
+    assert by_run.add(b"first", "other") and by_record.add(b"first", "other")
+    expected = 1
+    while by_record.add(datas[expected - 1], "hot"):
+        expected += 1
+    assert by_run.add_run(datas, "hot") == expected - 1
+    assert by_run.build() == by_record.build()
+
+
 def test_add_run_with_explicit_hash_keys_and_an_empty_run() -> None:
     by_run, by_record = Aggregator(), Aggregator()
     assert by_run.add_run([], "k") == 0

@@ -176,6 +176,8 @@ def test_try_send_many_takes_what_try_send_one_by_one_would(
 async def test_try_send_many_lets_an_overweight_item_alone_into_an_empty_mailbox() -> None:
     mailbox: Mailbox[int] = Mailbox(4, max_weight=100)
     assert mailbox.try_send_many([500, 1], 0, 2, lambda item: item) == 1
+    with pytest.raises(IndexError, match="past 2 items"):
+        mailbox.try_send_many([1, 2], 0, 3, lambda item: item)
     mailbox.close()
     with pytest.raises(MailboxClosed):
         mailbox.try_send_many([1], 0, 1, lambda item: item)
