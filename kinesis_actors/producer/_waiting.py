@@ -15,7 +15,7 @@ a waiting room with a sending policy. Sans-IO: nothing here awaits or reads a cl
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
 from operator import attrgetter
 
@@ -159,36 +159,26 @@ class WaitingRoom:
                 entries = domain.entries
                 if not entries:
                     break
-                lead = entries[0]
-                key, explicit_hash_key = lead.partition_key, lead.explicit_hash_key
-                count = nbytes = 0
-                full = False
-                while entries:
-                    # A hot key's long backlog goes _RUN_SLICE records at a time, so each
-                    # aggregate reads what it can hold, not the whole backlog.
-                    if len(entries) <= _RUN_SLICE:
-                        datas = list(map(_data, entries))
-                    else:
-                        datas = list(map(_data, islice(entries, _RUN_SLICE)))
-                    took = add_run(datas, key, explicit_hash_key)
-                    if took == len(entries):  # the whole run (the common case)
-                        run_bytes = domain.nbytes
+                if len(entries) > _RUN_SLICE:
+                    count, nbytes = self._take_backlog(domain, add_run, taken)
+                else:
+                    lead = entries[0]
+                    count = add_run(
+                        list(map(_data, entries)), lead.partition_key, lead.explicit_hash_key
+                    )
+                    if count == len(entries):  # the whole run (the common case)
+                        nbytes = domain.nbytes
                         taken += entries
                         entries.clear()
                     else:
-                        run_bytes = 0
-                        for _ in range(took):
+                        nbytes = 0
+                        for _ in range(count):
                             entry = entries.popleft()
-                            run_bytes += entry.size
+                            nbytes += entry.size
                             taken.append(entry)
-                    domain.nbytes -= run_bytes
-                    records += took
-                    nbytes_taken += run_bytes
-                    count += took
-                    nbytes += run_bytes
-                    if took < len(datas):
-                        full = True
-                        break
+                    domain.nbytes -= nbytes
+                records += count
+                nbytes_taken += nbytes
                 if count == 0:
                     break
                 runs.append(domain)
@@ -203,13 +193,37 @@ class WaitingRoom:
                     domain.queued = True
                 else:
                     self._leave_ready(domain, IDLE)
-                if full:
-                    break
+                if entries:
+                    break  # the aggregate is full
         finally:
             self.ready_records -= records
             self.ready_bytes -= nbytes_taken
             self.pending_records -= records
         return taken, runs
+
+    @staticmethod
+    def _take_backlog(
+        domain: Domain, add_run: Callable[[list[bytes], str, str | None], int], taken: list[Entry]
+    ) -> tuple[int, int]:
+        """A hot key's long backlog into the aggregate, _RUN_SLICE records at a time (so an
+        aggregate reads what it can hold, not the whole backlog): how many records and bytes
+        were taken, onto ``taken``. Stops when the aggregate is full or the domain empty."""
+        entries = domain.entries
+        lead = entries[0]
+        key, explicit_hash_key = lead.partition_key, lead.explicit_hash_key
+        count = nbytes = 0
+        while entries:
+            datas = list(map(_data, islice(entries, _RUN_SLICE)))
+            took = add_run(datas, key, explicit_hash_key)
+            for _ in range(took):
+                entry = entries.popleft()
+                nbytes += entry.size
+                taken.append(entry)
+            count += took
+            if took < len(datas):
+                break  # full
+        domain.nbytes -= nbytes
+        return count, nbytes
 
     def _lane(self, hash_key: int) -> Lane:
         if self._map is None:
