@@ -310,7 +310,7 @@ class Aggregator:
         domain, in C calls rather than a step of Python per record: the key is looked up
         once, the headers come from a cache by ``(key index, size)`` and how many fit from a
         running sum, and a run of equal sizes is one ``join`` (see ``docs/producer.md``,
-        "Seventh look"). Stops at the first record that does not fit. ``datas`` other than a
+        "Seventh round"). Stops at the first record that does not fit. ``datas`` other than a
         list or tuple is read in full first; of a long list, only as many as the room could
         hold are looked at. Raises ``ValueError`` as :meth:`add` does.
         """
