@@ -15,6 +15,7 @@ a waiting room with a sending policy. Sans-IO: nothing here awaits or reads a cl
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
 from operator import attrgetter
@@ -36,6 +37,17 @@ _data = attrgetter("data")  # a C callable, mapped over a run of entries
 _RUN_SLICE = 512
 """The most records of one domain handed to an aggregate at once: more than a 51,200-byte
 aggregate holds of 100-byte records, and a bound on what a hot key's backlog costs a call."""
+
+
+def _move(entries: deque[Entry], count: int, taken: list[Entry]) -> int:
+    """The first ``count`` of a domain's entries onto ``taken``: their bytes."""
+    nbytes = 0
+    for _ in range(count):
+        entry = entries.popleft()
+        nbytes += entry.size
+        taken.append(entry)
+    return nbytes
+
 
 UNPREDICTED_LANE = "?"
 """The lane of records whose hash key no known open shard covers (a reshard is under way)."""
@@ -171,11 +183,7 @@ class WaitingRoom:
                         taken += entries
                         entries.clear()
                     else:
-                        nbytes = 0
-                        for _ in range(count):
-                            entry = entries.popleft()
-                            nbytes += entry.size
-                            taken.append(entry)
+                        nbytes = _move(entries, count, taken)
                     domain.nbytes -= nbytes
                 records += count
                 nbytes_taken += nbytes
@@ -215,10 +223,7 @@ class WaitingRoom:
         while entries:
             datas = list(map(_data, islice(entries, _RUN_SLICE)))
             took = add_run(datas, key, explicit_hash_key)
-            for _ in range(took):
-                entry = entries.popleft()
-                nbytes += entry.size
-                taken.append(entry)
+            nbytes += _move(entries, took, taken)
             count += took
             if took < len(datas):
                 break  # full

@@ -97,14 +97,15 @@ def _length_prefixed(tag: int, payload: bytes) -> bytes:
 def _record_header(pk_index: int, size: int) -> bytes:
     """The bytes before a record's data: its field tag and length, its key index, the data's
     tag and length. Cached: a producer's aggregates reuse the same indexes and sizes."""
-    fields = bytes((TAG_PK_INDEX,)) + _varint(pk_index) + bytes((TAG_DATA,)) + _varint(size)
-    return bytes((TAG_RECORD,)) + _varint(len(fields) + size) + fields
+    fields = _SMALL_VARINTS[TAG_PK_INDEX] + _varint(pk_index) + _SMALL_VARINTS[TAG_DATA]
+    fields += _varint(size)
+    return _SMALL_VARINTS[TAG_RECORD] + _varint(len(fields) + size) + fields
 
 
 @lru_cache(maxsize=16_384)
 def _key_table_entry(partition_key: str) -> bytes:
     """A short ASCII partition key's entry in the key table (cached: keys repeat)."""
-    return bytes((TAG_PK_TABLE, len(partition_key))) + partition_key.encode("ascii")
+    return _length_prefixed(TAG_PK_TABLE, partition_key.encode("ascii"))
 
 
 class OutboundRecord(NamedTuple):
@@ -209,14 +210,8 @@ class Aggregator:
             pk_index = len(self._pk_index)
             pk_entry = _length_prefixed(TAG_PK_TABLE, encoded)
             added += len(pk_entry)
-        if explicit_hash_key is None and size < 0x7B and pk_index < 0x4000:
-            # Small records, where per-record overhead matters most: the lengths are one-byte
-            # varints and the index one or two bytes, so write the header in one go.
-            if pk_index < 0x80:
-                header = bytes((TAG_RECORD, size + 4, TAG_PK_INDEX, pk_index, TAG_DATA, size))
-            else:
-                low, high = (pk_index & 0x7F) | 0x80, pk_index >> 7
-                header = bytes((TAG_RECORD, size + 5, TAG_PK_INDEX, low, high, TAG_DATA, size))
+        if explicit_hash_key is None:
+            header = _record_header(pk_index, size)
             return pk_entry, None, header, added + len(header)
         fields = _SMALL_VARINTS[TAG_PK_INDEX] + _varint(pk_index)
         if explicit_hash_key is not None:
@@ -253,22 +248,18 @@ class Aggregator:
 
         Raises ``ValueError`` for an invalid partition key or explicit hash key.
         """
-        size = len(data)
-        if explicit_hash_key is None and size < 0x7B:
-            # The producer's common record, small and without an explicit hash key, encoded
-            # here without _encode's call and tuple (the same bytes); anything else below.
+        if explicit_hash_key is None:
+            # The common record, without an explicit hash key and with a key already in the
+            # table or short and ASCII, encoded here without _encode's call and tuple (the
+            # same bytes, from the same caches as add_run); anything else below.
             pk_index = self._pk_index.get(partition_key)
             pk_entry = None
             if pk_index is None and partition_key.isascii() and 0 < len(partition_key) < 0x80:
                 pk_index = len(self._pk_index)
-                pk_entry = bytes((TAG_PK_TABLE, len(partition_key))) + partition_key.encode()
-            if pk_index is not None and pk_index < 0x4000:
-                if pk_index < 0x80:
-                    header = bytes((TAG_RECORD, size + 4, TAG_PK_INDEX, pk_index, TAG_DATA, size))
-                else:
-                    low, high = (pk_index & 0x7F) | 0x80, pk_index >> 7
-                    header = bytes((TAG_RECORD, size + 5, TAG_PK_INDEX, low, high, TAG_DATA, size))
-                added = size + len(header)
+                pk_entry = _key_table_entry(partition_key)
+            if pk_index is not None:
+                header = _record_header(pk_index, len(data))
+                added = len(data) + len(header)
                 if pk_entry is not None:
                     added += len(pk_entry)
                 if self._count:

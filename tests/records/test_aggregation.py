@@ -194,6 +194,32 @@ def test_cap_is_respected_and_refusal_changes_nothing(
             assert len(aggregator.build().data) <= max_bytes
 
 
+def _warmed_pair(keys_before: int, max_bytes: int) -> tuple[Aggregator, Aggregator]:
+    """Two aggregators holding the same ``keys_before`` one-byte records (while they fit),
+    so the keys after them get indexes past 127."""
+    by_run, by_record = Aggregator(max_bytes), Aggregator(max_bytes)
+    for index in range(keys_before):
+        if not by_record.add(b"x", f"warm-{index}"):
+            break
+        assert by_run.add(b"x", f"warm-{index}")
+    return by_run, by_record
+
+
+def _add_run_as_adds(
+    by_run: Aggregator, by_record: Aggregator, datas: list[bytes], key: str
+) -> int:
+    """``add_run`` into one, an ``add`` per record into the other until one is refused: both
+    took the same number, which is returned."""
+    taken = by_run.add_run(datas, key)
+    expected = 0
+    for data in datas:
+        if not by_record.add(data, key):
+            break
+        expected += 1
+    assert taken == expected
+    return taken
+
+
 @given(
     st.lists(st.tuples(st.integers(0, 300), st.integers(1, 200)), min_size=1, max_size=12),
     st.integers(1, 300),
@@ -205,20 +231,10 @@ def test_add_run_is_add_per_record(
     """Runs of one key (the producer's domains): the same bytes and the same stopping point
     as one add() per record, across one- and two-byte key indexes, data sizes on both sides
     of the one-byte header, and caps that stop a run part way."""
-    by_run, by_record = Aggregator(max_bytes), Aggregator(max_bytes)
-    for index in range(keys_before):  # push later keys past index 127
-        if not by_record.add(b"x", f"warm-{index}"):
-            break
-        assert by_run.add(b"x", f"warm-{index}")
+    by_run, by_record = _warmed_pair(keys_before, max_bytes)
     for run, (key, count) in enumerate(runs):
         datas = [bytes([run % 256]) * (1 + (run * 37 + i * 11) % 140) for i in range(count)]
-        taken = by_run.add_run(datas, f"key-{key}")
-        expected = 0
-        for data in datas:
-            if not by_record.add(data, f"key-{key}"):
-                break
-            expected += 1
-        assert taken == expected
+        taken = _add_run_as_adds(by_run, by_record, datas, f"key-{key}")
         assert by_run.build_container() == by_record.build_container()
         assert by_run.size == by_record.size == len(by_run.build().data)
         if taken < count:
@@ -240,20 +256,10 @@ def test_add_run_of_equal_sizes_is_add_per_record(
     """Runs whose records all have one size (add_run joins those at once): the same bytes,
     sizes and stopping point as one add() per record, with one- and two-byte lengths and key
     indexes, and an empty aggregator taking a first record bigger than its cap."""
-    by_run, by_record = Aggregator(max_bytes), Aggregator(max_bytes)
-    for index in range(keys_before):
-        if not by_record.add(b"x", f"warm-{index}"):
-            break
-        assert by_run.add(b"x", f"warm-{index}")
+    by_run, by_record = _warmed_pair(keys_before, max_bytes)
     for run, (key, count, size) in enumerate(runs):
         datas = [bytes([(run + i) % 256]) * size for i in range(count)]
-        taken = by_run.add_run(datas, f"key-{key}")
-        expected = 0
-        for data in datas:
-            if not by_record.add(data, f"key-{key}"):
-                break
-            expected += 1
-        assert taken == expected
+        taken = _add_run_as_adds(by_run, by_record, datas, f"key-{key}")
         assert len(by_run) == len(by_record)
         assert by_run.build_container() == by_record.build_container()
         assert by_run.size == by_record.size == len(by_run.build().data)
