@@ -156,6 +156,7 @@ class WaitingRoom:
         add_run = aggregator.add_run
         ready = lane.ready
         in_order = self._preserve_order
+        ready_state = READY
         records = nbytes_taken = 0
         # _head and _took_from inlined, and the counters written once (in ``finally``, so an
         # add_run that raises leaves them true): this runs per domain of every aggregate
@@ -163,28 +164,29 @@ class WaitingRoom:
         try:
             while ready:
                 domain = ready[0]
-                if domain.state != READY or domain.lane is not lane:  # stale: _head drops it
+                if domain.state != ready_state or domain.lane is not lane:  # stale: dropped
                     ready.popleft()
                     if domain.lane is lane:
                         domain.queued = False
                     continue
                 entries = domain.entries
-                if not entries:
+                length = len(entries)
+                if not length:
                     break
-                if len(entries) > _RUN_SLICE:
+                if length > _RUN_SLICE:
                     count, nbytes = self._take_backlog(domain, add_run, taken)
                 else:
                     lead = entries[0]
-                    count = add_run(
-                        list(map(_data, entries)), lead.partition_key, lead.explicit_hash_key
-                    )
-                    if count == len(entries):  # the whole run (the common case)
+                    datas = [lead.data] if length == 1 else list(map(_data, entries))
+                    count = add_run(datas, lead.partition_key, lead.explicit_hash_key)
+                    if count == length:  # the whole run (the common case)
                         nbytes = domain.nbytes
+                        domain.nbytes = 0
                         taken += entries
                         entries.clear()
                     else:
                         nbytes = _move(entries, count, taken)
-                    domain.nbytes -= nbytes
+                        domain.nbytes -= nbytes
                 records += count
                 nbytes_taken += nbytes
                 if count == 0:
@@ -193,8 +195,9 @@ class WaitingRoom:
                 ready.popleft()
                 domain.queued = False
                 if in_order:  # in flight: what it still holds is no longer ready
-                    self.ready_records -= len(entries)
-                    self.ready_bytes -= domain.nbytes
+                    if entries:
+                        self.ready_records -= len(entries)
+                        self.ready_bytes -= domain.nbytes
                     domain.state = IN_FLIGHT
                 elif entries:
                     ready.append(domain)  # round robin between the keys of a lane
