@@ -16,7 +16,7 @@ from kinesis_actors.producer._pipeline import (
     Entry,
     Pipeline,
 )
-from kinesis_actors.producer._waiting import IDLE_DOMAINS
+from kinesis_actors.producer._waiting import IDLE_DOMAINS, WaitingRoom
 from kinesis_actors.records import MAX_HASH_KEY, HashRange, ShardMap, deaggregate, hash_key
 
 HALF = MAX_HASH_KEY // 2
@@ -528,6 +528,39 @@ def test_idle_domains_are_kept_for_their_next_records_and_pruned_past_the_bound(
     assert largest <= IDLE_DOMAINS + 1  # past it, every idle one was pruned
     assert len(h.pipeline._domains) < IDLE_DOMAINS
     assert len(h.settled) == 3 * IDLE_DOMAINS + 2
+
+
+def test_pruned_domains_are_made_new_for_keys_never_seen_before() -> None:
+    """Keys that never repeat (UUIDs) need a domain per record: pruned ones are made new, so
+    the domains ever made stay at the prune bound, and each lands in its new key's lane."""
+    h = Harness()
+    made: dict[int, object] = {}  # held, so that no two domains share an id
+    for index in range(3 * IDLE_DOMAINS):
+        key = f"k{index}"
+        h.add(key)
+        domain = h.pipeline._domains[key]
+        made[id(domain)] = domain
+        assert (domain.key, domain.lane.shard_id) == (key, TWO_SHARDS.shard_for(key))
+        call = h.call()
+        assert [(e.partition_key, p.lane) for p in call.parts for e in p.entries] == [
+            (key, TWO_SHARDS.shard_for(key))
+        ]
+        h.pipeline.complete(call, ok(call), 1.0)
+    assert len(made) <= IDLE_DOMAINS + 2  # the first prune comes at IDLE_DOMAINS + 1
+    assert len(h.settled) == 3 * IDLE_DOMAINS
+    assert all(error is None for _, _, error in h.settled)
+
+
+def test_a_pruned_domain_still_named_in_a_lane_queue_is_not_made_new() -> None:
+    """A domain can fall idle while its lane's queue still names it (records that expired
+    while ready); made new for another key, that stale name would stand for it."""
+    room = WaitingRoom(preserve_order=True)
+    stale = room.new_domain("stale", hash_key("stale"))
+    stale.queued = True  # idle and empty, but still in a lane's queue
+    idle = room.new_domain("idle", hash_key("idle"))
+    room._prune()
+    assert room._spare_domains == [idle]
+    assert room.new_domain("next", hash_key("next")) is idle
 
 
 def test_acknowledged_aggregates_speed_their_throttled_shard_up_by_their_bytes() -> None:

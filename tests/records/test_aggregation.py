@@ -281,17 +281,16 @@ def test_add_run_of_a_run_far_longer_than_the_room_takes_what_add_would(mixed: b
     assert by_run.build() == by_record.build()
 
 
-def test_the_encoders_caches_are_bounded() -> None:
-    """The key table entries and record headers add_run reuses are kept in bounded caches
-    (process-wide: every aggregator shares them), so a stream of new keys cannot grow them."""
-    for cached in (_aggregation._key_table_entry, _aggregation._record_header):
-        assert cached.cache_info().maxsize == 16_384
+def test_the_encoders_cache_is_bounded() -> None:
+    """The record headers add and add_run reuse are kept in a bounded cache (process-wide:
+    every aggregator shares it), so a stream of new keys and sizes cannot grow it."""
+    cached = _aggregation._record_header
+    assert cached.cache_info().maxsize == 16_384
     aggregator = Aggregator()
-    for index in range(20_000):  # more new keys (and key indexes) than the caches hold
+    for index in range(20_000):  # more new keys (and key indexes) than the cache holds
         if not aggregator.add_run([b"x" * (index % 100)], f"new-{index}"):
             aggregator.reset()
-    for cached in (_aggregation._key_table_entry, _aggregation._record_header):
-        assert cached.cache_info().currsize <= 16_384
+    assert cached.cache_info().currsize <= 16_384
 
 
 def test_add_run_with_explicit_hash_keys_and_an_empty_run() -> None:
