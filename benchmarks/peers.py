@@ -69,6 +69,16 @@ class PushSpec:
     count: int | None = None
     seconds: float | None = None
     paced: bool = False
+    unique_keys: bool = False  # a new partition key per record (UUIDs), not 1,000 that repeat
+
+
+def partition_keys(spec: PushSpec) -> list[str]:
+    """The keys a row's records take in turn: ``KEYS``, or one per record of a counted row."""
+    if not spec.unique_keys:
+        return KEYS
+    if spec.count is None:
+        raise ValueError("unique_keys needs a counted row (count, not seconds)")
+    return [f"user-{index:010d}" for index in range(spec.count)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +117,7 @@ def push_project(target: LoadTarget, spec: PushSpec, clock: Clock) -> dict[str, 
         config = ProducerConfig(
             aggregation=spec.aggregation, rate_limit=1.0 if spec.paced else UNPACED
         )
-        data, more = payloads(spec.record_bytes), _feed(spec)
+        data, more, keys = payloads(spec.record_bytes), _feed(spec), partition_keys(spec)
         async with (
             target.client() as client,
             Producer(client, target.stream_name, config) as producer,
@@ -115,7 +125,7 @@ def push_project(target: LoadTarget, spec: PushSpec, clock: Clock) -> dict[str, 
             clock.start()
             put, index = producer.put, 0
             while more(index):
-                await put(data[index % len(data)], KEYS[index % len(KEYS)])
+                await put(data[index % len(data)], keys[index % len(keys)])
                 index += 1
             await producer.flush()
             clock.stop()
@@ -138,7 +148,7 @@ def push_project_batch(target: LoadTarget, spec: PushSpec, clock: Clock) -> dict
         config = ProducerConfig(
             aggregation=spec.aggregation, rate_limit=1.0 if spec.paced else UNPACED
         )
-        data, more = payloads(spec.record_bytes), _feed(spec)
+        data, more, keys = payloads(spec.record_bytes), _feed(spec), partition_keys(spec)
         count = len(data)
         async with (
             target.client() as client,
@@ -148,7 +158,7 @@ def push_project_batch(target: LoadTarget, spec: PushSpec, clock: Clock) -> dict
             put_many, index = producer.put_many, 0
             while more(index):
                 chunk = [
-                    (data[i % count], KEYS[i % len(KEYS)])
+                    (data[i % count], keys[i % len(keys)])
                     for i in range(index, index + PUT_MANY)
                     if more(i)
                 ]
@@ -184,7 +194,7 @@ def push_aiokpl(target: LoadTarget, spec: PushSpec, clock: Clock) -> dict[str, A
     )
 
     async def run() -> dict[str, Any]:
-        data, more = payloads(spec.record_bytes), _feed(spec)
+        data, more, keys = payloads(spec.record_bytes), _feed(spec), partition_keys(spec)
         stream = target.stream_name
         pending: collections.deque[Any] = collections.deque()
         succeeded = failed = 0
@@ -204,7 +214,7 @@ def push_aiokpl(target: LoadTarget, spec: PushSpec, clock: Clock) -> dict[str, A
                 pending.append(
                     await producer.put_record(
                         stream=stream,
-                        partition_key=KEYS[index % len(KEYS)],
+                        partition_key=keys[index % len(keys)],
                         data=data[index % len(data)],
                     )
                 )
@@ -265,7 +275,7 @@ def push_async_kinesis(target: LoadTarget, spec: PushSpec, clock: Clock) -> dict
     limits = (1000, 1024) if spec.paced else (10**9, 10**9)
 
     async def run() -> dict[str, Any]:
-        data, more = payloads(spec.record_bytes), _feed(spec)
+        data, more, keys = payloads(spec.record_bytes), _feed(spec), partition_keys(spec)
         async with AkProducer(
             target.stream_name,
             session=_aio_session(),
@@ -280,7 +290,7 @@ def push_async_kinesis(target: LoadTarget, spec: PushSpec, clock: Clock) -> dict
             clock.start()
             index = 0
             while more(index):
-                key = None if spec.aggregation else KEYS[index % len(KEYS)]
+                key = None if spec.aggregation else keys[index % len(keys)]
                 await producer.put(data[index % len(data)], key)
                 index += 1
             await producer.flush()
@@ -307,7 +317,7 @@ def push_boto3(target: LoadTarget, spec: PushSpec, clock: Clock) -> dict[str, An
     """boto3 ``put_records``, 500 entries (5 MiB at most) a call; failed entries are resent
     after 50 ms. With ``aggregation`` the records go through aws-kinesis-agg first."""
     client = boto3_client(target)
-    data, more = payloads(spec.record_bytes), _feed(spec)
+    data, more, keys = payloads(spec.record_bytes), _feed(spec), partition_keys(spec)
     stream = target.stream_name
     calls = retried = 0
     batch: list[dict[str, Any]] = []
@@ -351,7 +361,7 @@ def push_boto3(target: LoadTarget, spec: PushSpec, clock: Clock) -> dict[str, An
 
         aggregator = RecordAggregator()
         while more(index):
-            full = aggregator.add_user_record(KEYS[index % len(KEYS)], data[index % len(data)])
+            full = aggregator.add_user_record(keys[index % len(keys)], data[index % len(data)])
             if full is not None:
                 add_aggregate(full)
             index += 1
@@ -360,7 +370,7 @@ def push_boto3(target: LoadTarget, spec: PushSpec, clock: Clock) -> dict[str, An
             add_aggregate(rest)
     else:
         while more(index):
-            add({"Data": data[index % len(data)], "PartitionKey": KEYS[index % len(KEYS)]})
+            add({"Data": data[index % len(data)], "PartitionKey": keys[index % len(keys)]})
             index += 1
     if batch:
         send()

@@ -164,19 +164,25 @@ def producer_throughput(
     with LoadTarget(shards=4, tls=False) as target:
         for peer in peers:  # warm up: imports, connection pools, caches
             run_row(peer.name, peer.push, target, PushSpec(100, True, count=scale.small // 10), 100)
-        for size, count in ((100, scale.small), (10_240, scale.large)):
-            for aggregation in (True, False):
-                config = f"{size_label(size)} agg={'on' if aggregation else 'off'}"
-                spec = PushSpec(size, aggregation, count=count)
+        # (size, count, aggregation, a new key per record): the last row is the UUID keys'
+        # workload, where no key repeats (the others cycle through 1,000 keys).
+        configs = [
+            (size, count, aggregation, False)
+            for size, count in ((100, scale.small), (10_240, scale.large))
+            for aggregation in (True, False)
+        ]
+        configs.insert(1, (100, scale.small, True, True))
+        for size, count, aggregation, unique in configs:
+            config = f"{size_label(size)} agg={'on' if aggregation else 'off'}"
+            config += " new key per record" if unique else ""
+            spec = PushSpec(size, aggregation, count=count, unique_keys=unique)
 
-                def push(peer: ProducerPeer, spec: PushSpec = spec, size: int = size) -> Any:
-                    return run_row(peer.name, peer.push, target, spec, size)
+            def push(peer: ProducerPeer, spec: PushSpec = spec, size: int = size) -> Any:
+                return run_row(peer.name, peer.push, target, spec, size)
 
-                for median in _repeated(
-                    scale, peers, push, progress, f"producer throughput: {config}"
-                ):
-                    row = {"config": config, "record_bytes": size, "aggregation": aggregation}
-                    rows.append(row | median)
+            for median in _repeated(scale, peers, push, progress, f"producer throughput: {config}"):
+                row = {"config": config, "record_bytes": size, "aggregation": aggregation}
+                rows.append(row | median)
     _ratios(rows)
     return {"shards": 4, "limits": None, "rows": rows}
 

@@ -70,7 +70,9 @@ def test_json_has_every_scenario_and_peer(outcome: tuple[dict[str, Any], Path, s
     assert results["mode"] == "smoke"
     assert {"cpu_model", "cores", "python"} <= set(results["machine"])
     scenarios = results["scenarios"]
-    _check_throughput(scenarios["producer_throughput"]["rows"], PRODUCERS, 4)
+    _check_throughput(scenarios["producer_throughput"]["rows"], PRODUCERS, 5)
+    configs = {row["config"] for row in scenarios["producer_throughput"]["rows"]}
+    assert "100 B agg=on new key per record" in configs  # the UUID keys' workload
     _check_throughput(scenarios["consumer_throughput"]["rows"], CONSUMERS, 4)
     ok = [r for r in scenarios["consumer_throughput"]["rows"] if r["status"] == "ok"]
     assert {r["peer"] for r in ok} == CONSUMERS  # every consumer runs polling at least
