@@ -23,7 +23,7 @@ from ._config import ProducerConfig
 from ._handle import NO_OUTCOMES, PUT_BLOCK, Outcomes, PutHandle, PutHandles
 from ._ledger import Ledger
 from ._stream import DEFAULT_MAX_RECORD_BYTES
-from ._validation import batch_entries, key_facts, prepare_record
+from ._validation import batch_entries, key_facts, known_key_facts, prepare_record
 
 if TYPE_CHECKING:
     from ._sender import Sender
@@ -75,16 +75,18 @@ class Intake(Ledger):
         if explicit_hash_key is None and type(partition_key) is str and type(data) is bytes:
             # The common record, without prepare_record's call and tuple; anything else,
             # or a bad record, goes the long way for its typed error.
-            try:
-                key_size, hashed = key_facts(partition_key)
-            except ValueError:
-                pass
-            else:
-                size = len(data) + key_size
+            facts = known_key_facts(partition_key)
+            if facts is None:
+                try:
+                    facts = key_facts(partition_key)
+                except ValueError:
+                    facts = None
+            if facts is not None:
+                size = len(data) + facts[0]
                 if data and size <= self._max_record_bytes:
                     spares = self._spares
                     entry = spares.pop() if spares else Entry()
-                    entry.fill(data, partition_key, None, hashed, size, outcomes, slot, 0)
+                    entry.fill(data, partition_key, None, facts[1], size, outcomes, slot, 0)
         if entry is None:
             self._check_open()  # a closed producer's error before a bad record's
             data, size, hashed = prepare_record(
