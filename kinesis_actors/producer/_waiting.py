@@ -116,7 +116,6 @@ class WaitingRoom:
         how many there were."""
         domains = self._domains
         new_domain = self.new_domain
-        make_ready = self._make_ready
         count = ready_records = ready_bytes = 0
         for entry in entries:
             entry.enqueued = now
@@ -129,8 +128,13 @@ class WaitingRoom:
             domain.nbytes += entry.size
             count += 1
             state = domain.state
-            if state == IDLE:
-                make_ready(domain, front=False)
+            if state == IDLE:  # _make_ready(domain, front=False), inlined: once per new key
+                domain.state = READY
+                ready_records += len(domain.entries)
+                ready_bytes += domain.nbytes
+                if not domain.queued:
+                    domain.queued = True
+                    domain.lane.ready.append(domain)
             elif state == READY:
                 ready_records += 1
                 ready_bytes += entry.size
