@@ -174,6 +174,13 @@ def test_lookup_outside_the_hash_key_space_raises() -> None:
         shard_map.lookup(-1)
     with pytest.raises(ValueError):
         shard_map.lookup(MAX_HASH_KEY + 1)
+    for outside in (-1, MAX_HASH_KEY + 1):  # shard_for_hash_key searches on its own
+        with pytest.raises(ValueError, match=r"\[0, 2\*\*128 - 1\]"):
+            shard_map.shard_for_hash_key(outside)
+    gapped = ShardMap([HashRange("a", 10, 19)])
+    with pytest.raises(ValueError):
+        gapped.shard_for_hash_key(-1)
+    assert gapped.shard_for_hash_key(0) is None
 
 
 def test_gaps_map_to_none_and_are_reported() -> None:
