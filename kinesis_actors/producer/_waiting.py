@@ -160,7 +160,7 @@ class WaitingRoom:
         has nothing ready: the records taken, in the aggregate's order, and their domains."""
         taken: list[Entry] = []
         runs: list[Domain] = []
-        add_run = aggregator.add_run
+        add, add_run = aggregator.add, aggregator.add_run
         ready = lane.ready
         in_order = self._preserve_order
         ready_state = READY
@@ -184,8 +184,12 @@ class WaitingRoom:
                     count, nbytes = self._take_backlog(domain, add_run, taken)
                 else:
                     lead = entries[0]
-                    datas = [lead.data] if length == 1 else list(map(_data, entries))
-                    count = add_run(datas, lead.partition_key, lead.explicit_hash_key)
+                    if length == 1:  # a key's lone record (keys that never repeat): add
+                        count = int(add(lead.data, lead.partition_key, lead.explicit_hash_key))
+                    else:
+                        count = add_run(
+                            list(map(_data, entries)), lead.partition_key, lead.explicit_hash_key
+                        )
                     if count == length:  # the whole run (the common case)
                         nbytes = domain.nbytes
                         domain.nbytes = 0
@@ -350,7 +354,9 @@ class WaitingRoom:
             if domain.entries:
                 self._make_ready(domain, front=True)
             else:
-                self._leave_ready(domain, IDLE)
+                domain.state = IDLE  # _leave_ready(domain, IDLE), its prune once below
+        if len(domains) > self._prune_at:
+            self._prune()
 
     def release_due(self, now: float) -> None:
         """Domains whose backoff is over become ready again, ahead of newer ones."""
