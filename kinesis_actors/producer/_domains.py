@@ -41,22 +41,19 @@ class Domain:
     __slots__ = ("entries", "hash_key", "key", "lane", "nbytes", "not_before", "queued", "state")
 
     def __init__(self, key: DomainKey, hash_key: int, lane: Lane) -> None:
-        self.key = key
-        self.hash_key = hash_key
-        self.lane = lane
         # Bounded by the producer's queue: every entry here holds room in it until settled. A
         # list, not a deque: a deque is 760 bytes from birth, and with keys that rarely repeat
         # (UUIDs) every record makes a domain. Taking from the front is then a memmove of the
         # rest, bounded by the queue, and a shard drains one key's backlog at most 1,000
         # Kinesis records a second.
         self.entries: list[Entry] = []
-        self.nbytes = 0
         self.state = IDLE
         self.queued = False  # present in lane.ready (possibly stale: state is the truth)
-        self.not_before = 0.0
+        self.reuse(key, hash_key, lane)
 
     def reuse(self, key: DomainKey, hash_key: int, lane: Lane) -> Domain:
-        """A pruned domain (idle, empty, in no lane's queue) made new for another key."""
+        """A pruned domain (idle, empty, in no lane's queue) made new for another key; and a
+        new domain's keys, lane and counts."""
         self.key = key
         self.hash_key = hash_key
         self.lane = lane
