@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import json
 import struct
 import zlib
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kinesis_actors import errors
+from kinesis_actors.client import _protocol
 from kinesis_actors.client._eventstream import SubscribeToShardDecoder
 from kinesis_actors.client._protocol import JSON_ONLY_OUTPUTS, ProtocolCodec
 
@@ -254,6 +258,41 @@ def test_the_put_records_fast_encode_equals_botocore_s(codec: ProtocolCodec) -> 
     assert fast.operation == slow.operation == "PutRecords"
     assert dict(fast.headers) == dict(slow.headers)
     assert json.loads(fast.body) == json.loads(slow.body)
+
+
+_keys = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=40)
+_hash_keys = st.none() | st.integers(0, 2**128 - 1).map(str)
+
+
+@given(
+    st.lists(st.tuples(st.binary(min_size=1, max_size=200), _keys, _hash_keys), max_size=8),
+    st.sampled_from(["s", "arn:aws:kinesis:us-east-1:123456789012:stream/s"]),
+)
+def test_the_put_records_fast_encode_is_json_dumps_byte_for_byte(
+    records: list[tuple[bytes, str, str | None]], stream: str
+) -> None:
+    codec = _protocol.ProtocolCodec()
+    document = dict(_protocol.stream_params(stream))
+    document["Records"] = [
+        {"Data": base64.b64encode(data).decode("ascii"), "PartitionKey": key}
+        | ({} if hash_key is None else {"ExplicitHashKey": hash_key})
+        for data, key, hash_key in records
+    ]
+    fast = codec.encode_put_records(stream, iter(records))  # any iterable, read once
+    assert fast.body == json.dumps(document, separators=(",", ":")).encode("utf-8")
+    assert fast.record_count == len(records)
+
+
+@given(st.text(st.characters(exclude_categories=["Cs"])))
+def test_a_key_s_json_string_is_json_dumps_s(text: str) -> None:
+    assert _protocol._json_string(text) == json.dumps(text).encode("ascii")
+    assert _protocol._json_string(text) == json.dumps(text).encode("ascii")  # kept, the same
+
+
+def test_the_kept_json_strings_are_bounded() -> None:
+    for index in range(_protocol.JSON_STRINGS_LIMIT + 10):
+        _protocol._json_string(f"key-{index}")
+    assert len(_protocol._json_strings) <= _protocol.JSON_STRINGS_LIMIT
 
 
 @pytest.mark.parametrize("body", [b"", b"<html>proxy error</html>", b"[1, 2]", b"null"])
