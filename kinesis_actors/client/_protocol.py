@@ -181,9 +181,15 @@ class ProtocolCodec:
             if hash_key is None:
                 parts += (_DATA, encoded, _PARTITION_KEY, _json_string(key), _ITEM_END)
             else:
-                hashed = _json_string(hash_key)
-                parts += (_DATA, encoded, _PARTITION_KEY, _json_string(key), _EXPLICIT_HASH_KEY)
-                parts += (hashed, _ITEM_END)
+                parts += (
+                    _DATA,
+                    encoded,
+                    _PARTITION_KEY,
+                    _json_string(key),
+                    _EXPLICIT_HASH_KEY,
+                    _json_string(hash_key),
+                    _ITEM_END,
+                )
             count += 1
         if count:
             parts[-1] = b"}]}"  # the last item's end, and the document's
