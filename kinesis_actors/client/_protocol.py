@@ -176,10 +176,17 @@ class ProtocolCodec:
         head = json.dumps(stream_params(stream), separators=(",", ":")).encode("utf-8")
         parts = [head[:-1], b',"Records":[']
         count = 0
+        known = _json_strings.get  # a known key's string without a call of Python
         for data, key, hash_key in records:
             encoded = b2a_base64(data, newline=False)
             if hash_key is None:
-                parts += (_DATA, encoded, _PARTITION_KEY, _json_string(key), _ITEM_END)
+                parts += (
+                    _DATA,
+                    encoded,
+                    _PARTITION_KEY,
+                    known(key) or _json_string(key),
+                    _ITEM_END,
+                )
             else:
                 parts += (
                     _DATA,
