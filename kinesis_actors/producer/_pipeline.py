@@ -26,6 +26,7 @@ import heapq
 import math
 import random
 from collections.abc import Callable, Iterable
+from operator import attrgetter
 from typing import Any
 
 from .. import errors
@@ -57,6 +58,8 @@ _MIN_AGGREGATE_ROOM = 64
 # bound also caps their cost when records expire all the time (a stalled stream).
 _SWEEP_FLOOR = 0.005
 _SWEEP_SHARE = 0.01
+
+_enqueued = attrgetter("enqueued")
 
 Settle = Callable[["Entry", PutResult | None, BaseException | None], None]
 #: ``acknowledge(parts, shard_ids, sequence_numbers)``: a call's Kinesis records that were
@@ -414,7 +417,14 @@ class Pipeline(WaitingRoom):
             if domain.state == READY:
                 self._leave_ready(domain, WAITING)
             domain.state = WAITING
-            domain.entries[:0] = group
+            entries = domain.entries
+            waited = len(entries)
+            entries[:0] = group
+            if waited and group[-1].enqueued > entries[len(group)].enqueued:
+                # Without preserve_order a key's records in flight can fail in any order, and
+                # the younger ones came back first. Oldest first again (a stable sort: records
+                # accepted together keep their order), where the TTL sweep looks (lesson 32).
+                entries.sort(key=_enqueued)
             domain.nbytes += sum(entry.size for entry in group)
             self.pending_records += len(group)
             self.retries += len(group)
@@ -435,7 +445,8 @@ class Pipeline(WaitingRoom):
 
         Runs when the earliest waiting record's deadline comes (the dispatcher wakes for it),
         so a record backing off is failed at its deadline, not after its backoff, and never
-        sent after it. A domain's front record is its oldest (retries go back to the front).
+        sent after it. A domain's front record is its oldest (retries go back to the front,
+        oldest first: see :meth:`_requeue`).
         """
         ttl = self._ttl
         if ttl is None or now < self._next_sweep:

@@ -417,6 +417,25 @@ def test_lesson_32_a_record_waiting_behind_its_key_expires_at_its_deadline() -> 
     assert [e for e, _, x in h.settled if isinstance(x, errors.RecordExpiredError)] == [waiting]
 
 
+def test_lesson_32_an_older_retry_behind_a_younger_one_still_expires_at_its_deadline() -> None:
+    """Without preserve_order two records of a key can be in flight and fail in reverse order;
+    the older one, put back behind the younger, must still be failed at its own deadline, not
+    sent after it (found by the pipeline's model-based test)."""
+    h = Harness(record_ttl=1.0, aggregation=False, preserve_order=False)
+    old = h.add("k", now=0.0)
+    first = h.call(now=0.0)
+    young = h.add("k", now=0.5)
+    second = h.call(now=0.5)
+    throttled = [{"ErrorCode": "ProvisionedThroughputExceededException", "ErrorMessage": "x"}]
+    h.pipeline.complete(first, throttled, 0.6)  # the older one back first,
+    h.pipeline.complete(second, throttled, 0.7)  # then the younger, at the front of the key
+    call = h.pipeline.next_call(1.2, force=True)  # past the older one's deadline (1.0)
+    sent = [] if call is None else [entry for part in call.parts for entry in part.entries]
+    assert old not in sent
+    assert [e for e, _, x in h.settled if isinstance(x, errors.RecordExpiredError)] == [old]
+    assert young in sent  # its deadline is 1.5
+
+
 @pytest.mark.parametrize(
     "result",
     [{}, {"ShardId": "s0"}, {"SequenceNumber": "1"}, {"ShardId": 1, "SequenceNumber": "1"}, "x"],
