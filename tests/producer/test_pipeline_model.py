@@ -12,7 +12,9 @@ nothing is left. After every step it checks what the pipeline must never break:
   acknowledged in the order they were added (without it a retry may land after a later record
   of its key, as the option's documentation says);
 - with a TTL, no record is sent past its deadline (lesson 32);
-- in the end every record is settled, and nothing is counted as waiting.
+- in the end every record is settled, and nothing is counted as waiting: after answering
+  everything, or after a drain (a cancelled close) with the calls still out answered or
+  abandoned.
 
 A failure names its seed; the run is deterministic for it.
 """
@@ -160,8 +162,29 @@ class Model:
         elif roll < 0.97:
             self.now += rng.choice([0.001, 0.01, 0.05, 0.2])
         else:
-            self.pipeline.set_shard_map(rng.choice([TWO_SHARDS, THREE_SHARDS]))
+            # None: the stream places records itself (one lane, nothing predicted)
+            self.pipeline.set_shard_map(rng.choice([TWO_SHARDS, THREE_SHARDS, None]))
         self.check()
+
+    def stop(self) -> None:
+        """A cancelled close: drain, then each call still out is answered or abandoned (its
+        sender cancelled), as an abort does. Every record must settle, the drained ones with
+        the drain's error."""
+        drained = errors.ProducerClosedError("drained")
+        waiting = self.pipeline.pending_records
+        self.pipeline.drain(drained)
+        self.check()
+        while self.in_flight:
+            if self.rng.random() < 0.5:
+                self.pipeline.abandon(self.in_flight.pop(), errors.ProducerClosedError("cut"))
+            else:
+                self.answer()
+            self.check()
+        assert len(self.settled) == len(self.added), "a record was never settled"
+        failed_by_drain = [error for _, error in self.settled.values() if error is drained]
+        assert len(failed_by_drain) >= waiting
+        pipeline = self.pipeline
+        assert pipeline.pending_records == pipeline.ready_records == pipeline.ready_bytes == 0
 
     def finish(self) -> None:
         """Answer everything with success until nothing is left (retries included)."""
@@ -230,3 +253,12 @@ def test_the_pipeline_keeps_its_promises_under_any_answers(
     assert all(isinstance(error, errors.KinesisError) for error in failures)  # typed
     expired = [error for error in failures if isinstance(error, errors.RecordExpiredError)]
     assert bool(expired) == (ttl is not None)  # this much time passes in every run
+
+
+@pytest.mark.parametrize("preserve_order", [True, False])
+@pytest.mark.parametrize("seed", range(6))
+def test_a_drained_pipeline_settles_every_record_once(seed: int, preserve_order: bool) -> None:
+    model = Model(seed, preserve_order=preserve_order, ttl=0.3)
+    for _ in range(300):
+        model.step()
+    model.stop()
