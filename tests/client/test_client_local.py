@@ -101,17 +101,22 @@ async def test_list_shards_paginates_with_a_small_page(
 
 
 async def test_consumer_registration_lifecycle(client: KinesisClient, stream_name: str) -> None:
+    # A name no other stream of the run has: kinesis-mock finishes a deregistration by
+    # removing the consumer of that name from the first stream it finds holding one, and
+    # test_hostile_server.py leaves "reader" consumers on its streams (with that file run
+    # first on the same server, this stream kept its consumer for good).
+    name = f"reader-{stream_name}"
     await client.create_stream(stream_name, 1)
     arn = await _arn(client, stream_name)
     registered = await client.call(
-        "RegisterStreamConsumer", {"StreamARN": arn, "ConsumerName": "reader"}
+        "RegisterStreamConsumer", {"StreamARN": arn, "ConsumerName": name}
     )
     consumer_arn = registered["Consumer"]["ConsumerARN"]
     with anyio.fail_after(10):
         described = await client.wait_for_consumer(consumer_arn)
-    assert described["ConsumerName"] == "reader"
+    assert described["ConsumerName"] == name
     listed = await client.call("ListStreamConsumers", {"StreamARN": arn})
-    assert [c["ConsumerName"] for c in listed["Consumers"]] == ["reader"]
+    assert [c["ConsumerName"] for c in listed["Consumers"]] == [name]
     await client.call("DeregisterStreamConsumer", {"ConsumerARN": consumer_arn})
     with anyio.fail_after(10):
         while True:
