@@ -23,7 +23,7 @@ from ._config import ProducerConfig
 from ._handle import NO_OUTCOMES, PUT_BLOCK, Outcomes, PutHandle, PutHandles
 from ._ledger import Ledger
 from ._stream import DEFAULT_MAX_RECORD_BYTES
-from ._validation import batch_entries, key_facts, known_key_facts, prepare_record
+from ._validation import batch_entries, known_key_facts, prepare_record, valid_key_facts
 
 if TYPE_CHECKING:
     from ._sender import Sender
@@ -75,12 +75,7 @@ class Intake(Ledger):
         if explicit_hash_key is None and type(partition_key) is str and type(data) is bytes:
             # The common record, without prepare_record's call and tuple; anything else,
             # or a bad record, goes the long way for its typed error.
-            facts = known_key_facts(partition_key)
-            if facts is None:
-                try:
-                    facts = key_facts(partition_key)
-                except ValueError:
-                    facts = None
+            facts = known_key_facts(partition_key) or valid_key_facts(partition_key)
             if facts is not None:
                 size = len(data) + facts[0]
                 if data and size <= self._max_record_bytes:

@@ -16,7 +16,14 @@ from ..records import (
 from ._calls import Entry
 from ._handle import Outcomes, PutHandle, PutHandles
 
-__all__ = ["KEY_FACTS_LIMIT", "batch_entries", "key_facts", "known_key_facts", "prepare_record"]
+__all__ = [
+    "KEY_FACTS_LIMIT",
+    "batch_entries",
+    "key_facts",
+    "known_key_facts",
+    "prepare_record",
+    "valid_key_facts",
+]
 
 
 KEY_FACTS_LIMIT = 65_536
@@ -45,6 +52,16 @@ def key_facts(partition_key: str) -> tuple[int, int]:
             _known_keys.clear()
         _known_keys[partition_key] = facts
     return facts
+
+
+def valid_key_facts(partition_key: str) -> tuple[int, int] | None:
+    """:func:`key_facts`, or ``None`` for an invalid key: the put paths' fast way, whose
+    slow way (:func:`prepare_record`) raises the typed error. After a miss of
+    :data:`known_key_facts`, which they call first (one C call for a known key)."""
+    try:
+        return key_facts(partition_key)
+    except ValueError:
+        return None
 
 
 def prepare_record(
@@ -145,12 +162,7 @@ def batch_entries(
             )
         # exact types: no subclass; a third field of None is no explicit hash key
         if explicit_hash_key is None and type(key) is str and type(data) is bytes and data:
-            facts = known(key)  # key_facts, its common case inlined
-            if facts is None:
-                try:
-                    facts = key_facts(key)
-                except ValueError:
-                    facts = None  # prepare_record below raises it, typed
+            facts = known(key) or valid_key_facts(key)  # None: prepare_record raises, typed
             if facts is not None:
                 size = len(data) + facts[0]
                 if size <= limit:

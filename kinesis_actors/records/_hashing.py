@@ -202,13 +202,8 @@ class ShardMap:
 
     def shard_for_hash_key(self, hash_key: int) -> str | None:
         """The id of the shard owning ``hash_key``, or ``None`` if it falls in a gap."""
-        # lookup's search without its calls: the producer asks this once per new key.
-        index = bisect_right(self._starts, hash_key) - 1
-        if index >= 0 and hash_key <= self._ends[index]:
-            return self._ranges[index].shard_id
-        if not 0 <= hash_key <= MAX_HASH_KEY:
-            raise ValueError(f"hash key must be in [0, 2**128 - 1], got {hash_key}")
-        return None
+        found = self.lookup(hash_key)
+        return None if found is None else found.shard_id
 
     def shard_for(self, partition_key: str, explicit_hash_key: str | None = None) -> str | None:
         """The id of the shard a record with these keys lands on, or ``None`` (gap)."""
