@@ -337,7 +337,8 @@ class Aggregator:
             room -= len(key_entry)
         first = datas[0]
         size = len(first)
-        if max(map(len, datas)) == size and sum(map(len, datas)) == size * count:
+        sizes = list(map(len, datas))
+        if sizes.count(size) == count:  # one size (measured: half of max and sum of a map)
             header = _record_header(pk_index, size)
             each = size + len(header)
             taken = room // each if room > 0 else 0
@@ -354,7 +355,6 @@ class Aggregator:
                 self._record_parts += (header, header.join(run))
             added = taken * each
         else:
-            sizes = list(map(len, datas))
             by_size = {size: _record_header(pk_index, size) for size in set(sizes)}
             headers = list(map(by_size.__getitem__, sizes))
             ends = list(accumulate(map(add, map(len, headers), sizes)))  # record bytes so far
