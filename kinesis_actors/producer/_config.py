@@ -21,11 +21,16 @@ class ProducerConfig:
     Queue (the backpressure, lessons 16 and 17):
 
     - ``queue_limit_records`` (10,000) and ``queue_limit_bytes`` (8 MiB) bound what has been
-      accepted by ``put`` and not yet acknowledged or failed. The defaults hold about eight
-      seconds of one shard's write capacity: enough to keep a shard busy through retries and a
-      full 5 MiB call, small enough that a stalled stream costs megabytes, not gigabytes. Scale
-      them with the shard count for wide streams. ``put`` waits while either is reached; a
-      record larger than ``queue_limit_bytes`` is admitted into an empty queue only.
+      accepted by ``put`` and not yet acknowledged or failed. The defaults hold eight to ten
+      seconds of one shard's write capacity (1,000 records/s, 1 MiB/s) of records sent alone:
+      enough to keep a shard busy through retries, small enough that a stalled stream costs
+      megabytes, not gigabytes. Scale them with the shard count for wide streams. ``put``
+      waits while either is reached; a record larger than ``queue_limit_bytes`` is admitted
+      into an empty queue only. With aggregation and small records the records bound is the
+      one reached, and it also sizes calls: a call goes once half the queue is ready, so
+      10,000 records of 100 bytes make calls of about 600 KB, not 5 MiB. Measured with
+      ``put_many`` (100-byte records, 1,000 keys), 25,000 cost a tenth less client CPU
+      (2.76 -> 2.50 us a record) for 9 MB more peak memory.
     - ``backpressure_warning_after`` (1 s): a ``put`` that waited this long logs a warning,
       at most one per ``backpressure_warning_interval`` (10 s).
 
