@@ -510,7 +510,13 @@ class Pipeline(WaitingRoom):
         return failed
 
     def abandon(self, call: Call, error: BaseException) -> None:
-        """A call whose outcome will never be known (its sender was cancelled): fail it all."""
+        """A call whose outcome will never be known (its sender was cancelled): fail it all.
+
+        Its keys are released as an answer would release them, so with ``preserve_order``
+        their next records may go; after :meth:`drain` there is nothing left to release.
+        """
         for part in call.parts:
             for entry in part.entries:
                 self._settle(entry, None, error)
+            if self._drained is None:
+                self._release(part)

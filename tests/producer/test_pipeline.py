@@ -311,6 +311,23 @@ def test_drain_and_abandon_settle_everything_with_the_error() -> None:
     assert {id(e) for e, _, x in h.settled if x is closed} == {id(sent), *map(id, waiting)}
 
 
+@pytest.mark.parametrize("aggregation", [True, False])
+def test_an_abandoned_call_releases_its_keys_for_their_next_records(aggregation: bool) -> None:
+    """With ``preserve_order`` a key's next records wait while one of its records is in
+    flight. A call abandoned while the pipeline goes on (not after a drain) fails its records
+    and must let those keys move, or their next records would wait for good."""
+    h = Harness(aggregation=aggregation)
+    first = [h.add("a"), h.add("b")]
+    call = h.call()
+    later = [h.add("a"), h.add("b")]
+    assert h.pipeline.next_call(1.0, force=True) is None  # both keys are in flight
+    lost = errors.ProducerClosedError("cut")
+    h.pipeline.abandon(call, lost)
+    assert sorted(id(e) for e, _, x in h.settled if x is lost) == sorted(map(id, first))
+    again = h.call()
+    assert sorted(id(e) for part in again.parts for e in part.entries) == sorted(map(id, later))
+
+
 @pytest.mark.parametrize("answer", ["throttled call", "throttled records", "unknown"])
 def test_an_answer_landing_after_a_drain_settles_its_records_instead_of_retrying(
     answer: str,

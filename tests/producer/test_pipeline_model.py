@@ -2,8 +2,9 @@
 
 Each run adds records (keys that repeat, keys never seen, explicit hash keys), builds calls,
 answers them in any order with any mix of successes, throttles, failures and unknown
-outcomes, lets time pass, changes the shard map, and finally answers everything until
-nothing is left. After every step it checks what the pipeline must never break:
+outcomes, abandons a few (their senders cancelled), lets time pass, changes the shard map,
+and finally answers everything until nothing is left. After every step it checks what the
+pipeline must never break:
 
 - every record settles exactly once, and is never both settled and in flight;
 - what waits, is in flight and is settled adds up to what was added;
@@ -130,7 +131,9 @@ class Model:
     def answer(self, *, all_ok: bool = False) -> None:
         call = self.in_flight.pop(self.rng.randrange(len(self.in_flight)))
         roll = 1.0 if all_ok else self.rng.random()
-        if roll < 0.05:
+        if roll < 0.03:  # its sender cancelled: the outcome will never be known
+            self.pipeline.abandon(call, errors.ProducerClosedError("abandoned"))
+        elif roll < 0.05:
             self.pipeline.fail(call, errors.ServiceError("unavailable", code="x"), self.now)
         elif roll < 0.1:
             self.pipeline.unknown(call, errors.TransportError("reset"), self.now)
