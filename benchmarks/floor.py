@@ -61,7 +61,7 @@ def push_floor(target: LoadTarget, spec: peers.PushSpec, clock: Clock) -> dict[s
                     del lane[:taken]
                     built = aggregator.build()
                     aggregates.append((built.data, built.partition_key, built.explicit_hash_key))
-                    if len(aggregates) == _CALL_AGGREGATES or (not least and not lane):
+                    if len(aggregates) == _CALL_AGGREGATES:
                         await client.send(encode(target.stream_name, aggregates))
                         aggregates, calls = [], calls + 1
 
