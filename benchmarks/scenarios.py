@@ -102,6 +102,13 @@ def run_row(name: str, runner: Runner, target: LoadTarget, spec: Any, size: int)
             raise
         reason = f"{type(exc).__name__}: {exc}"[:300]
         return {"peer": name, "status": "failed", "reason": reason}
+    if not extra["records"]:
+        # A row that moved nothing has no figures (its CPU per record would be the whole
+        # run's): seen once, async-kinesis's consumer reading nothing in a smoke row.
+        reason = f"moved no record in {time.perf_counter() - started:.1f} s"
+        if name == PROJECT:
+            raise RuntimeError(f"{name} {reason}")
+        return {"peer": name, "status": "failed", "reason": reason}
     row = {"peer": name, "status": "ok", **cpu_figures(extra["records"], size, clock)}
     row.update(extra)
     row["elapsed_s"] = time.perf_counter() - started

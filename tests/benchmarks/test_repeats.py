@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+import pytest
+
 from benchmarks import report, scenarios
 
 
@@ -55,3 +57,17 @@ def test_the_table_notes_the_range_of_repeated_rows() -> None:
 
 def test_the_published_mode_repeats() -> None:
     assert scenarios.SCALES["full"].repeats >= 3
+
+
+def test_a_peer_row_that_moved_no_record_is_failed_and_the_project_raises() -> None:
+    """Seen once in CI: async-kinesis's consumer read nothing in a smoke row, which was then
+    reported as "ok" with the whole run's CPU as its cost per record."""
+    target: Any = object()  # never touched: the runner starts no clock
+
+    def nothing(target: Any, spec: Any, clock: Any) -> dict[str, Any]:
+        return {"records": 0}
+
+    row = scenarios.run_row("a peer", nothing, target, None, 100)
+    assert row["status"] == "failed" and row["reason"].startswith("moved no record in ")
+    with pytest.raises(RuntimeError, match="moved no record"):
+        scenarios.run_row(scenarios.PROJECT, nothing, target, None, 100)
