@@ -126,12 +126,21 @@ class LeaseTableError(KinesisError):
 
     Raised for a table whose key schema is not the KCL's (``leaseKey``, a string hash key), and
     for items that belong to another stream or to the other lease-key form (a multi-stream
-    table read by a single-stream worker, or the reverse). ``table`` names the table; the
+    table read by a single-stream worker, or the reverse); and while running, for a table
+    deleted (ResourceNotFound) or re-created with another key schema (ValidationException on
+    a lease's key). ``table`` names the table and ``operation`` the request that failed; the
     message says what was found and what was expected.
     """
 
-    def __init__(self, message: str, *, table: str) -> None:
-        super().__init__(message)
+    def __init__(
+        self,
+        message: str,
+        *,
+        table: str,
+        operation: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message, operation=operation, code=code)
         self.table = table
 
 
@@ -149,10 +158,11 @@ class LeaseLostError(KinesisError):
 class WorkerIdConflictError(KinesisError):
     """Another live process uses this worker's id.
 
-    Detected when a renewal or checkpoint of a lease fails its condition while the lease's
-    owner is still this worker's id (someone else renewed it in our name), or when a lease
-    owned by this id, but not held by this process, keeps being renewed. Two processes with
-    one id would both believe they hold the same shards: every worker needs its own id.
+    Detected only on evidence: a lease owned by this id, but not held by this process, keeps
+    being renewed (its counter changed twice). A write whose condition failed is not
+    evidence (its reply may have been lost; the lease is read back and settled). Two live
+    processes with one id would both believe they hold the same shards: every live worker
+    needs its own id (a restarted worker may reuse its id).
     """
 
     def __init__(self, message: str, *, worker_id: str, lease_key: str) -> None:

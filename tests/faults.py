@@ -11,9 +11,12 @@ a dropped connection mid-request), ``Reply(status, body)`` answers in the server
 ``RejectRecords(indices)`` makes a PutRecords call partially fail the way the service does: the
 other records are forwarded (the request body is rewritten; the local server does not check
 signatures) and the answer merges their results with per-record ``ErrorCode`` entries.
-``Rewrite(transform)`` forwards the request and replaces the server's answer body with
-``transform(body)`` (a truncated reply, a field removed, a record garbled) under the server's
-status. ``GARBLED_BODIES`` are the 2xx bodies a broken proxy or a cut connection produces.
+``LoseReply()`` forwards the request and closes the connection once the server has answered,
+without passing the answer on: the write landed, and the client cannot know it (the fault a
+conditional write's retry meets). ``Rewrite(transform)`` forwards the request and replaces the
+server's answer body with ``transform(body)`` (a truncated reply, a field removed, a record
+garbled) under the server's status. ``GARBLED_BODIES`` are the 2xx bodies a broken proxy or
+a cut connection produces.
 """
 
 from __future__ import annotations
@@ -71,6 +74,11 @@ class RejectRecords:
 
 
 @dataclass(frozen=True)
+class LoseReply:
+    """Forward, let the server answer, then close the connection without passing it on."""
+
+
+@dataclass(frozen=True)
 class Rewrite:
     """Forward, then answer with ``transform(server's body)`` under the server's status."""
 
@@ -91,7 +99,7 @@ def garbled(kind: str) -> Reply:
     return Reply(200, GARBLED_BODIES[kind])
 
 
-Fault = Cut | Reply | Delay | RejectRecords | Rewrite | None
+Fault = Cut | Reply | Delay | RejectRecords | Rewrite | LoseReply | None
 Decide = Callable[[Request], Fault]
 
 
@@ -249,6 +257,9 @@ class FaultProxy:
                 await up_writer.drain()
                 response_head, _, response_body = await _read_message(up_reader)
                 self.stats.forwarded += 1
+                if isinstance(fault, LoseReply):
+                    self._count("lost-reply")
+                    return
                 if isinstance(fault, Rewrite):
                     self._count("rewrite")
                     new_body = fault.transform(response_body)

@@ -15,6 +15,8 @@
 * :class:`StreamRef` - a stream given by name or by ARN (a stream of another account): checked
   before any call (``StreamRef.parse``), its name (the library's key for it) and the parameter
   its calls take; :func:`stream_params` for a reference already checked.
+* :func:`service_now` - the service's clock as a client's replies tell it (``service_time()``,
+  from their ``Date``): what a position chosen by time is pinned to, never this host's clock.
 * :class:`H2Stream` - the transport under :class:`Subscription`: one HTTP/2 request with a
   streamed response on a TLS connection of its own, its receive window advertised in SETTINGS
   and its socket read only on demand (the benchmark load target's self-benchmark drives it).
@@ -32,6 +34,7 @@ from ._retry import (
     RetrySettings,
     is_retryable,
 )
+from ._service import service_now
 from ._streams import StreamRef, stream_params
 from ._subscription import Subscription
 
@@ -50,5 +53,6 @@ __all__ = [
     "StreamRef",
     "Subscription",
     "is_retryable",
+    "service_now",
     "stream_params",
 ]

@@ -28,13 +28,12 @@ import random
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import anyio
 
 from .. import errors
-from ..client import KinesisClient, StreamRef, stream_params
+from ..client import KinesisClient, StreamRef, service_now, stream_params
 from ._config import StartingPosition
 from ._metrics import ShardMetrics
 from ._poison import screen
@@ -342,7 +341,7 @@ class EfoReader:
             await anyio.sleep(delay)
         self._not_before = self._clock() + self._settings.min_subscribe_interval
         position = self._position
-        taken_at = datetime.now(UTC)
+        taken_at = service_now(self._client)  # the service's clock: see service_now
         stack = AsyncExitStack()
         try:
             subscription = await stack.enter_async_context(

@@ -16,13 +16,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import anyio
 
 from .. import errors
-from ..client import KinesisClient, StreamRef, is_retryable, stream_params
+from ..client import KinesisClient, StreamRef, is_retryable, service_now, stream_params
 from ._config import StartingPosition
 from ._metrics import ShardMetrics
 from ._pacing import ReadPacer
@@ -128,7 +127,7 @@ class PollingReader:
         if delay > 0:
             await anyio.sleep(delay)
         position = self._position
-        taken_at = datetime.now(UTC)
+        taken_at = service_now(self._client)  # the service's clock: see service_now
         self._pacer.iterator_taken(self._clock())
         try:
             result = await self._client.call(

@@ -7,7 +7,18 @@ from dataclasses import dataclass
 from .._validate import check_positive, check_type
 from ..errors import ConfigError
 
-__all__ = ["LeaseConfig"]
+__all__ = ["MIN_FAILOVER_TIME", "MIN_INTERVAL", "LeaseConfig"]
+
+#: The shortest ``failover_time`` accepted. A renewal is one conditional UpdateItem, and one
+#: whose reply was lost is settled by a consistent GetItem: two DynamoDB round trips plus the
+#: client's first backoff (25-50 ms), each round trip 5-20 ms on AWS and 100 ms or more when the
+#: table is loaded. Two renewals must fit in a failover time, or a single slow one loses the
+#: lease: measured before this bound, 0.05 s lost 59 leases in 3 s and 0.0001 s 140, at
+#: 430-480 DynamoDB calls a second, with no error.
+MIN_FAILOVER_TIME = 1.0
+#: The shortest renewal, take or checkpoint interval accepted: each is a DynamoDB request per
+#: lease (renewals) or a Scan of the table (takes), and a round must end before the next.
+MIN_INTERVAL = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,15 +28,18 @@ class LeaseConfig:
 
     - ``failover_time`` (10 s, the KCL's ``failoverTimeMillis``): a lease whose counter has not
       changed for this long, on this worker's clock, is expired and may be taken. A worker that
-      could not renew a lease for this long drops it itself.
+      could not renew a lease for this long drops it itself. At least
+      :data:`MIN_FAILOVER_TIME` (1 s: a few DynamoDB round trips, twice).
     - ``renew_interval`` (None: ``failover_time / 3``, the KCL's renewer period): how often
-      held leases are renewed. Must be below ``failover_time``.
+      held leases are renewed. At most ``failover_time / 2``, so that one failed renewal does
+      not lose a lease, and at least :data:`MIN_INTERVAL` (50 ms).
     - ``take_interval`` (None: ``failover_time / 6``): how often the table is scanned to take
       expired, free or (to balance) other workers' leases, and to open children whose parents
       another worker finished. The KCL's taker runs every ``2 * failover_time``; a take comes
       at most ``failover_time + 2 * take_interval`` after the owner's last renewal, so half the
       renewal interval bounds a failover by ``failover_time + renew_interval`` (13.3 s with the
-      defaults, against the KCL's up to 30 s), for one Scan per worker per interval.
+      defaults, against the KCL's up to 30 s), for one Scan per worker per interval. At most
+      ``failover_time / 2`` and at least :data:`MIN_INTERVAL`.
     - ``shard_sync_interval`` (60 s, the KCL's ``shardSyncIntervalMillis``): how often
       ListShards runs to create leases for new shards (also at start and when a held shard
       ends).
@@ -54,19 +68,37 @@ class LeaseConfig:
 
     def __post_init__(self) -> None:
         check_positive("LeaseConfig.failover_time", self.failover_time)
+        if self.failover_time < MIN_FAILOVER_TIME:
+            raise ConfigError(
+                f"LeaseConfig.failover_time must be at least {MIN_FAILOVER_TIME} s, got "
+                f"{self.failover_time!r}: a renewal that settles a lost reply takes a few "
+                "DynamoDB round trips, and two renewals must fit in a failover time"
+            )
         for option in ("renew_interval", "take_interval", "checkpoint_interval"):
             value = getattr(self, option)
             if value is not None:
                 check_positive(f"LeaseConfig.{option}", value)
+                if value < MIN_INTERVAL:
+                    raise ConfigError(
+                        f"LeaseConfig.{option} must be at least {MIN_INTERVAL} s, got "
+                        f"{value!r}: each round is a DynamoDB request per lease or a Scan"
+                    )
         check_positive("LeaseConfig.shard_sync_interval", self.shard_sync_interval)
         check_positive("LeaseConfig.max_leases_to_steal", self.max_leases_to_steal, integer=True)
         if self.max_leases is not None:
             check_positive("LeaseConfig.max_leases", self.max_leases, integer=True)
         check_type("LeaseConfig.create_table", self.create_table, bool, "True or False")
-        if self.renew_period >= self.failover_time:
+        half = self.failover_time / 2
+        if self.renew_period > half:
             raise ConfigError(
-                f"LeaseConfig.renew_interval must be below failover_time ({self.failover_time}),"
-                f" got {self.renew_interval!r}: leases would expire between renewals"
+                f"LeaseConfig.renew_interval must be at most failover_time / 2 ({half:g}), "
+                f"got {self.renew_interval!r}: one failed renewal would lose every lease"
+            )
+        if self.take_period > half:
+            raise ConfigError(
+                f"LeaseConfig.take_interval must be at most failover_time / 2 ({half:g}), "
+                f"got {self.take_interval!r}: a dead worker's leases would wait more than "
+                "a failover time longer than needed"
             )
         if self.checkpoint_period > self.renew_period:
             raise ConfigError(

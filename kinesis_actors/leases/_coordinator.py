@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from types import TracebackType
@@ -29,27 +28,61 @@ from typing import Any
 
 import anyio
 
-from ..client import StreamRef
+from ..client import StreamRef, service_now
 from ..errors import ConfigError, KinesisError
+from ..runtime import RestartIntensity, RestartIntensityExceeded
 from ._config import LeaseConfig
-from ._errors import LeaseLostError, LeaseTableError, WorkerIdConflictError
+from ._errors import LeaseLostError, WorkerIdConflictError
 from ._events import LeaseAcquired, LeaseLost, LeaseStats
 from ._holder import EPSILON, Held, LeaseHolder
 from ._items import LATEST, SHARD_END, TRIM_HORIZON, Lease
-from ._policy import parents_finished, plan_takes
+from ._policy import parents_finished, plan_takes, write_landed
 from ._shard_sync import ShardSync
 from ._streams import Streams, describe_stream
 from ._sync import INITIAL_POSITIONS
-from ._table import Caller, LeaseTable
+from ._table import PERMANENT_FAULTS, Caller, LeaseTable
 
 __all__ = ["LeaseCoordinator"]
 
 logger = logging.getLogger("kinesis_actors.leases")
 
-#: How much earlier than this worker's clock a LATEST lease's start is pinned: a later owner
-#: reads from the pin, and the service's arrival timestamps may run behind our clock (a few
-#: records read twice are allowed, one skipped is not).
+#: How much earlier than the service's clock (as the Kinesis client's replies tell it) a LATEST
+#: lease's start is pinned: a later owner reads from the pin, and the arrival timestamps are
+#: stamped by other hosts of the service (a few records read twice are allowed, one skipped
+#: is not).
 PIN_MARGIN_MS = 2000
+#: Faults that stop the coordinator: no retry mends them, and its user must hear of them.
+FATAL: tuple[type[KinesisError], ...] = (*PERMANENT_FAULTS, WorkerIdConflictError)
+#: A loop that crashes on something unexpected (a bug) is restarted, up to this many times in
+#: ``_LOOP_PERIOD`` seconds; one more and the coordinator stops with the causes.
+_LOOP_RESTARTS = 3
+_LOOP_PERIOD = 60.0
+
+
+class _CallableClock:
+    """A :class:`~kinesis_actors.runtime.Clock` over the coordinator's clock function."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.now = clock
+
+
+def _cause(error: BaseException) -> BaseException:
+    """The failure inside ``error``: a task group's group is looked through, a fatal fault
+    first (the coordinator's user gets a typed error, never an ExceptionGroup)."""
+    if not isinstance(error, BaseExceptionGroup):
+        return error
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [error]
+    while pending:
+        current = pending.pop(0)
+        if isinstance(current, BaseExceptionGroup):
+            pending[:0] = list(current.exceptions)
+        else:
+            leaves.append(current)
+    for leaf in leaves:
+        if isinstance(leaf, FATAL):
+            return leaf
+    return leaves[0] if leaves else error
 
 
 class LeaseCoordinator(LeaseHolder):
@@ -165,19 +198,51 @@ class LeaseCoordinator(LeaseHolder):
     async def _run(self) -> None:
         with anyio.CancelScope() as self._scope:
             async with anyio.create_task_group() as loops:
-                loops.start_soon(self._guard, self._renew_loop)
-                loops.start_soon(self._guard, self._take_loop)
-                loops.start_soon(self._guard, self._sync_loop)
+                loops.start_soon(self._guard, "renewal", self._renew_loop)
+                loops.start_soon(self._guard, "take", self._take_loop)
+                loops.start_soon(self._guard, "shard sync", self._sync_loop)
 
-    async def _guard(self, loop: Callable[[], Any]) -> None:
-        try:
-            await loop()
-        except Exception as error:  # the coordinator's failure, told to its user
-            logger.exception("lease coordinator %s stopped", self._worker_id)
+    async def _guard(self, name: str, loop: Callable[[], Any]) -> None:
+        """Supervise one loop: a fatal fault stops the coordinator (told to its user as the
+        typed error itself); anything else unexpected restarts the loop, counted in
+        ``LeaseStats.restarts``, until more than ``_LOOP_RESTARTS`` in ``_LOOP_PERIOD`` s."""
+        intensity = RestartIntensity(
+            _LOOP_RESTARTS, _LOOP_PERIOD, clock=_CallableClock(self._clock)
+        )
+        while True:
+            try:
+                await loop()
+            except Exception as caught:
+                error = _cause(caught)
+                if not isinstance(error, Exception):
+                    raise
+                if not isinstance(error, FATAL):
+                    if intensity.record(error):
+                        self._stats = replace(self._stats, restarts=self._stats.restarts + 1)
+                        logger.error(  # noqa: TRY400 - the traceback is the error's, not ours
+                            "lease coordinator %s: its %s loop crashed and is restarted",
+                            self._worker_id,
+                            name,
+                            exc_info=error,
+                        )
+                        continue
+                    error = RestartIntensityExceeded(
+                        f"lease coordinator {self._worker_id} ({name} loop)",
+                        _LOOP_RESTARTS,
+                        _LOOP_PERIOD,
+                        intensity.causes,
+                    )
+                self._fail(error)
+                return
+
+    def _fail(self, error: Exception) -> None:
+        """Stop on ``error``: the loops end, and the user's next call raises it."""
+        if self._failure is None:
+            logger.error("lease coordinator %s stopped: %s", self._worker_id, error)
             self._failure = error
-            self._wake()
-            if self._scope is not None:
-                self._scope.cancel()
+        self._wake()
+        if self._scope is not None:
+            self._scope.cancel()
 
     # -- the user's calls --------------------------------------------------------------------
 
@@ -266,7 +331,14 @@ class LeaseCoordinator(LeaseHolder):
                 if self._held.get(key) is not held:
                     return
                 checkpoint = finals.get((held.stream, held.lease.shard_id), held.pending)
-                new = await self._release(key, held, checkpoint, ())
+                try:
+                    new = await self._release(key, held, checkpoint, ())
+                except FATAL as error:
+                    self._fail(error)
+                    return
+                except KinesisError as error:  # left to expire: the others take it then
+                    logger.warning("releasing %s failed, left to expire: %s", key, error)
+                    return
             if new is not None:
                 self._stats = replace(self._stats, released=self._stats.released + 1)
                 if held.ready:
@@ -275,6 +347,8 @@ class LeaseCoordinator(LeaseHolder):
         async with anyio.create_task_group() as group:
             for key, held in list(self._held.items()):
                 group.start_soon(release, key, held)
+        if self._failure is not None:
+            raise self._failure
 
     def snapshot(self) -> LeaseStats:
         """The protocol's statistics now, a frozen :class:`LeaseStats`."""
@@ -306,10 +380,12 @@ class LeaseCoordinator(LeaseHolder):
                 and lease.key not in self._held
                 and self._tracker.changes_by_same_owner(lease.key) >= 2
             ):
+                changes = self._tracker.changes_by_same_owner(lease.key)
                 raise WorkerIdConflictError(
                     f"lease {lease.key!r} is owned by this worker's id {self._worker_id!r} "
-                    "and keeps being renewed, but not by this process: another process uses "
-                    "the same worker_id",
+                    f"and was renewed {changes} times (counter now {lease.counter}) while "
+                    "this process did not hold it: another live process uses the same "
+                    "worker_id; give each live worker its own",
                     worker_id=self._worker_id,
                     lease_key=lease.key,
                 )
@@ -319,11 +395,13 @@ class LeaseCoordinator(LeaseHolder):
         ours = self._observe(await self._table.list())
         if not self._releasing:
             now = self._clock()
+            still = 2 * self._config.renew_period
             plan = plan_takes(
                 ours,
                 worker_id=self._worker_id,
                 held=self._held.keys(),
                 expired=lambda lease: self._tracker.expired(lease, now),
+                reclaimable=lambda lease: self._tracker.expired(lease, now, after=still),
                 max_leases=self._config.max_leases,
                 max_leases_to_steal=self._config.max_leases_to_steal,
                 rng=self._rng,
@@ -346,11 +424,19 @@ class LeaseCoordinator(LeaseHolder):
         started = self._clock()
         new = await self._table.take(lease, self._worker_id)
         if new is None:
-            return  # someone else was faster, or its owner renewed it
+            # Someone else was faster, or its owner renewed it - or our take landed and only
+            # its reply was lost (the client's retry then failed the condition): read it.
+            current = await self._table.get(lease.key)
+            if current is None or not write_landed(lease, current, self._worker_id, None):
+                return
+            new = current
+            self._stats = replace(self._stats, replies_settled=self._stats.replies_settled + 1)
         self._tracker.forget(lease.key)
         # A stolen lease's reader stops at its owner's next renewal: wait that long before
-        # reading, so that no shard is read twice at once.
-        ready_at = started + self._config.renew_period + EPSILON if stolen else 0.0
+        # reading, so that no shard is read twice at once. So does one taken back from our
+        # own id (an earlier run that may only have been paused).
+        reclaimed = lease.owner == self._worker_id
+        ready_at = started + self._config.renew_period + EPSILON if stolen or reclaimed else 0.0
         previous = lease.owner if lease.owner != self._worker_id else None
         held = Held(new, info.name, started, previous, ready_at=ready_at)
         if new.checkpoint == LATEST and not new.parent_shard_ids:
@@ -371,17 +457,22 @@ class LeaseCoordinator(LeaseHolder):
         )
 
     async def _pin(self, key: str, held: Held) -> None:
-        """Pin a LATEST lease's start (``latestPinnedAt``, our clock minus a margin) before
-        its first reader takes its iterator, so that a later owner reads from there: written
-        like a renewal, and retried next take round if it fails (the lease is not handed out
-        until it is pinned)."""
+        """Pin a LATEST lease's start (``latestPinnedAt``, the service's clock minus a margin)
+        before its first reader takes its iterator, so that a later owner reads from there:
+        written like a renewal, and retried next take round if it fails (the lease is not
+        handed out until it is pinned).
+
+        The time is the service's (:func:`~kinesis_actors.client.service_now`, from the
+        ``Date`` of the Kinesis client's replies), never this host's: the pin is compared
+        with arrival timestamps, and a host whose clock ran 30 s fast pinned a time 28 s
+        after its reader's start, so the next owner skipped what arrived in between."""
         async with held.lock:
             if self._held.get(key) is not held or not held.needs_pin:
                 return
-            pin = int(time.time() * 1000) - PIN_MARGIN_MS
+            pin = int(service_now(self._kinesis).timestamp() * 1000) - PIN_MARGIN_MS
             try:
                 new = await self._write(key, held, None, pin=pin)
-            except (LeaseTableError, WorkerIdConflictError):
+            except FATAL:
                 raise
             except KinesisError as error:
                 logger.warning("pinning the start of %s failed, retried: %s", key, error)
@@ -420,7 +511,7 @@ class LeaseCoordinator(LeaseHolder):
             next_round = max(next_round + period, self._clock())
             try:
                 await self._take_round()
-            except (LeaseTableError, WorkerIdConflictError):
+            except FATAL:
                 raise
             except KinesisError as error:
                 logger.warning("take round of %s failed, retried: %s", self._worker_id, error)
@@ -434,6 +525,8 @@ class LeaseCoordinator(LeaseHolder):
             self._sync_wanted = anyio.Event()
             try:
                 await self._sync_all()
+            except FATAL:
+                raise
             except KinesisError as error:
                 logger.warning("shard sync of %s failed, retried: %s", self._worker_id, error)
 

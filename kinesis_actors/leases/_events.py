@@ -60,9 +60,12 @@ class LeaseStats:
     parents); counts since start: ``taken`` (free or expired leases taken), ``stolen`` (taken
     from a live worker to balance), ``lost``, ``released``, ``renewals`` (successful),
     ``checkpoints`` (written), ``leases_created`` (by shard sync), ``shard_syncs``,
-    ``table_calls`` (every DynamoDB request); ``renewal_latency_last`` / ``_max`` in seconds
-    (None before the first renewal); ``workers``: distinct live owners seen at the last scan,
-    this worker included; ``leases``: unfinished leases of our streams at the last scan.
+    ``table_calls`` (every DynamoDB request), ``replies_settled`` (writes whose condition
+    failed on the client's retry and that a read showed had landed: a lost reply),
+    ``restarts`` (of a loop that crashed on something unexpected); ``renewal_latency_last``
+    / ``_max`` in seconds (None before the first renewal); ``workers``: distinct live owners
+    seen at the last scan, this worker included; ``leases``: unfinished leases of our streams
+    at the last scan.
     """
 
     worker_id: str
@@ -77,6 +80,8 @@ class LeaseStats:
     leases_created: int = 0
     shard_syncs: int = 0
     table_calls: int = 0
+    replies_settled: int = 0
+    restarts: int = 0
     renewal_latency_last: float | None = None
     renewal_latency_max: float | None = None
     workers: int = 1

@@ -4,10 +4,9 @@
 own lock), the last listing of the table by key, the expiry tracker, the statistics and the
 queue of :class:`LeaseAcquired` / :class:`LeaseLost` events for the reader. It does the writes
 on a held lease: renewals (a loop of rounds that keeps its cadence and drops a lease not
-renewed for ``failover_time``) and the conditional write, adopt and release protocol - a
-failed condition is answered by reading the item back: a write of ours that landed after its
-reply was lost is adopted, another worker's ownership ends the lease (:class:`LeaseLost`),
-and the lease renewed by another process under our id is :class:`WorkerIdConflictError`.
+renewed for ``failover_time``) and the conditional write and release protocol - a failed
+condition is settled by reading the item back: a write of ours that landed after its reply
+was lost is kept, anything else ends the lease (:class:`LeaseLost`), never the worker.
 
 Finding and taking leases, shard sync, the lifecycle and the user's calls are
 :mod:`._coordinator`'s, which subclasses this.
@@ -25,11 +24,10 @@ import anyio.lowlevel
 
 from ..errors import KinesisError
 from ._config import LeaseConfig
-from ._errors import LeaseTableError, WorkerIdConflictError
 from ._events import LeaseAcquired, LeaseEvent, LeaseLost, LeaseStats
 from ._items import Lease
 from ._policy import ExpiryTracker, write_landed
-from ._table import LeaseTable
+from ._table import PERMANENT_FAULTS, LeaseTable
 
 __all__ = ["EPSILON", "Held", "LeaseHolder"]
 
@@ -52,7 +50,6 @@ class Held:
     ready: bool = False
     ready_at: float = 0.0
     pending: tuple[str, int] | None = None
-    adopted_at: float | None = None
     needs_pin: bool = False
     pinned_before: int | None = None
     lock: anyio.Lock = field(default_factory=anyio.Lock)
@@ -158,7 +155,7 @@ class LeaseHolder:
                     return
                 try:
                     await self._write(key, held, held.pending)
-                except (LeaseTableError, WorkerIdConflictError):
+                except PERMANENT_FAULTS:
                     raise
                 except KinesisError as error:
                     logger.warning("renewal of %s failed: %s", key, error)
@@ -168,51 +165,56 @@ class LeaseHolder:
     ) -> Lease | None:
         """Renew ``held`` (with ``checkpoint``, and ``pin`` as its ``latestPinnedAt``), under
         its lock; None if it was lost."""
-        for _ in range(2):
-            started = self._clock()
-            new = await self._table.renew(held.lease, self._worker_id, checkpoint, pin=pin)
-            if new is not None:
-                latency = self._clock() - started
-                worst = max(latency, self._stats.renewal_latency_max or 0.0)
-                self._stats = replace(
-                    self._stats,
-                    renewals=self._stats.renewals + 1,
-                    checkpoints=self._stats.checkpoints + (checkpoint is not None),
-                    renewal_latency_last=latency,
-                    renewal_latency_max=worst,
-                )
-                held.lease, held.renewed_at = new, started
-                if checkpoint is not None and held.pending == checkpoint:
-                    held.pending = None
-                self._by_key[key] = new
-                return new
-            if not await self._adopt(key, held, checkpoint):
+        started = self._clock()
+        new = await self._table.renew(held.lease, self._worker_id, checkpoint, pin=pin)
+        if new is None:
+            new = await self._settle(key, held, self._worker_id, checkpoint)
+            if new is None:
                 return None
-        return None
-
-    async def _adopt(self, key: str, held: Held, checkpoint: tuple[str, int] | None) -> bool:
-        """After a failed condition: whether the lease is still ours (a write of ours landed
-        after its reply was lost, and the retry found it applied), adopting it; drops it
-        (LeaseLost) if another worker has it; WorkerIdConflictError if another process wrote
-        it in our name."""
-        current = await self._table.get(key)
-        if current is None or current.owner != self._worker_id:
-            self._drop(key, held, "taken")
-            return False
-        now = self._clock()
-        sequence = None if checkpoint is None else checkpoint[0]
-        recent = held.adopted_at is not None and now - held.adopted_at < self._config.failover_time
-        if not recent and write_landed(held.lease, current, self._worker_id, sequence):
-            held.lease, held.adopted_at = current, now
-            return True
-        self._drop(key, held, "taken")
-        raise WorkerIdConflictError(
-            f"lease {key!r} was renewed by another process under this worker's id "
-            f"{self._worker_id!r} (counter {current.counter}, expected "
-            f"{held.lease.counter}): every worker needs its own worker_id",
-            worker_id=self._worker_id,
-            lease_key=key,
+        latency = self._clock() - started
+        worst = max(latency, self._stats.renewal_latency_max or 0.0)
+        self._stats = replace(
+            self._stats,
+            renewals=self._stats.renewals + 1,
+            checkpoints=self._stats.checkpoints + (checkpoint is not None),
+            renewal_latency_last=latency,
+            renewal_latency_max=worst,
         )
+        held.lease, held.renewed_at = new, started
+        if checkpoint is not None and held.pending == checkpoint:
+            held.pending = None
+        self._by_key[key] = new
+        return new
+
+    async def _settle(
+        self, key: str, held: Held, owner: str | None, checkpoint: tuple[str, int] | None
+    ) -> Lease | None:
+        """A write's condition failed: settle what happened by reading the item back
+        (consistently). Exactly the state our write makes (``owner`` after it: ours for a
+        renewal, None for a release) means it landed and only its reply was lost (the client
+        retried, and the retry failed the condition our own write had moved): the lease as
+        written. Anything else means the lease is no longer ours to write - another owner, or
+        our id with a counter we did not write (an operator's edit, or a write of an earlier
+        run) - and it is dropped (:class:`LeaseLost`), to be taken again like any other: None.
+
+        A failed condition is never by itself evidence of another process under our id; that
+        takes a counter that keeps moving while we do not hold the lease (see ``_observe``)."""
+        current = await self._table.get(key)
+        sequence = None if checkpoint is None else checkpoint[0]
+        if current is not None and write_landed(held.lease, current, owner, sequence):
+            self._stats = replace(self._stats, replies_settled=self._stats.replies_settled + 1)
+            return current
+        self._drop(key, held, "taken")
+        if current is not None and current.owner == self._worker_id:
+            logger.warning(
+                "lease %s still names %s as owner, but its counter is %d where this worker "
+                "wrote %d: someone else wrote it (a hand edit?); dropped, to be taken again",
+                key,
+                self._worker_id,
+                current.counter,
+                held.lease.counter,
+            )
+        return None
 
     async def _release(
         self,
@@ -222,23 +224,17 @@ class LeaseHolder:
         children: tuple[str, ...],
     ) -> Lease | None:
         """Release ``held`` (with ``checkpoint``), under its lock; None if it was lost."""
-        for _ in range(2):
-            new = await self._table.release(held.lease, self._worker_id, checkpoint, children)
-            if new is None:  # lost, unless this very release landed and its reply did not
-                current = await self._table.get(key)
-                sequence = None if checkpoint is None else checkpoint[0]
-                if current is not None and write_landed(held.lease, current, None, sequence):
-                    new = current
-            if new is not None:
-                if checkpoint is not None:
-                    self._stats = replace(self._stats, checkpoints=self._stats.checkpoints + 1)
-                self._held.pop(key, None)
-                self._tracker.forget(key)
-                self._by_key[key] = new
-                return new
-            if not await self._adopt(key, held, checkpoint):
+        new = await self._table.release(held.lease, self._worker_id, checkpoint, children)
+        if new is None:
+            new = await self._settle(key, held, None, checkpoint)
+            if new is None:
                 return None
-        return None
+        if checkpoint is not None:
+            self._stats = replace(self._stats, checkpoints=self._stats.checkpoints + 1)
+        self._held.pop(key, None)
+        self._tracker.forget(key)
+        self._by_key[key] = new
+        return new
 
     def _drop(self, key: str, held: Held, reason: str) -> None:
         if self._held.get(key) is not held:

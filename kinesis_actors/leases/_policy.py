@@ -21,11 +21,15 @@ ping-pong between two workers one lease apart), at most ``max_leases_to_steal`` 
 is finished (checkpoint ``SHARD_END``) or gone: per-key order across a split or a merge holds
 whichever worker read the parent.
 
-**Worker id used twice.** A lease owned by this worker's id that this process does not hold
-is either left from an earlier run with the same id (its counter stands still: it expires and
-is taken again) or renewed by another live process using the id. Two counter changes seen
-while it stays so make it a conflict (one change may be a write of ours that landed after we
-gave up on it).
+**Our own id, not held.** A lease owned by this worker's id that this process does not hold
+is either left by an earlier run with the same id (a restart: most deployments keep a stable
+id) or renewed by another live process using the id. It counts as ours while we watch it (so
+a restarted worker does not steal from the survivors meanwhile), and once its counter has
+stood still for two renewal intervals - no live process renews it, a live one would have
+renewed twice - it is taken back at once, without waiting the failover time at whose end
+the survivors would take it (and the restarted worker then steal its share back from them).
+Two counter changes seen while it stays so make it a conflict (one change may be a write of
+ours that landed after we gave up on it).
 """
 
 from __future__ import annotations
@@ -71,14 +75,15 @@ class ExpiryTracker:
         for key in self._seen.keys() - present:
             del self._seen[key]
 
-    def expired(self, lease: Lease, now: float) -> bool:
-        """Whether ``lease`` may be taken without stealing: free, or silent for too long."""
+    def expired(self, lease: Lease, now: float, *, after: float | None = None) -> bool:
+        """Whether ``lease`` may be taken without stealing: free, or silent for too long
+        (``after`` seconds, by default the failover time)."""
         if lease.owner is None:
             return True
         seen = self._seen.get(lease.key)
         if seen is None or seen.counter != lease.counter:
             return False  # not observed yet in this form: it just changed
-        return now - seen.changed_at > self.failover_time
+        return now - seen.changed_at > (self.failover_time if after is None else after)
 
     def changes_by_same_owner(self, key: str) -> int:
         """How often the counter changed under one owner since that owner was first seen."""
@@ -106,6 +111,7 @@ def plan_takes(
     worker_id: str,
     held: Collection[str],
     expired: Callable[[Lease], bool],
+    reclaimable: Callable[[Lease], bool] | None = None,
     max_leases: int | None = None,
     max_leases_to_steal: int = 1,
     rng: random.Random | None = None,
@@ -113,31 +119,41 @@ def plan_takes(
     """Decide a take round from a listing of the (unfinished) leases this worker may hold.
 
     ``held`` are the lease keys this worker holds; ``expired`` says whether a lease is free or
-    expired (see :class:`ExpiryTracker`). Finished leases (``SHARD_END``) need no owner and
-    are left out of the count and the plan.
+    expired (see :class:`ExpiryTracker`); ``reclaimable`` whether a lease owned by our own id
+    that we do not hold has stood still long enough to be taken back (see the module's doc;
+    None: only once expired). Finished leases (``SHARD_END``) need no owner and are left out
+    of the count and the plan.
     """
     rng = rng or random.Random()
     live = [lease for lease in leases if not lease.finished]
     owners: Counter[str] = Counter()
     candidates: list[Lease] = []
+    own: list[Lease] = []  # our id's, taken back first
+    watched = 0  # our id's, not yet known to be left by an earlier run
     for lease in live:
         if lease.key in held:
             continue
-        if expired(lease):
+        if lease.owner == worker_id:
+            if expired(lease) or (reclaimable is not None and reclaimable(lease)):
+                own.append(lease)
+            else:
+                watched += 1
+        elif expired(lease):
             candidates.append(lease)
-        elif lease.owner is not None and lease.owner != worker_id:
+        elif lease.owner is not None:
             owners[lease.owner] += 1
     workers = len(owners) + 1
     target = math.ceil(len(live) / workers) if live else 0
     if max_leases is not None:
         target = min(target, max_leases)
-    ours = sum(1 for lease in live if lease.key in held)
+    ours = sum(1 for lease in live if lease.key in held) + watched
     need = target - ours
     if need <= 0:
         return TakePlan((), (), target, workers)
-    if candidates:
+    if own or candidates:
+        rng.shuffle(own)
         rng.shuffle(candidates)
-        return TakePlan(tuple(candidates[:need]), (), target, workers)
+        return TakePlan(tuple((own + candidates)[:need]), (), target, workers)
     if not owners:
         return TakePlan((), (), target, workers)
     most = max(owners.values())
@@ -165,9 +181,9 @@ def write_landed(held: Lease, current: Lease, owner: str | None, checkpoint: str
     the checkpoint it wrote (``checkpoint``, or unchanged when None).
 
     A write whose reply was lost may have landed, and the client's retry then fails its
-    condition; this tells that case from a lease taken by another worker. Another process
-    renewing under our id can look the same once, so the caller adopts at most once per
-    failover time (see the module doc).
+    condition; this tells that case from a lease taken by another worker or edited by hand.
+    (Another process renewing under our id could look the same once; it is caught by the
+    counter it keeps moving, see the module doc.)
     """
     expected = held.checkpoint if checkpoint is None else checkpoint
     return (

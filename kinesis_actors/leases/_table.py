@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import anyio
 
-from ..errors import KinesisError
+from ..errors import AccessDeniedError, KinesisError, ResourceNotFoundError, ValidationError
 from ._errors import LeaseTableError
 from ._items import (
     CHECKPOINT,
@@ -32,7 +32,7 @@ from ._items import (
     encode_lease,
 )
 
-__all__ = ["Caller", "LeaseTable"]
+__all__ = ["PERMANENT_FAULTS", "Caller", "LeaseTable"]
 
 logger = logging.getLogger("kinesis_actors.leases")
 
@@ -42,6 +42,9 @@ _IN_USE = "ResourceInUseException"
 _KEY_SCHEMA = [{"AttributeName": KEY, "KeyType": "HASH"}]
 #: How long ensure() waits for a table being created to become ACTIVE.
 _ACTIVE_TIMEOUT = 120.0
+#: Faults that no retry mends: the coordinator stops on them and its user gets them as they
+#: are. Everything else a table call raises (throttles, 5xx, resets, garbled replies) passes.
+PERMANENT_FAULTS: tuple[type[KinesisError], ...] = (LeaseTableError, AccessDeniedError)
 
 
 class Caller(Protocol):
@@ -67,6 +70,37 @@ class LeaseTable:
     async def _call(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
         self.calls += 1
         return await self.client.call(operation, {"TableName": self.name, **params})
+
+    async def _item_call(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
+        """A request on the table's items. Its permanent faults are said in the table's terms:
+        the table gone is a :class:`LeaseTableError`, so is a lease's key refused as invalid
+        (the table was re-created with another key schema), and AccessDenied names the table
+        and the operation."""
+        try:
+            return await self._call(operation, params)
+        except ResourceNotFoundError as error:
+            raise LeaseTableError(
+                f"lease table {self.name!r} does not exist any more: {operation} found no "
+                "such table (deleted while the group ran?)",
+                table=self.name,
+                operation=operation,
+                code=error.code,
+            ) from error
+        except ValidationError as error:
+            raise LeaseTableError(
+                f"{operation} on lease table {self.name!r} was refused as invalid: "
+                f"{error.message} (a table re-created with another key schema answers so)",
+                table=self.name,
+                operation=operation,
+                code=error.code,
+            ) from error
+        except AccessDeniedError as error:
+            raise AccessDeniedError(
+                f"{operation} on lease table {self.name!r} was denied: {error.message}",
+                operation=operation,
+                code=error.code,
+                status_code=error.status_code,
+            ) from error
 
     # -- the table ---------------------------------------------------------------------------
 
@@ -146,7 +180,7 @@ class LeaseTable:
         leases: list[Lease] = []
         params: dict[str, Any] = {"ConsistentRead": True}
         while True:
-            reply = await self._call("Scan", params)
+            reply = await self._item_call("Scan", params)
             for item in reply.get("Items") or []:
                 leases.append(self._decode(item))
             start = reply.get("LastEvaluatedKey")
@@ -156,7 +190,7 @@ class LeaseTable:
 
     async def get(self, key: str) -> Lease | None:
         """One lease, read consistently; None if there is no such item."""
-        reply = await self._call("GetItem", {"Key": {KEY: {"S": key}}, "ConsistentRead": True})
+        reply = await self._item_call("GetItem", {"Key": {KEY: {"S": key}}, "ConsistentRead": True})
         item = reply.get("Item")
         return self._decode(item) if item else None
 
@@ -174,7 +208,7 @@ class LeaseTable:
     async def create(self, lease: Lease) -> bool:
         """Put ``lease`` if no item has its key; False if one exists (nothing written)."""
         try:
-            await self._call(
+            await self._item_call(
                 "PutItem",
                 {
                     "Item": encode_lease(lease),
@@ -222,7 +256,7 @@ class LeaseTable:
             values[":one"] = {"N": "1"}
             expression += " ADD #switches :one"
         try:
-            reply = await self._call(
+            reply = await self._item_call(
                 "UpdateItem",
                 {
                     "Key": {KEY: {"S": lease.key}},

@@ -21,7 +21,7 @@ from kinesis_actors import KinesisClient, LocalDynamoDB, LocalKinesis, errors
 from kinesis_actors.client import DynamoDBClient
 from kinesis_actors.consumer import Consumer, ConsumerConfig, RecordBatch, StartingPosition
 from kinesis_actors.leases import LeaseConfig, LeaseTableError, WorkerIdConflictError
-from tests.faults import FaultProxy, Reply, Request
+from tests.faults import Cut, FaultProxy, Request
 
 from .helpers import Row, aggregate_per_shard, put_aggregated, put_plain, rows, shard_map
 
@@ -245,9 +245,10 @@ async def test_with_latest_a_worker_lost_before_its_first_checkpoint_loses_no_re
     """The first owner pins its LATEST start in the lease; its successor reads from there."""
     lost = False
 
-    def decide(request: Request) -> Reply | None:
-        # Worker 1's table goes away: its renewals and its release fail, its lease expires.
-        return Reply.error("AccessDeniedException") if lost else None
+    def decide(request: Request) -> Cut | None:
+        # Worker 1's table goes out of reach: its renewals and its release fail, its lease
+        # expires. (An AccessDenied is permanent: it stops the consumer with that error.)
+        return Cut() if lost else None
 
     async with local_kinesis.client(tls=False) as client:
         await client.create_stream(stream_name, 1)
@@ -352,7 +353,7 @@ async def test_a_table_gone_at_close_leaves_the_users_exception_as_itself(
                         await anyio.sleep(0.05)
                     private.stop()
                     raise KeyError("the user's")
-    assert "will expire instead" in caplog.text
+    assert "left to expire" in caplog.text
 
 
 async def test_under_run_a_lost_lease_cancels_its_handler_and_run_goes_on(
