@@ -518,6 +518,9 @@ class LeaseCoordinator(LeaseHolder):
 
     # -- shard sync --------------------------------------------------------------------------
 
+    def _ended_elsewhere(self) -> None:
+        self._sync_wanted.set()
+
     async def _sync_loop(self) -> None:
         while True:
             with anyio.move_on_after(self._config.shard_sync_interval):

@@ -205,6 +205,8 @@ class LeaseHolder:
             self._stats = replace(self._stats, replies_settled=self._stats.replies_settled + 1)
             return current
         self._drop(key, held, "taken")
+        if current is not None and current.finished:
+            self._ended_elsewhere()  # nobody but its reader ends a shard: check the stream
         if current is not None and current.owner == self._worker_id:
             logger.warning(
                 "lease %s still names %s as owner, but its counter is %d where this worker "
@@ -235,6 +237,10 @@ class LeaseHolder:
         self._tracker.forget(key)
         self._by_key[key] = new
         return new
+
+    def _ended_elsewhere(self) -> None:
+        """A held lease was found ``SHARD_END`` by another hand; the coordinator checks it
+        against the stream's shards at once (see ``_sync.ended_but_open``)."""
 
     def _drop(self, key: str, held: Held, reason: str) -> None:
         if self._held.get(key) is not held:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
+from ._errors import LeaseTableError
 from ._items import Lease
 from ._streams import LeasedStream, Streams, list_stream_shards
-from ._sync import plan_new_leases
+from ._sync import ended_but_open, plan_new_leases
 from ._table import Caller, LeaseTable
 
 __all__ = ["ShardSync"]
@@ -47,7 +48,23 @@ class ShardSync:
     async def _sync(
         self, ref: LeasedStream, streams: Streams, leases: Callable[[], Iterable[Lease]]
     ) -> None:
+        finished_before = {
+            lease.shard_id
+            for lease in leases()
+            if lease.finished and lease.stream_identifier in (None, ref.identifier)
+        }
         shards = await list_stream_shards(self._kinesis, ref.given)
+        bogus = ended_but_open(finished_before, shards)
+        if bogus:
+            raise LeaseTableError(
+                f"the leases of {ref.name} shard(s) {', '.join(bogus)} in table "
+                f"{self._table.name!r} say SHARD_END, but the stream lists them as open: "
+                "written by hand or by another application, and believed nobody would read "
+                "the rest of them. Set their checkpoint to the last sequence number processed "
+                "(or TRIM_HORIZON to read them again) and start the group again.",
+                table=self._table.name,
+                operation="ListShards",
+            )
         for shard in shards:
             for parent in shard.parents:
                 known = self.children.get((ref.name, parent), ())

@@ -18,6 +18,14 @@ The rules, after the KCL's ``HierarchicalShardSyncer``, shards taken parents fir
 
 Finished leases are never deleted here, so a closed shard that was read is never created
 again while ListShards still lists it.
+
+**A finished lease of an open shard is not believed.** ``SHARD_END`` is written by the reader
+that reached the end of a closed shard; a shard never opens again. A lease that said
+``SHARD_END`` before a listing that still shows its shard open was written by someone else (an
+operator's hand edit, another application): believing it, nobody would ever read the rest of
+the shard. Its real checkpoint is gone, and reading the shard again from its oldest record
+could mean days of duplicates, so the group stops with a :class:`LeaseTableError` naming the
+shard and what to write instead (:func:`ended_but_open`).
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from typing import Any
 
 from ._items import AT_TIMESTAMP, LATEST, TRIM_HORIZON, Lease
 
-__all__ = ["INITIAL_POSITIONS", "Shard", "parse_shards", "plan_new_leases"]
+__all__ = ["INITIAL_POSITIONS", "Shard", "ended_but_open", "parse_shards", "plan_new_leases"]
 
 INITIAL_POSITIONS = (TRIM_HORIZON, LATEST, AT_TIMESTAMP)
 
@@ -120,3 +128,13 @@ def plan_new_leases(
         created.append(make_lease(shard, checkpoint))
         starts[shard.shard_id] = checkpoint
     return created
+
+
+def ended_but_open(finished_before: Collection[str], shards: Sequence[Shard]) -> list[str]:
+    """The shards whose lease was ``SHARD_END`` before ``shards`` were listed (the ids in
+    ``finished_before``) although the listing shows them open: not believable (see the
+    module's doc). Taken in that order, a shard closed by a split while the listing ran
+    cannot be mistaken for one: its lease ends only after it closed."""
+    return sorted(
+        shard.shard_id for shard in shards if shard.shard_id in finished_before and not shard.closed
+    )

@@ -12,6 +12,7 @@ from kinesis_actors import DynamoDBClient, KinesisClient
 from kinesis_actors.errors import ConfigError, ResourceNotFoundError
 from kinesis_actors.leases import (
     LATEST,
+    TRIM_HORIZON,
     LeaseAcquired,
     LeaseConfig,
     LeaseCoordinator,
@@ -67,11 +68,13 @@ async def test_a_kcl_table_is_resumed_exactly_and_keeps_its_format(
         kcl_item(0, SEQUENCE_0, 0, 311),
         kcl_item(1, SEQUENCE_1, 7, 12),  # in the middle of a KPL aggregate
         kcl_item(2, LATEST, 0, 5),
-        kcl_item(3, "SHARD_END", 0, 40),  # finished: never handed out again
+        # Finished, and expired out of the stream's listing: never handed out again. (A
+        # SHARD_END on a shard the stream lists as open is refused: see the fault tests.)
+        kcl_item(9, "SHARD_END", 0, 40),
     ]
     await put_items(dynamodb, lease_table_name, items)
     async with coordinator(dynamodb, client, lease_table_name, stream, "ours") as ours:
-        events = await events_until(ours, lambda seen: len(seen) == 3)
+        events = await events_until(ours, lambda seen: len(seen) == 4)
         resumed = {
             e.shard_id: (e.checkpoint, e.sub_sequence, e.previous_owner)
             for e in events
@@ -81,13 +84,14 @@ async def test_a_kcl_table_is_resumed_exactly_and_keeps_its_format(
             "shardId-000000000000": (SEQUENCE_0, 0, "kcl-host-1:7f3a"),
             "shardId-000000000001": (SEQUENCE_1, 7, "kcl-host-1:7f3a"),
             "shardId-000000000002": (LATEST, 0, "kcl-host-1:7f3a"),
+            "shardId-000000000003": (TRIM_HORIZON, 0, None),  # a shard without a lease yet
         }
-        assert ours.snapshot().leases_created == 0
+        assert ours.snapshot().leases_created == 1
         await ours.checkpoint(stream, "shardId-000000000001", SEQUENCE_1, 9)
     after = {item["leaseKey"]["S"]: item for item in await scan(dynamodb, lease_table_name)}
     for before in items:  # the same attributes, none added: a KCL application reads it back
         assert set(after[before["leaseKey"]["S"]]) == set(before)
-    assert after["shardId-000000000003"] == items[3]
+    assert after["shardId-000000000009"] == items[3]
     lease = decode_lease(after["shardId-000000000001"])
     assert (lease.checkpoint, lease.sub_sequence, lease.owner) == (SEQUENCE_1, 9, "ours")
     assert lease.owner_switches_since_checkpoint == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kinesis_actors.leases import AT_TIMESTAMP, LATEST, TRIM_HORIZON, Lease
-from kinesis_actors.leases._sync import Shard, parse_shards, plan_new_leases
+from kinesis_actors.leases._sync import Shard, ended_but_open, parse_shards, plan_new_leases
 
 # 0 and 1 merged into 2 (closed); 2 split into 3 and 4 (open); 5 an untouched open root.
 RESHARDED = [
@@ -92,3 +92,9 @@ def test_list_shards_entries_are_parsed_with_lineage_state_and_hash_range() -> N
         "shardId-000000000002", ("shardId-000000000000", "shardId-000000000001"), False, "0", "99"
     )
     assert shards[1].closed and shards[1].parents == ()
+
+
+def test_a_lease_ended_before_a_listing_that_shows_its_shard_open_is_not_believed() -> None:
+    shards = [Shard("a"), Shard("b", closed=True), Shard("c", ("b",))]
+    assert ended_but_open({"a", "b"}, shards) == ["a"]  # "b" really ended: it is closed
+    assert ended_but_open(set(), shards) == []

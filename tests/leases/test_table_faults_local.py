@@ -217,3 +217,27 @@ async def test_a_worker_restarted_with_its_own_id_takes_its_leases_back_and_stea
         group.cancel_scope.cancel()
     # The survivors kept their leases throughout: not one taken from them, none of c's taken.
     assert {name: (len(events), acquired(events)) for name, events in seen.items()} == kept
+
+
+async def test_a_hand_set_shard_end_on_an_open_shard_is_a_lease_table_error_naming_it(
+    dynamodb: DynamoDBClient, client: KinesisClient, stream: str, lease_table_name: str
+) -> None:
+    with pytest.raises(LeaseTableError) as raised:
+        async with coordinator(dynamodb, client, lease_table_name, stream, "w") as worker:
+            events = await events_until(worker, lambda seen: len(acquired(seen)) == 4)
+            shard = sorted(acquired(events))[0]
+            await dynamodb.call(
+                "UpdateItem",
+                {
+                    "TableName": lease_table_name,
+                    "Key": {"leaseKey": {"S": shard}},
+                    "UpdateExpression": "SET checkpoint = :end ADD leaseCounter :one",
+                    "ExpressionAttributeValues": {":end": {"S": "SHARD_END"}, ":one": {"N": "1"}},
+                },
+            )
+            await fails_with(worker)
+    assert shard in str(raised.value) and "open" in str(raised.value)
+    # Nothing was skipped behind the user's back: the next start says the same, at once.
+    with pytest.raises(LeaseTableError, match=shard):
+        async with coordinator(dynamodb, client, lease_table_name, stream, "w2"):
+            pass
