@@ -289,7 +289,7 @@ class Consumer(ShardScheduler):
         """
         check_type("batch", batch, RecordBatch, "a RecordBatch from this consumer")
         key = (batch.stream, batch.shard_id)
-        pipeline = self._pipelines.get(key)
+        pipeline = self._pipelines.get(key) or self._handing.get(key)
         group = self._group
         if batch.origin is not self or (pipeline is None and group is None):
             raise errors.ValidationError(

@@ -3,8 +3,9 @@
 :class:`LeaseMembership` opens the DynamoDB client and the coordinator, turns the
 coordinator's events into calls on the consumer, notes commits as checkpoints (the
 coordinator writes them with its renewals, at most every ``checkpoint_interval``), finishes
-ended shards (SHARD_END) and, on a clean close, writes the final checkpoints and releases every
-lease in one conditional write each: a graceful handover, with no duplicate.
+ended shards (SHARD_END), hands over a lease another worker asked for once what was taken
+is committed, and, on a clean close, writes the final checkpoints and releases every lease
+in one conditional write each: graceful handovers, with no duplicate.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 
+import anyio
+
 from ..client import DynamoDBClient, KinesisClient
 from ..leases import (
     LeaseAcquired,
     LeaseConfig,
     LeaseCoordinator,
+    LeaseHandoff,
     LeaseLost,
     LeaseLostError,
     LeaseStats,
@@ -34,6 +38,7 @@ log = logging.getLogger("kinesis_actors.consumer")
 
 Acquired = Callable[[ShardKey, SavedShard, tuple[str, ...]], None]
 Lost = Callable[[ShardKey, str], Awaitable[None]]
+HandOff = Callable[[ShardKey], Awaitable[Position | None]]
 
 
 class LeaseMembership:
@@ -102,29 +107,54 @@ class LeaseMembership:
             raise RuntimeError("the lease coordinator is not running")
         return self._coordinator
 
-    async def run_events(self, acquired: Acquired, lost: Lost) -> None:
-        """Apply the coordinator's events, in order, until cancelled (or it fails: raised)."""
+    async def run_events(self, acquired: Acquired, lost: Lost, handoff: HandOff) -> None:
+        """Apply the coordinator's events, in order, until cancelled (or it fails: raised).
+
+        A :class:`LeaseHandoff` runs beside the events (``handoff(key)``: stop reading, wait
+        for the commits, return the final position), then hands the lease over; at most one
+        task per held lease."""
         coordinator = self._running()
-        while True:
-            event = await coordinator.next_event()
-            key = (event.stream, event.shard_id)
-            if isinstance(event, LeaseAcquired):
-                # A pin is a LATEST start of ours: a consumer started elsewhere keeps its own.
-                pin = event.latest_pinned_at if self._initial == "LATEST" else None
-                saved = saved_from_lease(event.checkpoint, event.sub_sequence, event.parents, pin)
-                log.info(
-                    "lease of %s/%s acquired at %s:%d (from %s)",
-                    *key,
-                    event.checkpoint,
-                    event.sub_sequence,
-                    event.previous_owner or "nobody",
-                )
-                self._finished.discard(key)
-                self.assignment.add(key)
-                acquired(key, saved, event.parents)
-            elif isinstance(event, LeaseLost):
-                self.assignment.discard(key)
-                await lost(key, event.reason)
+        async with anyio.create_task_group() as handoffs:
+            while True:
+                event = await coordinator.next_event()
+                if isinstance(event, LeaseHandoff):
+                    handoffs.start_soon(self._hand_over, (event.stream, event.shard_id), handoff)
+                else:
+                    await self._apply(event, acquired, lost)
+
+    async def _hand_over(self, key: ShardKey, handoff: HandOff) -> None:
+        final = await handoff(key)
+        checkpoint = None if final is None else (final.sequence_number, final.sub_sequence_number)
+        try:
+            await self._running().hand_over(*key, checkpoint)
+        except LeaseLostError:
+            log.info("%s/%s: lost before it was handed over", *key)
+        else:
+            log.info("%s/%s handed over at %s", *key, final)
+        finally:
+            self.assignment.discard(key)
+
+    async def _apply(
+        self, event: LeaseAcquired | LeaseLost, acquired: Acquired, lost: Lost
+    ) -> None:
+        key = (event.stream, event.shard_id)
+        if isinstance(event, LeaseAcquired):
+            # A pin is a LATEST start of ours: a consumer started elsewhere keeps its own.
+            pin = event.latest_pinned_at if self._initial == "LATEST" else None
+            saved = saved_from_lease(event.checkpoint, event.sub_sequence, event.parents, pin)
+            log.info(
+                "lease of %s/%s acquired at %s:%d (from %s)",
+                *key,
+                event.checkpoint,
+                event.sub_sequence,
+                event.previous_owner or "nobody",
+            )
+            self._finished.discard(key)
+            self.assignment.add(key)
+            acquired(key, saved, event.parents)
+        else:
+            self.assignment.discard(key)
+            await lost(key, event.reason)
 
     def note(self, key: ShardKey, position: Position) -> bool:
         """Note a commit as the lease's checkpoint (written with the next renewal).

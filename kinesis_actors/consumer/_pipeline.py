@@ -78,6 +78,7 @@ class ShardPipeline:
         # Set when the reader may end for good: the shard is finished, or nobody can rewind
         # it (the consumer is iterated, not run).
         self._let_go = anyio.Event()
+        self._commit_seen = anyio.Event()  # set (and renewed) by every commit
         name = f"{self._stream}/{self._shard_id}"
         # The shard's buffer, one for its life: the mailbox of whoever takes from it (the
         # processor actor under run(), which receives from it as its own; the iterator under
@@ -302,6 +303,8 @@ class ShardPipeline:
     def commit(self, position: Position) -> None:
         """Everything up to ``position`` is processed (positions never move backwards)."""
         self._committed = later(self._committed, position)
+        self._commit_seen.set()
+        self._commit_seen = anyio.Event()
         self._check_settled()
         if self._end_reached:
             self._on_change()
@@ -337,6 +340,12 @@ class ShardPipeline:
         if self._reader_scope is not None:
             self._reader_scope.cancel()  # its actor sees ``dropped`` and returns
         return dropped
+
+    async def wait_taken_committed(self) -> None:
+        """Return once everything the application took is committed (a lease asked for by
+        another worker may then be handed over with no record delivered twice)."""
+        while not _same(self._taken, self._committed):
+            await self._commit_seen.wait()
 
     def delivered_through(self, position: Position) -> bool:
         """Whether this pipeline delivered ``position`` (a commit of a batch it never delivered,

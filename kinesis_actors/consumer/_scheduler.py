@@ -86,6 +86,8 @@ class ShardScheduler:
             throttle_max=config.throttle_backoff_max,
         )
         self._pipelines: dict[ShardKey, ShardPipeline] = {}
+        # Shards asked for by another worker: reading stopped, commits still taken.
+        self._handing: dict[ShardKey, ShardPipeline] = {}
         self._initial: set[ShardKey] | None = None
         self._mode: str | None = None
         self._opened_at = datetime.now(UTC)
@@ -183,7 +185,11 @@ class ShardScheduler:
 
     async def _schedule(self) -> None:
         for shard in self._graph.shards():
-            if shard.key in self._pipelines or not self._graph.ready(shard, self._released):
+            if (
+                shard.key in self._pipelines
+                or shard.key in self._handing
+                or not self._graph.ready(shard, self._released)
+            ):
                 continue
             await self._start_shard(shard)
         if self._mode == "run":
@@ -199,7 +205,7 @@ class ShardScheduler:
 
     async def _lease_events(self, group: LeaseMembership) -> None:
         try:
-            await group.run_events(self._lease_acquired, self._lease_lost)
+            await group.run_events(self._lease_acquired, self._lease_lost, self._lease_handoff)
         except Exception as exc:  # a worker id in use, the table gone: into the user's loop
             self._fail(exc)
 
@@ -233,6 +239,33 @@ class ShardScheduler:
             dropped,
             extra=lease_event("stop", key, reason=reason),
         )
+
+    async def _lease_handoff(self, key: ShardKey) -> Position | None:
+        """Another worker asked for ``key``'s lease: stop reading now (batches not taken yet
+        are dropped: the new owner reads them), wait until what the application took is
+        committed (at most half the handoff timeout; a handler under ``run()`` finishes),
+        and return the committed position, where the new owner resumes: no record is
+        delivered twice."""
+        self._saved.pop(key, None)
+        pipeline = self._pipelines.pop(key, None)
+        group = self._group
+        if pipeline is None or group is None:
+            return None
+        dropped = pipeline.drop()
+        self._handing[key] = pipeline
+        log.info(
+            "%s/%s: asked for by another worker, stopped reading (%d batch(es) dropped)",
+            *key,
+            dropped,
+            extra=lease_event("stop", key, reason="handoff"),
+        )
+        try:
+            with anyio.move_on_after(group.config.handoff_timeout / 2):
+                await pipeline.wait_taken_committed()
+            return pipeline.committed
+        finally:
+            del self._handing[key]
+            self._processing.discard(key)
 
     async def _hand_over(self) -> None:
         """Close, readers stopped: the final checkpoints, then release every lease.

@@ -6,7 +6,8 @@ other workers' leases with conditional writes on the counter, and keeps its chec
 lease. See ``docs/leases.md``.
 
 * :class:`LeaseCoordinator` - the actor a consumer drives: events :class:`LeaseAcquired` /
-  :class:`LeaseLost`, ``checkpoint`` / ``note_checkpoint`` / ``finish`` / ``release_all``,
+  :class:`LeaseLost` / :class:`LeaseHandoff`, ``checkpoint`` / ``note_checkpoint`` /
+  ``hand_over`` / ``finish`` / ``release_all``,
   ``snapshot()`` -> :class:`LeaseStats`; tuned by :class:`LeaseConfig`.
 * :class:`LeaseTable` - the table's I/O: ensure, list, create, take, renew, checkpoint,
   release; :class:`Lease` with :func:`encode_lease` / :func:`decode_lease` - one item in the
@@ -18,7 +19,7 @@ lease. See ``docs/leases.md``.
 from ._config import LeaseConfig
 from ._coordinator import LeaseCoordinator
 from ._errors import LeaseLostError, LeaseTableError, WorkerIdConflictError
-from ._events import LeaseAcquired, LeaseEvent, LeaseLost, LeaseStats
+from ._events import LeaseAcquired, LeaseEvent, LeaseHandoff, LeaseLost, LeaseStats
 from ._items import (
     AT_TIMESTAMP,
     LATEST,
@@ -43,6 +44,7 @@ __all__ = [
     "LeaseConfig",
     "LeaseCoordinator",
     "LeaseEvent",
+    "LeaseHandoff",
     "LeaseLost",
     "LeaseLostError",
     "LeaseStats",

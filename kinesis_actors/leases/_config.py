@@ -55,6 +55,15 @@ class LeaseConfig:
       conditional UpdateItem renews and checkpoints), so the default costs no extra call; a
       shorter interval writes dirty checkpoints between renewals. Must not exceed
       ``renew_interval``.
+    - ``graceful_handoff`` (True, the KCL 3.x's ``isGracefulLeaseHandoffEnabled``): a worker
+      that balances the shares asks the owner for a lease through the table (the KCL 3.x's
+      ``checkpointOwner``) instead of taking it: the owner stops reading, checkpoints what
+      was delivered and committed, and hands it over; the taker resumes exactly there, so a
+      rebalance delivers no duplicate. False: take it, as the KCL 2.x does (the owner's
+      uncommitted records are delivered again).
+    - ``handoff_timeout`` (30 s, the KCL 3.x's ``gracefulLeaseHandoffTimeoutMillis``): how
+      long an owner may take to hand a lease over before it hands it over with its last
+      checkpoint (and the taker, a failover time later, takes it as before).
     """
 
     failover_time: float = 10.0
@@ -65,6 +74,8 @@ class LeaseConfig:
     max_leases: int | None = None
     create_table: bool = True
     checkpoint_interval: float | None = None
+    graceful_handoff: bool = True
+    handoff_timeout: float = 30.0
 
     def __post_init__(self) -> None:
         check_positive("LeaseConfig.failover_time", self.failover_time)
@@ -88,6 +99,8 @@ class LeaseConfig:
         if self.max_leases is not None:
             check_positive("LeaseConfig.max_leases", self.max_leases, integer=True)
         check_type("LeaseConfig.create_table", self.create_table, bool, "True or False")
+        check_type("LeaseConfig.graceful_handoff", self.graceful_handoff, bool, "True or False")
+        check_positive("LeaseConfig.handoff_timeout", self.handoff_timeout)
         half = self.failover_time / 2
         if self.renew_period > half:
             raise ConfigError(

@@ -155,6 +155,8 @@ class LeaseCoordinator(LeaseHolder):
         self._shards = ShardSync(kinesis, self._table, initial_position)
         self._sync_wanted = anyio.Event()
         self._releasing = False
+        # Handoffs this worker asked for: lease key -> (asked at, asked of).
+        self._asked: dict[str, tuple[float, str]] = {}
         self._scope: anyio.CancelScope | None = None
         self._task_group: Any = None
 
@@ -293,6 +295,28 @@ class LeaseCoordinator(LeaseHolder):
                     shard_id=shard_id,
                 )
 
+    async def hand_over(
+        self, stream: str, shard_id: str, checkpoint: tuple[str, int] | None = None
+    ) -> None:
+        """Answer a :class:`LeaseHandoff`: the shard's reader has stopped, and ``checkpoint``
+        ``(sequence, sub_sequence)`` (else the last noted one) is where the new owner resumes.
+        One conditional write hands the lease over (the KCL 3.x's protocol).
+
+        Raises :class:`~kinesis_actors.leases.LeaseLostError` if the lease was lost first.
+        """
+        key, held = self._holding(stream, shard_id)
+        if held.handing_to is None:
+            raise RuntimeError(f"nobody asked for the lease of {stream}/{shard_id}")
+        async with held.lock:
+            final = checkpoint if checkpoint is not None else held.pending
+            new = await self._hand_over(key, held, final, ())
+        if new is None:
+            raise LeaseLostError(
+                f"the lease of {stream}/{shard_id} was lost before it was handed over",
+                stream=stream,
+                shard_id=shard_id,
+            )
+
     async def finish(self, stream: str, shard_id: str) -> None:
         """The shard was read to its end: checkpoint ``SHARD_END`` (with the shard's children,
         as the KCL does) and release the lease, so its children may be read by any worker.
@@ -302,7 +326,10 @@ class LeaseCoordinator(LeaseHolder):
         key, held = self._holding(stream, shard_id)
         async with held.lock:
             children = self._shards.children.get((stream, shard_id), ())
-            new = await self._release(key, held, (SHARD_END, 0), children)
+            if held.handing_to is not None:  # asked for meanwhile: the taker gets it ended
+                new = await self._hand_over(key, held, (SHARD_END, 0), children)
+            else:
+                new = await self._release(key, held, (SHARD_END, 0), children)
         if new is None:
             raise LeaseLostError(
                 f"the lease of {stream}/{shard_id} was taken before it was finished",
@@ -332,7 +359,10 @@ class LeaseCoordinator(LeaseHolder):
                     return
                 checkpoint = finals.get((held.stream, held.lease.shard_id), held.pending)
                 try:
-                    new = await self._release(key, held, checkpoint, ())
+                    if held.handing_to is not None:
+                        new = await self._hand_over(key, held, checkpoint, ())
+                    else:
+                        new = await self._release(key, held, checkpoint, ())
                 except FATAL as error:
                     self._fail(error)
                     return
@@ -378,6 +408,8 @@ class LeaseCoordinator(LeaseHolder):
             if (
                 lease.owner == self._worker_id
                 and lease.key not in self._held
+                and lease.checkpoint_owner is None  # else its owner renews it, handing it to us
+                and lease.key not in self._asked
                 and self._tracker.changes_by_same_owner(lease.key) >= 2
             ):
                 changes = self._tracker.changes_by_same_owner(lease.key)
@@ -401,7 +433,11 @@ class LeaseCoordinator(LeaseHolder):
                 worker_id=self._worker_id,
                 held=self._held.keys(),
                 expired=lambda lease: self._tracker.expired(lease, now),
-                reclaimable=lambda lease: self._tracker.expired(lease, now, after=still),
+                # A handoff in progress is followed by _follow_handoffs, never cut short.
+                reclaimable=lambda lease: (
+                    lease.checkpoint_owner is None
+                    and self._tracker.expired(lease, now, after=still)
+                ),
                 max_leases=self._config.max_leases,
                 max_leases_to_steal=self._config.max_leases_to_steal,
                 rng=self._rng,
@@ -411,7 +447,11 @@ class LeaseCoordinator(LeaseHolder):
             for lease in plan.take:
                 await self._take(lease, stolen=False)
             for lease in plan.steal:
-                await self._take(lease, stolen=True)
+                if self._config.graceful_handoff:
+                    await self._ask(lease)
+                else:
+                    await self._take(lease, stolen=True)
+            await self._follow_handoffs(now)
             for key, held in list(self._held.items()):
                 if held.needs_pin:
                     await self._pin(key, held)
@@ -455,6 +495,56 @@ class LeaseCoordinator(LeaseHolder):
             lease.key,
             lease.owner,
         )
+
+    async def _ask(self, lease: Lease) -> None:
+        """Ask ``lease``'s live owner to hand it over (see :class:`LeaseHandoff`)."""
+        owner = lease.owner
+        if owner is None or self._known().owner_of(lease) is None:
+            return
+        new = await self._table.ask_handoff(lease, self._worker_id)
+        if new is None:  # lost to a renewal or a take - or landed with its reply lost
+            current = await self._table.get(lease.key)
+            if current is None or (current.owner, current.checkpoint_owner) != (
+                self._worker_id,
+                owner,
+            ):
+                return
+            new = current
+        self._asked[lease.key] = (self._clock(), owner)
+        self._by_key[lease.key] = new
+        self._stats = replace(self._stats, handoffs_asked=self._stats.handoffs_asked + 1)
+        logger.info("%s asked %s to hand %s over", self._worker_id, owner, lease.key)
+
+    async def _follow_handoffs(self, now: float) -> None:
+        """The handoffs asked for, by the last listing (and the asks since): a lease handed
+        over is held (and read at once: its owner stopped first); one not handed over in
+        time, or whose owner died, is taken as before; one that changed hands otherwise is
+        forgotten."""
+        by_key = self._by_key
+        patience = self._config.handoff_timeout + self._config.failover_time
+        for key, (asked_at, owner) in list(self._asked.items()):
+            lease = by_key.get(key)
+            if lease is None or lease.owner != self._worker_id or key in self._held:
+                del self._asked[key]
+            elif lease.checkpoint_owner is None:
+                del self._asked[key]
+                self._adopt_handed(lease, owner)
+            elif now - asked_at > patience or self._tracker.expired(lease, now):
+                del self._asked[key]
+                await self._take(lease, stolen=True)
+
+    def _adopt_handed(self, lease: Lease, previous: str) -> None:
+        info = self._known().owner_of(lease)
+        if info is None or lease.finished:
+            return
+        held = Held(lease, info.name, self._clock(), previous)
+        if lease.checkpoint == LATEST and not lease.parent_shard_ids:
+            held.pinned_before = lease.latest_pinned_at
+            held.needs_pin = lease.latest_pinned_at is None and self._initial == LATEST
+        self._held[lease.key] = held
+        self._tracker.forget(lease.key)
+        self._stats = replace(self._stats, handoffs_received=self._stats.handoffs_received + 1)
+        logger.info("%s was handed %s by %s", self._worker_id, lease.key, previous)
 
     async def _pin(self, key: str, held: Held) -> None:
         """Pin a LATEST lease's start (``latestPinnedAt``, the service's clock minus a margin)

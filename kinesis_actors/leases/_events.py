@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["LeaseAcquired", "LeaseEvent", "LeaseLost", "LeaseStats"]
+__all__ = ["LeaseAcquired", "LeaseEvent", "LeaseHandoff", "LeaseLost", "LeaseStats"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +40,9 @@ class LeaseLost:
     """This worker no longer holds the shard's lease: stop reading it at once.
 
     ``reason`` is ``"taken"`` (a renewal's or a checkpoint's condition failed: another worker
-    took it), ``"expired"`` (no renewal succeeded for ``failover_time``: others may take it)
-    or ``"released"`` (handed over by :meth:`LeaseCoordinator.release_all`).
+    took it), ``"expired"`` (no renewal succeeded for ``failover_time``: others may take it),
+    ``"released"`` (handed over by :meth:`LeaseCoordinator.release_all`) or ``"handed
+    over"`` (a :class:`LeaseHandoff` not answered in time).
     """
 
     stream: str
@@ -49,7 +50,22 @@ class LeaseLost:
     reason: str = "taken"
 
 
-LeaseEvent = LeaseAcquired | LeaseLost
+@dataclass(frozen=True, slots=True)
+class LeaseHandoff:
+    """Another worker (``to``) asked for this lease, to even the shares: stop reading the
+    shard, and once what was delivered is committed, hand it over with
+    :meth:`LeaseCoordinator.hand_over` and its final checkpoint; the new owner resumes
+    exactly there (no duplicate). Until then the lease is still held and renewed, and
+    commits are noted as usual. Not handed over within ``LeaseConfig.handoff_timeout``, the
+    coordinator hands it over with the last noted checkpoint and sends :class:`LeaseLost`
+    (``"handed over"``)."""
+
+    stream: str
+    shard_id: str
+    to: str
+
+
+LeaseEvent = LeaseAcquired | LeaseLost | LeaseHandoff
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +78,11 @@ class LeaseStats:
     ``checkpoints`` (written), ``leases_created`` (by shard sync), ``shard_syncs``,
     ``table_calls`` (every DynamoDB request), ``replies_settled`` (writes whose condition
     failed on the client's retry and that a read showed had landed: a lost reply),
-    ``restarts`` (of a loop that crashed on something unexpected); ``renewal_latency_last``
-    / ``_max`` in seconds (None before the first renewal); ``workers``: distinct live owners
-    seen at the last scan, this worker included; ``leases``: unfinished leases of our streams
-    at the last scan.
+    ``restarts`` (of a loop that crashed on something unexpected), ``handoffs_asked`` /
+    ``handoffs_received`` (asked of other workers / handed to us) and ``handoffs_given``;
+    ``renewal_latency_last`` / ``_max`` in seconds (None before the first renewal);
+    ``workers``: distinct live owners seen at the last scan, this worker included;
+    ``leases``: unfinished leases of our streams at the last scan.
     """
 
     worker_id: str
@@ -82,6 +99,9 @@ class LeaseStats:
     table_calls: int = 0
     replies_settled: int = 0
     restarts: int = 0
+    handoffs_asked: int = 0
+    handoffs_received: int = 0
+    handoffs_given: int = 0
     renewal_latency_last: float | None = None
     renewal_latency_max: float | None = None
     workers: int = 1

@@ -24,7 +24,7 @@ import anyio.lowlevel
 
 from ..errors import KinesisError
 from ._config import LeaseConfig
-from ._events import LeaseAcquired, LeaseEvent, LeaseLost, LeaseStats
+from ._events import LeaseAcquired, LeaseEvent, LeaseHandoff, LeaseLost, LeaseStats
 from ._items import Lease
 from ._policy import ExpiryTracker, write_landed
 from ._table import PERMANENT_FAULTS, LeaseTable
@@ -52,6 +52,8 @@ class Held:
     pending: tuple[str, int] | None = None
     needs_pin: bool = False
     pinned_before: int | None = None
+    handing_to: str | None = None  # a handoff asked by this worker (see LeaseHandoff)
+    handoff_since: float = 0.0
     lock: anyio.Lock = field(default_factory=anyio.Lock)
 
 
@@ -153,7 +155,13 @@ class LeaseHolder:
             async with limit, held.lock:
                 if self._held.get(key) is not held:
                     return
+                late = self._clock() - held.handoff_since > self._config.handoff_timeout
                 try:
+                    if held.handing_to is not None and late:
+                        # The reader did not hand it over in time: the coordinator does.
+                        if await self._hand_over(key, held, held.pending, ()) and held.ready:
+                            self._push(LeaseLost(held.stream, held.lease.shard_id, "handed over"))
+                        return
                     await self._write(key, held, held.pending)
                 except PERMANENT_FAULTS:
                     raise
@@ -164,11 +172,23 @@ class LeaseHolder:
         self, key: str, held: Held, checkpoint: tuple[str, int] | None, pin: int | None = None
     ) -> Lease | None:
         """Renew ``held`` (with ``checkpoint``, and ``pin`` as its ``latestPinnedAt``), under
-        its lock; None if it was lost."""
+        its lock; None if it was lost (or handed over)."""
         started = self._clock()
-        new = await self._table.renew(held.lease, self._worker_id, checkpoint, pin=pin)
+        handing = held.handing_to is not None
+        new = await self._table.renew(
+            held.lease, self._worker_id, checkpoint, pin=pin, handing_over=handing
+        )
         if new is None:
-            new = await self._settle(key, held, self._worker_id, checkpoint)
+            new = await self._settle(key, held, held.handing_to or self._worker_id, checkpoint)
+            if new is None and not handing and held.handing_to is not None:
+                if self._held.get(key) is not held:
+                    return None  # asked before it was handed out, and handed over at once
+                # A handoff was asked meanwhile: the renewal goes on under its condition.
+                new = await self._table.renew(
+                    held.lease, self._worker_id, checkpoint, pin=pin, handing_over=True
+                )
+                if new is None:
+                    new = await self._settle(key, held, held.handing_to, checkpoint)
             if new is None:
                 return None
         latency = self._clock() - started
@@ -204,6 +224,14 @@ class LeaseHolder:
         if current is not None and write_landed(held.lease, current, owner, sequence):
             self._stats = replace(self._stats, replies_settled=self._stats.replies_settled + 1)
             return current
+        if (
+            current is not None
+            and held.handing_to is None
+            and current.checkpoint_owner == self._worker_id
+            and current.owner not in (None, self._worker_id)
+        ):
+            await self._handoff_asked(key, held, current)
+            return None
         self._drop(key, held, "taken")
         if current is not None and current.finished:
             self._ended_elsewhere()  # nobody but its reader ends a shard: check the stream
@@ -217,6 +245,43 @@ class LeaseHolder:
                 held.lease.counter,
             )
         return None
+
+    async def _handoff_asked(self, key: str, held: Held, current: Lease) -> None:
+        """Another worker asked for ``held`` (``current`` names it the ``leaseOwner`` and us
+        the ``checkpointOwner``): tell the reader (:class:`LeaseHandoff`), and keep renewing
+        under the handoff's condition until it hands over. A lease not handed out yet has
+        nothing to stop: it is handed over at once."""
+        held.lease, held.handing_to, held.handoff_since = current, current.owner, self._clock()
+        self._by_key[key] = current
+        logger.info("%s is asked to hand %s over to %s", self._worker_id, key, current.owner)
+        if held.ready:
+            self._push(LeaseHandoff(held.stream, held.lease.shard_id, str(current.owner)))
+        else:
+            await self._hand_over(key, held, None, ())
+
+    async def _hand_over(
+        self,
+        key: str,
+        held: Held,
+        checkpoint: tuple[str, int] | None,
+        children: tuple[str, ...],
+    ) -> Lease | None:
+        """Complete the handoff of ``held`` with ``checkpoint``, under its lock; None if the
+        lease was lost first."""
+        taker = held.handing_to
+        new = await self._table.hand_over(held.lease, self._worker_id, checkpoint, children)
+        if new is None:
+            new = await self._settle(key, held, taker, checkpoint)
+            if new is None or new.checkpoint_owner is not None:
+                return None
+        if checkpoint is not None:
+            self._stats = replace(self._stats, checkpoints=self._stats.checkpoints + 1)
+        self._stats = replace(self._stats, handoffs_given=self._stats.handoffs_given + 1)
+        self._held.pop(key, None)
+        self._tracker.forget(key)
+        self._by_key[key] = new
+        logger.info("%s handed %s over to %s", self._worker_id, key, taker)
+        return new
 
     async def _release(
         self,

@@ -28,7 +28,10 @@ attribute                              type  meaning
                                              is for (see :class:`Lease`)
 ``latestPinnedAt``                     N     ours, ignored by the KCL: for a ``LATEST``
                                              lease, when its first reader started (epoch
-                                             millis, minus a clock-skew margin)
+                                             millis on the service's clock, minus a margin)
+``checkpointOwner``                    S     the KCL 3.x's graceful handoff: the worker that
+                                             still reads the lease and must checkpoint and
+                                             hand it to ``leaseOwner``; absent otherwise
 =====================================  ====  ===============================================
 """
 
@@ -82,6 +85,10 @@ SHARD_ID = "shardId"
 STREAM_ARN = "streamArn"
 STREAM_CREATED = "streamCreationEpoch"
 LATEST_PINNED = "latestPinnedAt"
+# The KCL 3.x's graceful handoff (DynamoDBLeaseSerializer's CHECKPOINT_OWNER).
+CHECKPOINT_OWNER = "checkpointOwner"
+# The KCL 3.5's row kind: "LEASE" (or absent) for a lease; its other rows share the table.
+ENTITY_TYPE = "entityType"
 
 
 def stream_identifier(account: str, stream: str, creation_epoch: int) -> str:
@@ -111,6 +118,10 @@ class Lease:
     ``LATEST`` lease, before it reads: a later owner of the lease, still never checkpointed,
     reads from that time instead of the tip, so records that arrived in between are not
     skipped. The checkpoint stays ``LATEST`` (a KCL application reads the item as before).
+
+    ``checkpoint_owner`` is set while the lease is being handed over (the KCL 3.x's
+    ``checkpointOwner``): that worker still reads it, and will checkpoint and hand it to
+    ``owner``, the worker that asked for it.
     """
 
     key: str
@@ -130,6 +141,7 @@ class Lease:
     stream_arn: str | None = None
     stream_created: int | None = None
     latest_pinned_at: int | None = None
+    checkpoint_owner: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -211,6 +223,7 @@ def decode_lease(item: Mapping[str, Any]) -> Lease:
         stream_arn=_string(item, STREAM_ARN),
         stream_created=_number(item, STREAM_CREATED),
         latest_pinned_at=_number(item, LATEST_PINNED),
+        checkpoint_owner=_string(item, CHECKPOINT_OWNER),
     )
 
 
@@ -245,4 +258,6 @@ def encode_lease(lease: Lease) -> dict[str, Any]:
         item[STREAM_CREATED] = {"N": str(lease.stream_created)}
     if lease.latest_pinned_at is not None:
         item[LATEST_PINNED] = {"N": str(lease.latest_pinned_at)}
+    if lease.checkpoint_owner is not None:
+        item[CHECKPOINT_OWNER] = {"S": lease.checkpoint_owner}
     return item

@@ -49,7 +49,7 @@ __all__ = ["ExpiryTracker", "TakePlan", "parents_finished", "plan_takes", "write
 class _Seen:
     counter: int
     changed_at: float
-    owner: str | None
+    owner: tuple[str | None, str | None]  # (leaseOwner, checkpointOwner)
     changes: int = 0
 
 
@@ -66,12 +66,14 @@ class ExpiryTracker:
         for lease in leases:
             present.add(lease.key)
             seen = self._seen.get(lease.key)
+            owner = (lease.owner, lease.checkpoint_owner)
             if seen is None:
-                self._seen[lease.key] = _Seen(lease.counter, now, lease.owner)
+                self._seen[lease.key] = _Seen(lease.counter, now, owner)
             elif seen.counter != lease.counter:
-                same_owner = seen.owner == lease.owner
-                seen.changes = seen.changes + 1 if same_owner else 0
-                seen.counter, seen.changed_at, seen.owner = lease.counter, now, lease.owner
+                seen.changes = seen.changes + 1 if seen.owner == owner else 0
+                seen.counter, seen.changed_at, seen.owner = lease.counter, now, owner
+            elif seen.owner != owner:  # a handoff asked: the counter stays, the owners move
+                seen.owner, seen.changes = owner, 0
         for key in self._seen.keys() - present:
             del self._seen[key]
 
@@ -86,7 +88,8 @@ class ExpiryTracker:
         return now - seen.changed_at > (self.failover_time if after is None else after)
 
     def changes_by_same_owner(self, key: str) -> int:
-        """How often the counter changed under one owner since that owner was first seen."""
+        """How often the counter changed under one owner (and one ``checkpointOwner``) since
+        that owner was first seen."""
         seen = self._seen.get(key)
         return 0 if seen is None else seen.changes
 
@@ -160,8 +163,12 @@ def plan_takes(
     if most - ours < 2:
         return TakePlan((), (), target, workers)
     victim = rng.choice(sorted(owner for owner, count in owners.items() if count == most))
-    theirs = [lease for lease in live if lease.owner == victim and not expired(lease)]
-    count = min(need, max_leases_to_steal, max(1, most - target))
+    theirs = [
+        lease
+        for lease in live
+        if lease.owner == victim and lease.checkpoint_owner is None and not expired(lease)
+    ]
+    count = min(need, max_leases_to_steal, max(1, most - target), len(theirs))
     return TakePlan((), tuple(rng.sample(theirs, count)), target, workers)
 
 

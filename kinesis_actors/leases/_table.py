@@ -18,8 +18,10 @@ from ..errors import AccessDeniedError, KinesisError, ResourceNotFoundError, Val
 from ._errors import LeaseTableError
 from ._items import (
     CHECKPOINT,
+    CHECKPOINT_OWNER,
     CHILDREN,
     COUNTER,
+    ENTITY_TYPE,
     KEY,
     LATEST_PINNED,
     OWNER,
@@ -53,6 +55,14 @@ class Caller(Protocol):
     :class:`~kinesis_actors.KinesisClient` for the streams."""
 
     def call(self, operation: str, params: Mapping[str, Any]) -> Awaitable[dict[str, Any]]: ...
+
+
+def _not_a_lease(item: Mapping[str, Any]) -> bool:
+    """A row of another kind that the KCL 3.5 keeps in the lease table (its leader's row, a
+    worker's metrics, migration state): an ``entityType`` that is not ``LEASE``. Left alone,
+    as the KCL's own serializer leaves it."""
+    kind = item.get(ENTITY_TYPE)
+    return isinstance(kind, Mapping) and kind.get("S") not in (None, "LEASE")
 
 
 def _condition_failed(error: KinesisError) -> bool:
@@ -176,12 +186,15 @@ class LeaseTable:
     # -- reading -----------------------------------------------------------------------------
 
     async def list(self) -> list[Lease]:
-        """Every lease in the table: a consistent Scan, every page followed."""
+        """Every lease in the table: a consistent Scan, every page followed (rows that are not
+        leases, see ``_not_a_lease``, are skipped)."""
         leases: list[Lease] = []
         params: dict[str, Any] = {"ConsistentRead": True}
         while True:
             reply = await self._item_call("Scan", params)
             for item in reply.get("Items") or []:
+                if _not_a_lease(item):
+                    continue
                 leases.append(self._decode(item))
             start = reply.get("LastEvaluatedKey")
             if not start:
@@ -226,22 +239,28 @@ class LeaseTable:
         self,
         lease: Lease,
         *,
-        owner_condition: str | None,
+        expect: Mapping[str, str | None],
         set_values: Mapping[str, Any],
         remove: tuple[str, ...] = (),
         add_owner_switch: bool = False,
+        bump: bool = True,
     ) -> Lease | None:
+        """One conditional UpdateItem: on the counter seen and on ``expect`` (attribute ->
+        the string it must hold, or None: must be absent); the counter + 1 if ``bump``."""
         names: dict[str, str] = {"#counter": COUNTER}
-        values: dict[str, Any] = {
-            ":counter": {"N": str(lease.counter)},
-            ":next": {"N": str(lease.counter + 1)},
-        }
-        condition = "#counter = :counter"
-        if owner_condition is not None:
-            names["#owner"] = OWNER
-            values[":owner"] = {"S": owner_condition}
-            condition += " AND #owner = :owner"
-        sets = ["#counter = :next"]
+        values: dict[str, Any] = {":counter": {"N": str(lease.counter)}}
+        conditions = ["#counter = :counter"]
+        for index, (name, expected) in enumerate(expect.items()):
+            names[f"#e{index}"] = name
+            if expected is None:
+                conditions.append(f"attribute_not_exists(#e{index})")
+            else:
+                values[f":e{index}"] = {"S": expected}
+                conditions.append(f"#e{index} = :e{index}")
+        sets = []
+        if bump:
+            values[":next"] = {"N": str(lease.counter + 1)}
+            sets.append("#counter = :next")
         for index, (name, value) in enumerate(set_values.items()):
             names[f"#s{index}"] = name
             values[f":s{index}"] = value
@@ -261,7 +280,7 @@ class LeaseTable:
                 {
                     "Key": {KEY: {"S": lease.key}},
                     "UpdateExpression": expression,
-                    "ConditionExpression": condition,
+                    "ConditionExpression": " AND ".join(conditions),
                     "ExpressionAttributeNames": names,
                     "ExpressionAttributeValues": values,
                     "ReturnValues": "ALL_NEW",
@@ -275,13 +294,14 @@ class LeaseTable:
 
     async def take(self, lease: Lease, owner: str) -> Lease | None:
         """Make ``owner`` the holder of ``lease`` as it was seen (condition: its counter),
-        counting an owner switch if it had another owner. The new lease, or None if it changed
-        since it was seen."""
+        counting an owner switch if it had another owner, and ending a handoff in progress.
+        The new lease, or None if it changed since it was seen."""
         switch = lease.owner is not None and lease.owner != owner
         return await self._update(
             lease,
-            owner_condition=None,
+            expect={},
             set_values={OWNER: {"S": owner}},
+            remove=(CHECKPOINT_OWNER,),  # a take ends any handoff (as every KCL 3.x take does)
             add_owner_switch=switch,
         )
 
@@ -292,19 +312,66 @@ class LeaseTable:
         checkpoint: tuple[str, int] | None = None,
         *,
         pin: int | None = None,
+        handing_over: bool = False,
     ) -> Lease | None:
-        """Renew a held lease (condition: ``owner`` and the counter held), writing
-        ``checkpoint`` ``(sequence, sub_sequence)`` with it if given, and ``pin`` as the
-        lease's ``latestPinnedAt`` (epoch millis) if given. The new lease, or None if it was
-        lost."""
+        """Renew a held lease (condition: ``owner`` and the counter held, and no handoff
+        asked for), writing ``checkpoint`` ``(sequence, sub_sequence)`` with it if given, and
+        ``pin`` as the lease's ``latestPinnedAt`` (epoch millis) if given. While
+        ``handing_over``, the condition is ``owner`` as the ``checkpointOwner`` instead (the
+        ``leaseOwner`` is already the taker's, as the KCL 3.x's renewer does). The new
+        lease, or None if it was lost."""
         values = self._checkpoint_values(checkpoint)
         if pin is not None:
             values[LATEST_PINNED] = {"N": str(pin)}
+        expect: dict[str, str | None] = (
+            {CHECKPOINT_OWNER: owner} if handing_over else {OWNER: owner, CHECKPOINT_OWNER: None}
+        )
         return await self._update(
             lease,
-            owner_condition=owner,
+            expect=expect,
             set_values=values,
             remove=(PENDING, PENDING_SUB_SEQUENCE) if checkpoint else (),
+        )
+
+    async def ask_handoff(self, lease: Lease, taker: str) -> Lease | None:
+        """Ask ``lease``'s owner to hand it to ``taker`` (the KCL 3.x's graceful handoff):
+        ``leaseOwner`` becomes the taker and ``checkpointOwner`` the owner, who keeps reading
+        and renewing until it has checkpointed and handed over. Condition: the counter seen,
+        that owner, no handoff already asked for; the counter is left as it is (as the KCL's
+        ``initiateGracefulLeaseHandoff`` leaves it). The new lease, or None."""
+        if lease.owner is None:
+            raise ValueError("a lease without an owner is taken, not handed over")
+        return await self._update(
+            lease,
+            expect={OWNER: lease.owner, CHECKPOINT_OWNER: None},
+            set_values={OWNER: {"S": taker}, CHECKPOINT_OWNER: {"S": lease.owner}},
+            bump=False,
+        )
+
+    async def hand_over(
+        self,
+        lease: Lease,
+        owner: str,
+        checkpoint: tuple[str, int] | None = None,
+        children: tuple[str, ...] = (),
+    ) -> Lease | None:
+        """Complete a handoff asked of ``owner``: write ``checkpoint`` (and ``children``, for
+        ``SHARD_END``) and remove ``checkpointOwner``, so that ``leaseOwner``, the taker,
+        reads from there. Condition: the counter held, ``owner`` as the ``checkpointOwner``
+        and the taker still the ``leaseOwner``. The new lease, or None if it was lost."""
+        if lease.owner is None:
+            raise ValueError("a handoff needs the taker as the lease's owner")
+        values = self._checkpoint_values(checkpoint)
+        if children:
+            values[CHILDREN] = {"SS": sorted(children)}
+        remove = (
+            (CHECKPOINT_OWNER, PENDING, PENDING_SUB_SEQUENCE) if checkpoint else (CHECKPOINT_OWNER,)
+        )
+        return await self._update(
+            lease,
+            expect={OWNER: lease.owner, CHECKPOINT_OWNER: owner},
+            set_values=values,
+            remove=remove,
         )
 
     async def release(
@@ -321,7 +388,9 @@ class LeaseTable:
         if children:
             values[CHILDREN] = {"SS": sorted(children)}
         remove = (OWNER, PENDING, PENDING_SUB_SEQUENCE) if checkpoint else (OWNER,)
-        return await self._update(lease, owner_condition=owner, set_values=values, remove=remove)
+        return await self._update(
+            lease, expect={OWNER: owner, CHECKPOINT_OWNER: None}, set_values=values, remove=remove
+        )
 
     @staticmethod
     def _checkpoint_values(checkpoint: tuple[str, int] | None) -> dict[str, Any]:

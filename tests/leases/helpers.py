@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import anyio
 
 from kinesis_actors.leases import LeaseConfig, LeaseCoordinator, LeaseEvent
 
-#: A fast protocol for tests: fail over after 1 s; renew, scan and sync often.
+#: A fast protocol for tests: fail over after 1 s; renew, scan and sync often. Steals take
+#: (the KCL 2.x's way), so that these tests see the steal itself; HANDOFF asks the owner.
 FAST = LeaseConfig(
-    failover_time=1.0, renew_interval=0.25, take_interval=0.1, shard_sync_interval=0.3
+    failover_time=1.0,
+    renew_interval=0.25,
+    take_interval=0.1,
+    shard_sync_interval=0.3,
+    graceful_handoff=False,
 )
+HANDOFF = replace(FAST, graceful_handoff=True, handoff_timeout=2.0)
 #: Bound on any wait for the protocol to converge (not a timing assertion: a hang guard).
 PATIENCE = 30.0
 

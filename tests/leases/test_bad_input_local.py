@@ -217,3 +217,28 @@ def test_bad_coordinator_arguments_fail_before_any_call(
     streams = arguments.pop("streams")
     with pytest.raises(ConfigError, match=named):
         LeaseCoordinator(None, None, "table", streams, config=FAST, **arguments)  # type: ignore[arg-type]
+
+
+async def test_a_kcl_3_table_with_rows_that_are_not_leases_is_resumed_and_they_are_left_alone(
+    dynamodb: DynamoDBClient, client: KinesisClient, stream: str, lease_table_name: str
+) -> None:
+    await create_kcl_table(dynamodb, lease_table_name)
+    leases = [{**kcl_item(n, SEQUENCE_0, 0, 5), "entityType": {"S": "LEASE"}} for n in range(4)]
+    others = [  # the KCL 3.5's leader row and a worker's metrics, beside the leases
+        {"leaseKey": {"S": "Leader"}, "entityType": {"S": "LEADER"}, "leaseCounter": {"N": "3"}},
+        {
+            "leaseKey": {"S": "kcl-host-1:7f3a"},
+            "entityType": {"S": "WORKER_METRIC_STATS"},
+            "throughputKBps": {"N": "12.5"},
+        },
+    ]
+    await put_items(dynamodb, lease_table_name, leases + others)
+    async with coordinator(dynamodb, client, lease_table_name, stream, "ours") as ours:
+        events = await events_until(ours, lambda seen: len(seen) == 4)
+        assert {e.shard_id for e in events} == {f"shardId-00000000000{n}" for n in range(4)}
+        assert {(e.checkpoint, e.sub_sequence) for e in events if isinstance(e, LeaseAcquired)} == {
+            (SEQUENCE_0, 0)
+        }
+        assert ours.snapshot().leases == 4
+    after = {item["leaseKey"]["S"]: item for item in await scan(dynamodb, lease_table_name)}
+    assert [after[o["leaseKey"]["S"]] for o in others] == others  # untouched
