@@ -167,8 +167,9 @@ class ConsumerConfig:
     - ``idle_backoff_initial`` / ``idle_backoff_max``: the wait after an empty read, doubling
       per consecutive empty read (lesson 8: idle shards are not hammered).
     - ``throttle_backoff_initial`` / ``throttle_backoff_max``: the same after a throttle.
-    - ``restart_intensity``: (restarts, seconds) allowed to the per-shard readers and, under
-      :meth:`Consumer.run`, to the handlers' processors before the consumer gives up.
+    - ``restart_intensity``: (restarts, seconds) allowed to each shard's reader, and, under
+      :meth:`Consumer.run`, to the handlers' processors all together, before the consumer
+      gives up (``_supervision`` says why: a burst on many shards must not fail it).
     - EFO: ``efo_watchdog_timeout`` (seconds without an event, while asking, before a
       resubscription), ``efo_subscription_lifetime`` (renew a subscription after this long;
       the service ends them after 5 minutes), ``deregister_on_close`` (None: only ``lazy``

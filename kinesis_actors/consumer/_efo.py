@@ -16,6 +16,12 @@ its own connection and TCP pushes back on that connection only (lessons 1-3).
   shard subscribes more than once per second (the service's rule). A shard that meets only
   ResourceInUse for ``starvation_warning`` seconds is said to be starved: a warning naming the
   shard and the consumer, state ``starved`` (issue 19: it used to stay "reading", silent).
+- Waiting is not failing (issue 31): ResourceInUse is the service saying another subscription
+  still holds the shard, so it backs off like an error but does not count toward
+  ``max_consecutive_failures``; only errors in a row do (resets, exception events, the
+  watchdog), and then the reader crashes to its supervisor. It used to count, so a reader that
+  had waited out a held shard crashed on the first reset after it, with an ERROR and a
+  traceback. :class:`SubscribeBackoff` keeps both counts, without I/O.
 - A watchdog resubscribes when no event arrived for ``watchdog_timeout`` seconds of *asking*
   (time spent waiting for a credit does not count), so a zombie subscription cannot hang a
   shard (lesson 6).
@@ -24,7 +30,7 @@ its own connection and TCP pushes back on that connection only (lessons 1-3).
 from __future__ import annotations
 
 import logging
-import random
+import random as _random
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -41,7 +47,7 @@ from ._proof import NotFoundPolicy, check_resumed_at, judge_not_found, unreadabl
 from ._reader import ShardRead
 from ._replies import BadRecord, bad_records, child_shard_ids
 
-__all__ = ["DISPOSE_TIMEOUT", "EfoReader", "EfoSettings"]
+__all__ = ["DISPOSE_TIMEOUT", "EfoReader", "EfoSettings", "SubscribeBackoff"]
 
 log = logging.getLogger("kinesis_actors.consumer")
 
@@ -63,9 +69,71 @@ class EfoSettings:
     backoff_initial: float = 1.0
     backoff_max: float = 10.0
     max_consecutive_failures: int = 5
-    """Errors in a row (no event in between) before the reader crashes to its supervisor."""
+    """Errors in a row (no event in between) before the reader crashes to its supervisor.
+    ResourceInUse is waiting, not an error: it neither counts nor breaks the row."""
     starvation_warning: float = 30.0
     """Seconds of ResourceInUse only (no event) before the shard is reported starved."""
+
+
+class SubscribeBackoff:
+    """When a shard's next SubscribeToShard may go, and when its reader has failed too often.
+
+    Sans-IO: every method takes ``now``, the jitter comes from ``random`` (injectable); the
+    reader sleeps and raises. Two counts, because waiting is not failing (issue 31):
+
+    - ``attempts``: subscriptions in a row that brought no event, errors and ResourceInUse
+      alike. It sets the backoff: ``backoff_initial`` doubling up to ``backoff_max``, the wait
+      drawn between ``min_subscribe_interval`` and that ceiling (lesson 6).
+    - ``failures``: the errors among them. Past ``max_consecutive_failures`` the reader gives
+      up. A ResourceInUse is not one: it is waited out however long it lasts (the starvation
+      warning says when that is long), and the errors before it still count after it.
+
+    An event resets both. No two subscriptions are less than ``min_subscribe_interval`` apart.
+    """
+
+    __slots__ = ("_random", "_settings", "attempts", "failures", "not_before")
+
+    def __init__(
+        self, settings: EfoSettings, *, random: Callable[[], float] = _random.random
+    ) -> None:
+        self._settings = settings
+        self._random = random
+        self.attempts = 0
+        self.failures = 0
+        self.not_before = 0.0
+
+    def delay(self, now: float) -> float:
+        """How long to wait before subscribing at ``now`` (0.0: go)."""
+        return max(0.0, self.not_before - now)
+
+    def subscribing(self, now: float) -> None:
+        """A SubscribeToShard goes now: the next one no sooner than the service allows."""
+        self.not_before = now + self._settings.min_subscribe_interval
+
+    def failed(self, now: float) -> bool:
+        """A subscription failed with an error; True once there were too many in a row."""
+        self.failures += 1
+        self._back_off(now)
+        return self.failures > self._settings.max_consecutive_failures
+
+    def in_use(self, now: float) -> None:
+        """ResourceInUse: back off, and count nothing toward giving up."""
+        self._back_off(now)
+
+    def delivered(self) -> None:
+        """An event arrived: the shard is read again, both counts start over."""
+        self.attempts = 0
+        self.failures = 0
+
+    def _back_off(self, now: float) -> None:
+        self.attempts += 1
+        settings = self._settings
+        ceiling = min(
+            settings.backoff_max, settings.backoff_initial * 2 ** min(self.attempts - 1, 16)
+        )
+        low = settings.min_subscribe_interval
+        wait = low + (max(ceiling, 1e-3) - low) * self._random()
+        self.not_before = max(self.not_before, now + wait)
 
 
 def _checked_event(event: Any) -> Mapping[str, Any]:
@@ -117,6 +185,7 @@ class EfoReader:
         clock: Callable[[], float] = anyio.current_time,
         poison: str = "fail",
         not_found: NotFoundPolicy | None = None,
+        random: Callable[[], float] = _random.random,
     ) -> None:
         self._client = client
         ref = StreamRef.parse(stream)
@@ -136,8 +205,7 @@ class EfoReader:
         self._stack: AsyncExitStack | None = None
         self._events: AsyncIterator[dict[str, Any]] | None = None
         self._opened_at = 0.0
-        self._not_before = 0.0  # earliest time of the next SubscribeToShard
-        self._failures = 0
+        self._backoff = SubscribeBackoff(settings, random=random)
         self._finished = False
         self._poison = poison
         self._resumed_at: StartingPosition | None = None  # checked on the first records
@@ -194,7 +262,7 @@ class EfoReader:
             except errors.MalformedReplyError as exc:
                 if exc.bad_records and exc.reply is not None:
                     # A whole event but for some records (the client's contract): poison path.
-                    self._failures = 0
+                    self._backoff.delivered()
                     return await self._accept(exc.reply, generation, exc.bad_records, removed=True)
                 self._metrics.transient_errors += 1
                 await self._dispose(generation, "error")
@@ -225,7 +293,7 @@ class EfoReader:
                 await self._dispose(generation, "error")
                 self._failed(exc)
                 continue
-            self._failures = 0
+            self._backoff.delivered()
             self._not_found_policy.read_succeeded()
             self._fed()
             return await self._accept(checked, generation, bad_records(checked["Records"]))
@@ -336,10 +404,10 @@ class EfoReader:
     # -- owning the subscription ------------------------------------------------------------
 
     async def _subscribe(self) -> None:
-        delay = self._not_before - self._clock()
+        delay = self._backoff.delay(self._clock())
         if delay > 0:
             await anyio.sleep(delay)
-        self._not_before = self._clock() + self._settings.min_subscribe_interval
+        self._backoff.subscribing(self._clock())
         position = self._position
         taken_at = service_now(self._client)  # the service's clock: see service_now
         stack = AsyncExitStack()
@@ -399,10 +467,11 @@ class EfoReader:
             self._count(cause)
 
     def _in_use(self) -> None:
-        """ResourceInUse: back off; past ``starvation_warning`` seconds of nothing but
-        ResourceInUse, say so once, in the log and the shard's state (lesson 6, issue 19)."""
-        self._failed()
+        """ResourceInUse: back off, without counting it as a failure (issue 31); past
+        ``starvation_warning`` seconds of nothing but ResourceInUse, say so once, in the log
+        and the shard's state (lesson 6, issue 19)."""
         now = self._clock()
+        self._backoff.in_use(now)
         if self._in_use_since is None:
             self._in_use_since = now
         waited = now - self._in_use_since
@@ -432,16 +501,10 @@ class EfoReader:
         resubscriptions[cause] = resubscriptions.get(cause, 0) + 1
 
     def _failed(self, error: BaseException | None = None) -> None:
-        """Back off before the next subscription; give up after too many failures in a row."""
-        self._failures += 1
-        settings = self._settings
-        if error is not None and self._failures > settings.max_consecutive_failures:
+        """Back off before the next subscription; give up with ``error`` after too many
+        failures in a row (without one, as for the watchdog, never: it counts and backs off)."""
+        if self._backoff.failed(self._clock()) and error is not None:
             raise error
-        ceiling = min(
-            settings.backoff_max, settings.backoff_initial * 2 ** min(self._failures - 1, 16)
-        )
-        wait = random.uniform(settings.min_subscribe_interval, max(ceiling, 1e-3))
-        self._not_before = max(self._not_before, self._clock() + wait)
 
     async def _check_consumer(self) -> None:
         """ResourceNotFound: first, whether the consumer itself is gone (then nothing is read)."""

@@ -25,7 +25,7 @@ from anyio.abc import TaskStatus
 from .. import errors
 from ..client import KinesisClient
 from ..records import Position
-from ..runtime import RestartIntensityExceeded, Supervisor
+from ..runtime import IntensityScope, RestartIntensityExceeded, Supervisor
 from ._config import ConsumerConfig, StartingPosition
 from ._discovery import DiscoveryFailures, list_shards
 from ._efo import EfoReader, EfoSettings
@@ -122,7 +122,9 @@ class ShardScheduler:
 
     async def _supervise_readers(self, *, task_status: TaskStatus[None]) -> None:
         try:
-            async with shard_supervisor("readers", self._config.restart_intensity) as supervisor:
+            async with shard_supervisor(
+                "readers", self._config.restart_intensity, IntensityScope.CHILD
+            ) as supervisor:
                 self._readers = supervisor
                 task_status.started()
                 await anyio.sleep_forever()

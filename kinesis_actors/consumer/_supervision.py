@@ -7,6 +7,31 @@ another shard's, so each supervisor stops its children concurrently
 shards. Measured against the local server with 32 EFO shards, 31 s before, about 1 s after
 (docs/runtime.md, "Shutdown").
 
+How many restarts, of whom (issue 31). ``restart_intensity`` (5 within 30 s by default) is
+a budget *per reader* (:attr:`IntensityScope.CHILD`) but one budget *for all the processors*:
+
+* Readers. A shard's reader depends on no other shard's, and the failures that crash readers
+  come in bursts over many shards at once: a network blip resets every subscription. With
+  one budget for all, the consumer tolerated less the more shards it read: six readers giving
+  up within 30 s of each other failed it, while one shard alone could crash every 6 s for
+  ever. Scaling a shared budget with the shard count was the other way; it would change under
+  resharding and leases, and still let one shard's crash loop spend the others' budget. Per
+  reader, what fails the consumer is one shard whose reader keeps crashing. A reader crashes
+  after ``max_consecutive_failures`` (5) errors in a row, subscriptions at least 1 s apart
+  and backed off 1 s to 10 s, jittered (``_efo``; ResourceInUse waits do not count): an
+  outage crashes each reader about every 15 s (5 s if every wait were drawn at its floor),
+  about 2 crashes per 30 s whatever the shard count; 6 would take every draw near its floor
+  six times running. So a network outage is waited out, each shard's crash a warning (the
+  producer waits for its endpoint the same way), while a reader that crashes as soon as it
+  starts, a bug, spends its 5 restarts (0.05 s doubling to 0.8 s) in under 2 s and fails the
+  consumer.
+* A reader's crash on a retryable error (a reset, a 5xx, throttling, a reply that cannot be
+  believed: :func:`~kinesis_actors.client.is_retryable`) is expected: one warning line,
+  ``crashed on a recoverable error``. Any other (a bug, access denied, a deregistered
+  consumer) is an ERROR with its traceback, and so is the consumer giving up.
+* Processors keep one budget for all: a handler's exception is the user's, and a handler that
+  fails on every shard should end ``run()`` fast, with that exception (``last_failure``).
+
 The deadlines nest, from the inside out:
 
 * the client bounds closing one subscription at 5 s (``client/_h2stream.py``), mirrored here
@@ -21,9 +46,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..client import is_retryable
 from ..runtime import (
     Backoff,
     ChildSpec,
+    IntensityScope,
     Restart,
     RestartIntensityExceeded,
     StopOrder,
@@ -45,14 +72,20 @@ POLLING_CLOSE = 1.0
 EFO_CLOSE = DISPOSE_TIMEOUT + 0.5
 
 
-def shard_supervisor(name: str, intensity: tuple[int, float]) -> Supervisor:
-    """A supervisor of one actor per shard: one_for_one, stopped concurrently."""
+def shard_supervisor(
+    name: str,
+    intensity: tuple[int, float],
+    scope: IntensityScope = IntensityScope.SUPERVISOR,
+) -> Supervisor:
+    """A supervisor of one actor per shard: one_for_one, stopped concurrently; ``intensity``
+    for all of them or, with ``IntensityScope.CHILD``, for each (see the module doc)."""
     return Supervisor(
         Strategy.ONE_FOR_ONE,
         name=name,
         intensity=intensity,
         backoff=RESTART_BACKOFF,
         stop_order=StopOrder.CONCURRENT,
+        intensity_scope=scope,
     )
 
 
@@ -75,6 +108,7 @@ def reader_spec(
         source=True,  # its input is the shard; stopping it is a cancellation
         shutdown_timeout=0.0,
         cleanup_timeout=close,
+        recoverable=is_retryable,  # gave up on the network: a warning, not an ERROR
     )
 
 

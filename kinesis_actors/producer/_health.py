@@ -6,6 +6,10 @@ keeping up (throttled 0 times so far)". Here a refused, reset or timed-out conne
 answer and any reply, even an error, is one; the first call without an answer starts the
 clock. :meth:`EndpointHealth.warn` says so once it has lasted ``backpressure_warning_after``,
 then every ``backpressure_warning_interval``, naming the endpoint, the error and how long.
+The two warnings are a pair: "answers again" is said only after "has not answered" was. A
+transport error that the next call recovers from before the warning is due is no outage
+anyone was told of (issue 31: "answers again after 0.0s" after every single reset, 46-59
+lines a run with no warning before them).
 
 ``now`` comes in (the loop's clock); the same moment is also kept on ``time.monotonic`` so
 that :meth:`EndpointHealth.seconds` can be read from any thread (``SyncProducer.metrics``).
@@ -42,7 +46,8 @@ class EndpointHealth:
 
     def answered(self, error: errors.KinesisError | None, now: float) -> None:
         """A call ended: with ``error`` (None: a reply). A transport error other than a
-        certificate's is no answer; anything else is one, and ends an outage (said once)."""
+        certificate's is no answer; anything else is one, and ends an outage (said once, if
+        :meth:`warn` said it began)."""
         if isinstance(error, errors.TransportError) and not isinstance(
             error, errors.CertificateError
         ):
@@ -51,12 +56,13 @@ class EndpointHealth:
                 self._monotonic = time.monotonic()
             self.error = error
         elif self.since is not None:
-            log.warning(
-                "producer for stream %r: the endpoint %s answers again after %.1fs",
-                self._stream,
-                self.endpoint,
-                now - self.since,
-            )
+            if self._last_warning > -math.inf:
+                log.warning(
+                    "producer for stream %r: the endpoint %s answers again after %.1fs",
+                    self._stream,
+                    self.endpoint,
+                    now - self.since,
+                )
             self.since = None
             self.error = None
             self._last_warning = -math.inf

@@ -9,8 +9,8 @@ Everything a subscription, processor or producer queue runs on, usable on its ow
   a network reader never awaits a full mailbox.
 * :class:`Actor`, :func:`actor`, :class:`ActorRef` - behaviours and their stable addresses.
 * :class:`Supervisor`, :class:`ChildSpec`, :class:`Strategy`, :class:`Restart`,
-  :class:`Backoff`, :class:`RestartIntensityExceeded`, :class:`StopOrder` - OTP supervision
-  on anyio, every stop bounded (:func:`stop_bound`).
+  :class:`Backoff`, :class:`RestartIntensityExceeded`, :class:`StopOrder`,
+  :class:`IntensityScope` - OTP supervision on anyio, every stop bounded (:func:`stop_bound`).
 * :class:`BlockingRuntime` - the same from synchronous code, with batched sends.
 * :class:`SupervisorSnapshot` - the tree as plain data.
 * :func:`unwrap_sole` - at an API edge, a task group's group of one exception raised as that
@@ -31,6 +31,7 @@ from ._snapshot import ChildSnapshot, SupervisorSnapshot
 from ._spec import (
     ActorExited,
     ChildSpec,
+    IntensityScope,
     Restart,
     RestartIntensityExceeded,
     StopOrder,
@@ -57,6 +58,7 @@ __all__ = [
     "DeadLetter",
     "DropReason",
     "FullPolicy",
+    "IntensityScope",
     "Mailbox",
     "MailboxClosed",
     "MailboxFull",

@@ -20,7 +20,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from ._actor import ActorContext, ActorLog, ActorRef, logger, serve
-from ._intensity import RestartBackoff
+from ._intensity import RestartBackoff, RestartIntensity
 from ._letters import DropReason
 from ._mailbox import Mailbox
 from ._spec import GRACE, ChildSpec
@@ -78,6 +78,8 @@ class Slot(Generic[T]):
         self.incarnation: Incarnation | None = None
         self.behaviour: Any = None
         self.restarts = 0
+        #: Its own restart budget, under ``IntensityScope.CHILD`` (None: the supervisor's).
+        self.intensity: RestartIntensity | None = None
         self.last_failure: Exception | None = None
         self.restart_due: float | None = None
 

@@ -42,10 +42,13 @@ class SupervisorSnapshot:
     state: str
     """``running``, ``stopping``, ``stopped`` or ``failed``."""
     restarts_in_window: int
+    """With an intensity per child: the most any one child has (the one nearest its limit)."""
     max_restarts: int
     period: float
     failure: str | None
     children: tuple[ChildSnapshot, ...]
+    intensity_scope: str = "supervisor"
+    """``supervisor`` (one budget for all the children) or ``child`` (one each)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Nested dicts, lists and scalars only: ready for JSON or a metrics exporter."""

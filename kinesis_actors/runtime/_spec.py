@@ -39,6 +39,21 @@ class StopOrder(enum.Enum):
     sum."""
 
 
+class IntensityScope(enum.Enum):
+    """Whose restarts a supervisor's intensity counts."""
+
+    SUPERVISOR = "supervisor"
+    """All the children's together (OTP's): more than ``max_restarts`` restarts of any of
+    them within ``period`` and the supervisor gives up."""
+    CHILD = "child"
+    """Each child's apart, every child with the whole budget (Akka's one-for-one): the
+    supervisor gives up when one child restarted more than ``max_restarts`` times within
+    ``period``. For many independent siblings (one reader per shard), where a cause they all
+    meet at once (a network blip) must not add up to a give-up that no one of them would have
+    reached alone, and where a shared budget would tolerate less the more siblings there are.
+    Only with ``ONE_FOR_ONE``: under the other strategies a crash restarts siblings too."""
+
+
 class Restart(enum.Enum):
     """When a child that went down is restarted."""
 
@@ -74,6 +89,12 @@ class ChildSpec(Generic[T]):
       (a network stream). It gets no mailbox: its :class:`ActorRef` refuses sends
       (``TypeError``), its snapshot's ``mailbox`` is None, and it is stopped by
       cancellation.
+
+    ``recoverable`` tells a crash that is expected from one that is an error: for an
+    exception it accepts (a network failure that the next incarnation will retry), the
+    supervisor logs one warning line without a traceback; any other crash is logged as an
+    error with its traceback. Either way the child is restarted by its ``restart`` and the
+    restart counts toward the intensity.
     """
 
     name: str
@@ -88,6 +109,7 @@ class ChildSpec(Generic[T]):
     hold: bool = False
     mailbox: Mailbox[T] | None = None
     source: bool = False
+    recoverable: Callable[[Exception], bool] | None = None
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:

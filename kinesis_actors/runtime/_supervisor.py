@@ -19,6 +19,11 @@ Stopping several children at once (the shutdown, an escalation, a group restart)
 supervisor's :class:`StopOrder`: one at a time in reverse start order, or all at once for
 siblings that do not depend on each other. Either way the whole stop is bounded by
 :func:`stop_bound`, which a nested supervisor's own cleanup deadline is built from.
+
+The intensity is one budget for all the children (OTP's) or, by :class:`IntensityScope`, one
+per child (Akka's one-for-one), for many independent siblings that a shared cause may take
+down together. A crash is logged as an error with its traceback, unless the child's spec says
+it is ``recoverable``: then as one warning line.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from ._snapshot import ChildSnapshot, SupervisorSnapshot
 from ._spec import (
     ActorExited,
     ChildSpec,
+    IntensityScope,
     Restart,
     RestartIntensityExceeded,
     StopOrder,
@@ -69,6 +75,9 @@ class Supervisor:
     ``stop_order`` says how several children are stopped: in reverse start order, one at a
     time (the default, as in OTP), or concurrently, for independent siblings (not with
     ``rest_for_one``, whose later children depend on the earlier ones).
+
+    ``intensity_scope`` says whose restarts ``intensity`` counts: all the children's together
+    (the default, as in OTP), or each child's apart (``one_for_one`` only).
     """
 
     def __init__(
@@ -81,12 +90,19 @@ class Supervisor:
         clock: Clock = MONOTONIC,
         random: Callable[[], float] = _random.random,
         stop_order: StopOrder = StopOrder.REVERSE,
+        intensity_scope: IntensityScope = IntensityScope.SUPERVISOR,
     ) -> None:
         if strategy is Strategy.REST_FOR_ONE and stop_order is StopOrder.CONCURRENT:
             raise ValueError(
                 "rest_for_one children depend on the ones started before them: "
                 "they stop in reverse order, not concurrently"
             )
+        if intensity_scope is IntensityScope.CHILD and strategy is not Strategy.ONE_FOR_ONE:
+            raise ValueError(
+                f"an intensity per child needs one_for_one: under {strategy.value} a crash "
+                "restarts its siblings too"
+            )
+        self._intensity_scope = intensity_scope
         self._strategy = strategy
         self._stop_order = stop_order
         self._name = name
@@ -176,6 +192,10 @@ class Supervisor:
                 random=self._random,
             )
             slot = Slot(spec, f"{self._name}/{spec.name}", backoff)
+            if self._intensity_scope is IntensityScope.CHILD:
+                slot.intensity = RestartIntensity(
+                    self._intensity.max_restarts, self._intensity.period, clock=self._clock
+                )
             self._slots.append(slot)
             try:
                 await self._start(slot)
@@ -222,11 +242,20 @@ class Supervisor:
             name=self._name,
             strategy=self._strategy.value,
             state=self._state,
-            restarts_in_window=self._intensity.restarts_in_window,
+            restarts_in_window=self._restarts_in_window(),
             max_restarts=self._intensity.max_restarts,
             period=self._intensity.period,
             failure=None if self._failure is None else str(self._failure),
             children=children,
+            intensity_scope=self._intensity_scope.value,
+        )
+
+    def _restarts_in_window(self) -> int:
+        if self._intensity_scope is IntensityScope.SUPERVISOR:
+            return self._intensity.restarts_in_window
+        return max(
+            (slot.intensity.restarts_in_window for slot in self._slots if slot.intensity),
+            default=0,
         )
 
     # -- children ---------------------------------------------------------------------------
@@ -323,7 +352,11 @@ class Supervisor:
         restart = slot.spec.restart
         if error is not None:
             slot.last_failure = error
-            slot.log.error("crashed: %r", error, exc_info=error)
+            recoverable = slot.spec.recoverable
+            if recoverable is not None and recoverable(error):
+                slot.log.warning("crashed on a recoverable error: %r", error)
+            else:
+                slot.log.error("crashed: %r", error, exc_info=error)
         else:
             slot.log.info("returned")
         if restart is Restart.TEMPORARY or (restart is Restart.TRANSIENT and error is None):
@@ -331,8 +364,9 @@ class Supervisor:
             self._slots.remove(slot)
             return True
         cause = error if error is not None else ActorExited(f"{slot.path} returned")
-        if not self._intensity.record(cause):
-            await self._escalate()
+        intensity = slot.intensity if slot.intensity is not None else self._intensity
+        if not intensity.record(cause):
+            await self._escalate(intensity)
             return False
         delay = slot.backoff.next_delay()
         due = anyio.current_time() + delay
@@ -379,9 +413,10 @@ class Supervisor:
                 slot.log.info("restarted (incarnation %d)", slot.restarts)
         return True
 
-    async def _escalate(self) -> None:
+    async def _escalate(self, intensity: RestartIntensity) -> None:
+        """Give up: ``intensity`` (the supervisor's, or one child's) was exceeded."""
         failure = RestartIntensityExceeded(
-            self._name, self._intensity.max_restarts, self._intensity.period, self._intensity.causes
+            self._name, intensity.max_restarts, intensity.period, intensity.causes
         )
         self.log.error("%s; stopping children (%s)", failure, self._stop_order.value)
         with anyio.move_on_after(self._hard_stop_bound(), shield=True):

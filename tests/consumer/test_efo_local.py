@@ -2,14 +2,16 @@
 
 Faults are injected by wrapping ``client.subscribe_to_shard`` (the only mock here): a
 subscription cut mid-stream, an exception event, silence past the watchdog, ResourceInUse on
-resubscribe. Everything else is the real server.
+resubscribe, resets on every shard at once. Everything else is the real server.
 """
 
 from __future__ import annotations
 
+import logging
 import tracemalloc
 from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -19,7 +21,7 @@ from kinesis_actors import KinesisClient, errors
 from kinesis_actors.consumer import Consumer, ConsumerConfig, RecordBatch, StartingPosition
 from kinesis_actors.records import ShardMap
 
-from .helpers import Row, assert_in_shard_order, by_data, rows, shard_map
+from .helpers import Row, assert_in_shard_order, by_data, consume, put_plain, rows, shard_map
 from .test_resharding_local import KEYS, ROUNDS, check_per_key_order, produce_while_resharding
 
 pytestmark = pytest.mark.anyio
@@ -122,6 +124,63 @@ async def test_faults_resubscribe_from_the_right_position(
     # Every resubscription starts right after the last continuation the reader had.
     assert faults.positions[0] == {"Type": "TRIM_HORIZON"}
     assert all(p["Type"] == "AFTER_SEQUENCE_NUMBER" for p in faults.positions[1:])
+
+
+class ResetEveryShard:
+    """Wraps ``client.subscribe_to_shard``: each shard's first ``resets`` subscriptions are
+    reset before they reach the server (a network blip drops every connection at once)."""
+
+    def __init__(self, client: KinesisClient, resets: int) -> None:
+        self._real = client.subscribe_to_shard
+        self.resets = resets
+        self.done: dict[str, int] = {}
+
+    @asynccontextmanager
+    async def __call__(
+        self, arn: str, shard_id: str, position: Mapping[str, Any]
+    ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
+        if self.done.get(shard_id, 0) < self.resets:
+            self.done[shard_id] = self.done.get(shard_id, 0) + 1
+            raise errors.TransportError("injected: connection reset")
+        async with self._real(arn, shard_id, position) as subscription:
+            yield aiter(subscription)
+
+
+async def test_a_burst_of_resets_on_many_shards_at_once_does_not_fail_the_consumer(
+    client: KinesisClient,
+    stream_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 31: one restart budget (5 within 30 s) was shared by every shard's reader, so
+    six readers giving up at once failed the consumer. Here all 8 shards' subscriptions are
+    reset one more time in a row than a reader tolerates, at once: every reader gives up
+    once and is restarted, each a warning without a traceback, and the consumer reads
+    everything. (Pacing shortened to hundredths, as in ``test_hostile_efo_local``.)"""
+    shards = 8
+    await client.create_stream(stream_name, shards)
+    expected = [(b"b%03d" % i, f"k{i}") for i in range(64)]  # every shard gets some
+    await put_plain(client, stream_name, expected)
+    consumer = Consumer(client, stream_name, efo())
+    limit = consumer._efo.max_consecutive_failures
+    consumer._efo = replace(
+        consumer._efo, min_subscribe_interval=0.02, backoff_initial=0.02, backoff_max=0.05
+    )
+    faults = ResetEveryShard(client, resets=limit + 1)
+    monkeypatch.setattr(client, "subscribe_to_shard", faults)
+    with caplog.at_level(logging.WARNING, "kinesis_actors"):
+        async with consumer:
+            with anyio.fail_after(60):
+                seen = await consume(consumer, len(expected))
+            [readers] = consumer.supervision
+    assert sorted(row.data for row in seen) == sorted(data for data, _ in expected)
+    assert len(faults.done) == shards and set(faults.done.values()) == {limit + 1}
+    assert readers.state == "running" and readers.failure is None
+    assert [child.restarts for child in readers.children] == [1] * shards
+    gave_up = [r for r in caplog.records if "crashed on a recoverable error" in r.getMessage()]
+    assert len(gave_up) == shards
+    assert all(r.levelno == logging.WARNING and r.exc_info is None for r in gave_up)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 @pytest.mark.slow

@@ -167,6 +167,21 @@ async def test_errors_resubscribe_then_give_up_after_too_many_in_a_row() -> None
     assert client.open == 0
 
 
+async def test_a_reader_that_waited_on_resource_in_use_does_not_give_up_on_the_next_error() -> None:
+    """Issue 31, finding 2, without a server: more ResourceInUse than the failure limit, then
+    a reset, then an event: the reader reads it instead of raising the reset."""
+    in_use = errors.ResourceInUseError("held", code="ResourceInUseException")
+    reset = errors.TransportError("injected: connection reset")
+    event = {"Records": [record("1")], "ContinuationSequenceNumber": "1", "MillisBehindLatest": 0}
+    waits = [in_use] * (FAST.max_consecutive_failures + 3)
+    client = ScriptedClient(*waits, [reset], [event])  # type: ignore[arg-type]
+    efo = reader(client)
+    read = await efo.read()
+    assert [r["SequenceNumber"] for r in read.records] == ["1"]
+    assert efo._metrics.resubscriptions == {"resource_in_use": len(waits), "error": 1}
+    await efo.aclose()
+
+
 async def test_a_stale_generation_cannot_dispose_the_current_subscription() -> None:
     client = ScriptedClient(
         [{"Records": [], "ContinuationSequenceNumber": "1", "MillisBehindLatest": 0}],

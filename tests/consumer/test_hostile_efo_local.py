@@ -3,14 +3,16 @@
 The EFO data path (SubscribeToShard over its own HTTP/2 transport) cannot pass the HTTP/1.1
 fault proxy, so faults on it are injected by wrapping ``client.subscribe_to_shard``, as
 ``test_efo_local.py`` does; the foreign sequence number and the re-created stream need no
-injection at all: the real local server answers them.
+injection at all: the real local server answers them, and so is a ResourceInUse: the server
+answers it to a second subscription of one consumer to one shard (issue 31's test holds one).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -18,7 +20,12 @@ import pytest
 
 from kinesis_actors import KinesisClient, errors
 from kinesis_actors.client import Subscription
-from kinesis_actors.consumer import Consumer, ConsumerConfig, StartingPosition
+from kinesis_actors.consumer import (
+    Consumer,
+    ConsumerConfig,
+    StartingPosition,
+    register_consumers,
+)
 
 from .helpers import consume
 from .test_hostile_server_local import RECORDS, check_positions, setup
@@ -143,3 +150,91 @@ async def test_lesson_6_a_shard_that_only_meets_resource_in_use_is_said_to_be_st
     assert consumer.consumer_arns[stream_name] in warning
     assert [row.data for row in seen] == expected
     assert after["state"] == "reading" and after["starvations"] == 1
+
+
+class ResetAfterWaits:
+    """Wraps ``client.subscribe_to_shard``: counts the server's ResourceInUse answers (``waited``
+    is set after ``waits`` of them), then, once ``released``, resets the next subscription
+    before it reaches the server, as a dropped connection does."""
+
+    def __init__(self, client: KinesisClient, waits: int) -> None:
+        self._real = client.subscribe_to_shard
+        self.waits = waits
+        self.in_use = 0
+        self.waited = anyio.Event()
+        self.released = False
+        self.resets = 0
+
+    @asynccontextmanager
+    async def __call__(
+        self, arn: str, shard_id: str, position: Mapping[str, Any]
+    ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
+        if self.released and not self.resets:
+            self.resets += 1
+            raise errors.TransportError("injected: connection reset")
+        async with self._real(arn, shard_id, position) as subscription:
+            yield self._events(subscription)
+
+    async def _events(self, subscription: Subscription) -> AsyncIterator[dict[str, Any]]:
+        try:
+            async for event in subscription:
+                yield event
+        except errors.ResourceInUseError:  # the server's answer, as the stream's first event
+            self.in_use += 1
+            if self.in_use >= self.waits:
+                self.waited.set()
+            raise
+
+
+async def test_a_reader_that_waited_on_resource_in_use_survives_the_next_reset(
+    client: KinesisClient,
+    stream_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 31, finding 2: the waits counted as consecutive failures, so the first reset
+    after a long ResourceInUse took the reader past ``max_consecutive_failures``: it crashed
+    with an ERROR and a traceback. Here another subscription of the same consumer really
+    holds the shard (the server answers ResourceInUse) for more waits than that limit; then
+    it lets go, and the reader's next subscription is reset. The reader reads on: no crash,
+    no ERROR, every record.
+
+    The service's pacing (1 s between subscriptions, waits backed off up to 10 s) is
+    shortened to hundredths, so the waits take a second, not a minute; the limit is not."""
+    await client.create_stream(stream_name, 1)
+    expected = [b"w%02d" % i for i in range(5)]
+    records = [{"Data": item, "PartitionKey": "k"} for item in expected]
+    await client.call("PutRecords", {"StreamName": stream_name, "Records": records})
+    with anyio.fail_after(30):
+        arns = await register_consumers(client, stream_name, "held")
+    shard = "shardId-000000000000"
+    async with AsyncExitStack() as holding:
+        rival = await holding.enter_async_context(
+            client.subscribe_to_shard(arns[stream_name], shard, {"Type": "LATEST"})
+        )
+        with anyio.fail_after(10):
+            await aiter(rival).__anext__()  # the server holds the shard for it now
+        config = efo(registration="none", consumer_arns=arns)
+        consumer = Consumer(client, stream_name, config)
+        limit = consumer._efo.max_consecutive_failures
+        consumer._efo = replace(  # the pacing only, see the docstring
+            consumer._efo, min_subscribe_interval=0.02, backoff_initial=0.02, backoff_max=0.1
+        )
+        faults = ResetAfterWaits(client, waits=limit + 2)
+        monkeypatch.setattr(client, "subscribe_to_shard", faults)
+        with caplog.at_level(logging.WARNING, "kinesis_actors"):
+            async with consumer:
+                with anyio.fail_after(30):
+                    await faults.waited.wait()
+                faults.released = True  # the next subscription is reset...
+                await holding.aclose()  # ...and the shard is let go
+                with anyio.fail_after(60):
+                    seen = await consume(consumer, len(expected))
+                metrics = consumer.metrics["shards"][f"{stream_name}/{shard}"]
+                [readers] = consumer.supervision
+    assert [row.data for row in seen] == expected
+    assert faults.in_use > limit and faults.resets == 1
+    assert metrics["resubscriptions"]["resource_in_use"] >= faults.in_use
+    assert metrics["resubscriptions"]["error"] == 1 and metrics["transient_errors"] == 1
+    assert readers.child(f"{stream_name}:{shard}").restarts == 0
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kinesis_actors.consumer import RecordBatch, ShardRead, StartingPosition
+from kinesis_actors.consumer import EfoSettings, RecordBatch, ShardRead, StartingPosition
+from kinesis_actors.consumer._efo import SubscribeBackoff
 from kinesis_actors.consumer._pacing import PacingSettings, ReadPacer
 from kinesis_actors.consumer._pipeline import ShardPipeline
 from kinesis_actors.consumer._positions import (
@@ -63,6 +64,66 @@ def test_throttles_back_off_and_a_read_resets_them() -> None:
     pacer.read(0.0, records=5, size=5)
     pacer.throttled(0.0)
     assert pacer.next_read_at() == pytest.approx(0.5)
+
+
+# -- EFO subscriptions -----------------------------------------------------------------------
+
+
+def test_resource_in_use_waits_then_one_reset_do_not_reach_the_failure_limit() -> None:
+    """Issue 31, finding 2: the waits counted as failures, so the first reset after a long
+    ResourceInUse crashed the reader. Waiting is not failing."""
+    backoff = SubscribeBackoff(EfoSettings(max_consecutive_failures=5), random=lambda: 0.5)
+    now = 0.0
+    for _ in range(50):  # minutes of a shard held by another subscription
+        backoff.in_use(now)
+        now = backoff.not_before
+    assert backoff.failures == 0
+    assert backoff.failed(now) is False  # the reset after it: one failure, not 51
+    assert backoff.failures == 1
+
+
+def test_errors_in_a_row_give_up_past_the_limit_and_waits_between_them_do_not_break_the_row() -> (
+    None
+):
+    backoff = SubscribeBackoff(EfoSettings(max_consecutive_failures=2), random=lambda: 0.0)
+    assert backoff.failed(0.0) is False
+    backoff.in_use(1.0)
+    assert backoff.failed(2.0) is False
+    backoff.in_use(3.0)
+    assert backoff.failed(4.0) is True  # the third error without an event
+    backoff.delivered()
+    assert (backoff.failures, backoff.attempts) == (0, 0)
+    assert backoff.failed(5.0) is False
+
+
+def test_waits_and_errors_back_off_together_doubling_to_the_maximum_and_an_event_resets() -> None:
+    settings = EfoSettings(min_subscribe_interval=1.0, backoff_initial=1.0, backoff_max=10.0)
+    highest = SubscribeBackoff(settings, random=lambda: 1.0)  # the top of each jittered draw
+    ceilings = []
+    for turn in range(6):
+        if turn % 2:
+            highest.failed(0.0)
+        else:
+            highest.in_use(0.0)
+        ceilings.append(highest.delay(0.0))
+        highest.not_before = 0.0
+    assert ceilings == pytest.approx([1.0, 2.0, 4.0, 8.0, 10.0, 10.0])
+    highest.delivered()
+    highest.in_use(0.0)
+    assert highest.delay(0.0) == pytest.approx(1.0)
+    lowest = SubscribeBackoff(settings, random=lambda: 0.0)
+    for _ in range(6):
+        lowest.in_use(0.0)
+        assert lowest.delay(0.0) == pytest.approx(1.0)  # never below the service's interval
+        lowest.not_before = 0.0
+
+
+def test_no_two_subscriptions_of_a_shard_are_less_than_the_service_interval_apart() -> None:
+    backoff = SubscribeBackoff(EfoSettings(min_subscribe_interval=1.0))
+    assert backoff.delay(10.0) == 0.0
+    backoff.subscribing(10.0)
+    assert backoff.delay(10.25) == pytest.approx(0.75)
+    assert backoff.delay(11.0) == 0.0
 
 
 # -- lineage and assignment ------------------------------------------------------------------

@@ -54,3 +54,25 @@ def test_with_a_ttl_it_says_when_records_will_fail(caplog: pytest.LogCaptureFixt
     watch.answered(REFUSED, 0.0)
     watch.warn(5.0, 1)
     assert "RecordExpiredError 30.0s after its put" in caplog.records[-1].getMessage()
+
+
+def test_answers_again_is_said_only_after_has_not_answered_not_after_every_transport_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 31, "a warning that cries wolf": one reset that the next call recovered from
+    was followed by "answers again after 0.0s" with no outage said before it, 46-59 lines a
+    run. An outage no one was told of has no end to tell."""
+    caplog.set_level(logging.DEBUG, "kinesis_actors.producer")
+    watch = health(backpressure_warning_after=1.0)
+    for moment in (10.0, 20.0, 30.0):
+        watch.answered(REFUSED, moment)
+        assert watch.warn(moment + 0.5, 3) == moment + 1.0  # not due yet: nothing said
+        watch.answered(None, moment + 0.5)
+        assert watch.since is None
+    assert caplog.records == []
+    watch.answered(REFUSED, 40.0)
+    watch.warn(41.0, 3)
+    watch.answered(None, 42.0)
+    said = [record.getMessage() for record in caplog.records]
+    assert len(said) == 2 and "has not answered for 1.0s" in said[0]
+    assert "answers again after 2.0s" in said[1]

@@ -9,12 +9,14 @@ within the ttl plus one retry.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import AsyncIterator
 
 import anyio
 import pytest
 
 from kinesis_actors import KinesisClient, LocalKinesis, Producer, ProducerConfig, errors
+from tests.faults import Cut, FaultProxy
 
 pytestmark = pytest.mark.anyio
 
@@ -134,3 +136,53 @@ async def test_a_put_waiting_for_room_names_the_silent_endpoint_not_throttling(
         logger.removeHandler(said)
     assert "has not answered" in said.message and str(client.endpoint_url) in said.message
     assert "not keeping up" not in said.message
+
+
+async def test_after_a_real_outage_has_not_answered_and_answers_again_come_as_a_pair(
+    client: KinesisClient,
+    local_kinesis: LocalKinesis,
+    proxy: FaultProxy,
+    stream_name: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every connection is cut until the outage is said, then let through: the warning, then
+    "answers again" once, and every record written. (Issue 31 made "answers again" wait for
+    the warning; this is the pair that must remain.)"""
+    outage = threading.Event()
+    proxy.decide = lambda request: Cut() if outage.is_set() else None
+    lost, back = Said("has not answered"), Said("answers again")
+    logger = logging.getLogger("kinesis_actors.producer")
+    logger.addHandler(lost)
+    logger.addHandler(back)
+    caplog.set_level(logging.WARNING, "kinesis_actors.producer")
+    config = ProducerConfig(
+        linger=0.0, retry_base=0.01, retry_max=0.2, backpressure_warning_after=0.2
+    )
+    await client.create_stream(stream_name, 1)
+    try:
+        async with (
+            KinesisClient(
+                region=local_kinesis.region,
+                endpoint_url=proxy.endpoint_url,
+                credentials=local_kinesis.credentials,
+            ) as proxied,
+            Producer(proxied, stream_name, config) as producer,
+        ):
+            await (await producer.put(b"before", "k"))
+            outage.set()
+            handles = [await producer.put(b"during%d" % i, f"k{i}") for i in range(5)]
+            with anyio.fail_after(30):
+                await lost.event.wait()
+            outage.clear()
+            with anyio.fail_after(30):
+                await back.event.wait()
+                for handle in handles:
+                    await handle
+    finally:
+        for handler in (lost, back):
+            logger.removeHandler(handler)
+    said = [record.getMessage() for record in caplog.records]
+    pair = [m for m in said if "has not answered" in m or "answers again" in m]
+    assert "has not answered" in pair[0] and "answers again" in pair[-1]
+    assert sum("answers again" in m for m in pair) == 1
+    assert proxy.stats.faults.get("cut", 0) >= 1

@@ -71,6 +71,34 @@ async def test_log_lines_name_the_actor(caplog: pytest.LogCaptureFixture) -> Non
     assert any(r.getMessage().startswith("[root/worker] restarting") for r in caplog.records)
 
 
+async def test_a_recoverable_crash_is_one_warning_line_and_any_other_an_error_with_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    journal = Journal()
+    with caplog.at_level(logging.INFO, "kinesis_actors.runtime"):
+        async with Supervisor(name="root", backoff=Backoff.none(), intensity=(5, 60.0)) as sup:
+            spec = ChildSpec(
+                "reader",
+                probe(journal, "reader"),
+                recoverable=lambda error: "boom" in str(error),
+            )
+            await sup.start_child(spec)
+            await sup.start_child(ChildSpec("worker", probe(journal, "worker")))
+            await sup.child("reader").send("boom")
+            await sup.child("worker").send("boom")
+            await journal.wait_for(
+                lambda: {("reader", 1), ("worker", 1)} <= set(journal.of("start"))
+            )
+    crashes = [r for r in caplog.records if "crashed" in r.getMessage()]
+    reader = next(r for r in crashes if r.actor == "root/reader")  # type: ignore[attr-defined]
+    worker = next(r for r in crashes if r.actor == "root/worker")  # type: ignore[attr-defined]
+    assert reader.getMessage() == (
+        "[root/reader] crashed on a recoverable error: RuntimeError('reader boom')"
+    )
+    assert (reader.levelno, reader.exc_info) == (logging.WARNING, None)
+    assert worker.levelno == logging.ERROR and worker.exc_info is not None
+
+
 async def test_nested_supervisors_appear_as_a_subtree_and_stop_in_order() -> None:
     journal = Journal()
     readers = supervisor_spec(

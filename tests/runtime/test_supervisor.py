@@ -16,6 +16,7 @@ from kinesis_actors.runtime import (
     ChildSpec,
     DeadLetter,
     DropReason,
+    IntensityScope,
     Restart,
     RestartIntensityExceeded,
     Strategy,
@@ -195,6 +196,49 @@ async def test_failures_of_different_children_add_up_to_the_intensity() -> None:
             await anyio.sleep_forever()
     assert [str(cause) for cause in info.value.causes] == ["a boom", "b boom"]
     assert sorted(journal.of("stop"))[-2:] == [("a", 1), ("b", 0)]
+
+
+async def test_with_an_intensity_per_child_one_crash_of_every_child_does_not_give_up() -> None:
+    """The shared budget of the test above gives up on two children's crash each; one budget
+    per child does not: a cause they all met at once is not a child failing again and again."""
+    journal = Journal()
+    names = ["a", "b", "c", "d"]
+    async with Supervisor(
+        backoff=NO_BACKOFF, intensity=(1, 60.0), intensity_scope=IntensityScope.CHILD
+    ) as sup:
+        await start_probes(sup, journal, *names)
+        for name in names:
+            await sup.child(name).send("boom")
+        await journal.wait_for(lambda: all((name, 1) in journal.of("start") for name in names))
+        snapshot = sup.snapshot()
+    assert (snapshot.state, snapshot.intensity_scope, snapshot.restarts_in_window) == (
+        "running",
+        "child",
+        1,
+    )
+    assert [child.restarts for child in snapshot.children] == [1, 1, 1, 1]
+
+
+async def test_with_an_intensity_per_child_one_child_over_its_own_budget_gives_up() -> None:
+    journal = Journal()
+    with pytest.raises(RestartIntensityExceeded) as info:
+        async with Supervisor(
+            backoff=NO_BACKOFF, intensity=(1, 60.0), intensity_scope=IntensityScope.CHILD
+        ) as sup:
+            await start_probes(sup, journal, "a", "b")
+            await sup.child("a").send("boom")
+            await journal.wait_for(lambda: ("a", 1) in journal.of("start"))
+            for _ in range(2):
+                await sup.child("b").send("boom")
+            await anyio.sleep_forever()  # cancelled by the escalation
+    assert [str(cause) for cause in info.value.causes] == ["b boom", "b boom"]
+    assert (info.value.max_restarts, info.value.period) == (1, 60.0)
+
+
+@pytest.mark.parametrize("strategy", [Strategy.ONE_FOR_ALL, Strategy.REST_FOR_ONE])
+async def test_an_intensity_per_child_needs_one_for_one(strategy: Strategy) -> None:
+    with pytest.raises(ValueError, match="one_for_one"):
+        Supervisor(strategy, intensity_scope=IntensityScope.CHILD)
 
 
 async def test_a_restart_that_fails_to_start_counts_and_is_retried() -> None:
