@@ -31,6 +31,9 @@ from kinesis_actors import KinesisClient
 from kinesis_actors.consumer import Consumer, ConsumerConfig, StartingPosition
 from kinesis_actors.leases import LeaseConfig
 
+#: The true wall clock, for the log's times (a worker's own clock may be skewed on purpose).
+_now = time.time
+
 
 class _Events(logging.Handler):
     """Writes the consumer's ``lease_event`` log records as JSON lines."""
@@ -43,7 +46,7 @@ class _Events(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         event = getattr(record, "lease_event", None)
         if isinstance(event, dict):
-            line = {**event, "w": self._worker, "t": record.created}
+            line = {**event, "w": self._worker, "t": _now()}
             self._out.write(json.dumps(line) + "\n")
             self._out.flush()
 
@@ -57,8 +60,9 @@ async def _watch_sigterm(consumer: Consumer) -> None:
 
 async def work(settings: dict[str, Any], out: IO[str]) -> None:
     worker = settings["worker_id"]
+    latest = settings.get("start") == "latest"
     config = ConsumerConfig(
-        start=StartingPosition.trim_horizon(),
+        start=StartingPosition.latest() if latest else StartingPosition.trim_horizon(),
         lease_table=settings["table"],
         worker_id=worker,
         dynamodb_endpoint_url=settings["dynamodb"],
@@ -76,12 +80,12 @@ async def work(settings: dict[str, Any], out: IO[str]) -> None:
         credentials=tuple(settings["credentials"]),
     )
     async with client, Consumer(client, settings["stream"], config) as consumer:
-        out.write(json.dumps({"ev": "ready", "w": worker, "t": time.time()}) + "\n")
+        out.write(json.dumps({"ev": "ready", "w": worker, "t": _now()}) + "\n")
         out.flush()
         async with anyio.create_task_group() as tg:
             tg.start_soon(_watch_sigterm, consumer)
             async for batch in consumer:
-                now = time.time()
+                now = _now()
                 table = batch.arrow.to_pydict()
                 for seq, sub, key, data in zip(
                     table["sequence_number"],
@@ -104,12 +108,18 @@ async def work(settings: dict[str, Any], out: IO[str]) -> None:
                 out.flush()
                 consumer.commit(batch)
             tg.cancel_scope.cancel()
-    out.write(json.dumps({"ev": "exit", "w": worker, "t": time.time()}) + "\n")
+    out.write(json.dumps({"ev": "exit", "w": worker, "t": _now()}) + "\n")
     out.flush()
 
 
 def main() -> None:
     settings = json.loads(sys.argv[1])
+    skew = float(settings.get("clock_skew", 0.0))
+    if skew:
+        # This host's wall clock runs ``skew`` seconds off: nothing the group decides may
+        # depend on it (the LATEST pin is the service's time).
+        real = time.time
+        time.time = lambda: real() + skew
     with open(settings["log"], "a", encoding="utf-8") as out:
         logger = logging.getLogger("kinesis_actors")
         logger.setLevel(logging.DEBUG)
