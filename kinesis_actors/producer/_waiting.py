@@ -21,6 +21,7 @@ a waiting room with a sending policy. Sans-IO: nothing here awaits or reads a cl
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter
 
@@ -71,6 +72,11 @@ class WaitingRoom:
         # Shards an acknowledgement from another shard showed gone (split or merged) since the
         # map was set: their lanes are stale (see the module's header). Bounded by the map.
         self._stale_shards: set[str] = set()
+        # The map's shards in halves, ordered: where each half starts and ends, and its lane's
+        # key; one bisect finds a new domain's lane (set by set_shard_map).
+        self._half_starts: list[int] = []
+        self._half_ends: list[int] = []
+        self._half_keys: list[tuple[str, bool]] = []
         # Domains are kept when they fall idle (a key's next record reuses its domain, lane
         # lookup and list: measured, one new domain per two records with 1,000 keys) until
         # there are _prune_at of them; then every idle empty one goes (to the spares below),
@@ -106,6 +112,16 @@ class WaitingRoom:
         self._map = shard_map
         self.needs_refresh = False
         self._stale_shards.clear()
+        halves = []
+        for found in shard_map or ():
+            start, end = found.starting_hash_key, found.ending_hash_key
+            middle = (start + end + 1) // 2  # where the upper half starts
+            if middle > start:  # a shard of one hash key has no lower half
+                halves.append((start, middle - 1, (found.shard_id, False)))
+            halves.append((middle, end, (found.shard_id, True)))
+        self._half_starts = [start for start, _, _ in halves]
+        self._half_ends = [end for _, end, _ in halves]
+        self._half_keys = [key for _, _, key in halves]
         old = self._lanes
         self._lanes = {}
         for domain in self._domains.values():
@@ -280,18 +296,16 @@ class WaitingRoom:
     def _lane(self, hash_key: int) -> Lane:
         """The lane of a new domain: its shard's half, or a lane without a prediction."""
         key: LaneKey
-        shard_map = self._map
-        if shard_map is None:
+        if self._map is None:
             key = shard_id = WHOLE_STREAM_LANE
         else:
-            found = shard_map.lookup(hash_key)
-            if found is None:
+            index = bisect_right(self._half_starts, hash_key) - 1
+            if index >= 0 and hash_key <= self._half_ends[index]:
+                key = self._half_keys[index]
+                shard_id = key[0]
+            else:
                 key = shard_id = UNPREDICTED_LANE
                 self.needs_refresh = True
-            else:
-                shard_id = found.shard_id
-                # The upper half starts at the midpoint rounded up, (start + end + 1) // 2.
-                key = (shard_id, 2 * hash_key > found.starting_hash_key + found.ending_hash_key)
         lane = self._lanes.get(key)
         if lane is None:
             stale = shard_id == UNPREDICTED_LANE or shard_id in self._stale_shards
