@@ -120,6 +120,8 @@ _PRODUCER = _table(
      "PutRecords calls whose sender actor crashed; it was restarted, the records resent."),
     ("unreachable_seconds", "endpoint.unreachable_time", "gauge", "s",
      "How long no PutRecords call has got an answer from the endpoint; 0 while it answers."),
+    ("misplaced_records", "records.misplaced", "counter", "{record}",
+     "Records an aggregate in flight across a split put on a child not owning their key."),
 )  # fmt: skip
 
 _SHARD_FIELDS = _table(

@@ -63,10 +63,20 @@ class Domain:
 
 
 class Lane:
-    __slots__ = ("ready", "resume_at", "shard_id")
+    """A queue of ready domains whose records may share an aggregate: one half of a shard's
+    hash range (see ``_waiting``), or a lane with no prediction.
 
-    def __init__(self, shard_id: str) -> None:
+    ``stale``: its shard is known to be gone or unknown (an acknowledgement came from another
+    shard, or no listed shard owns its keys), so its records may land on shards it cannot
+    predict; a Kinesis record built from it then holds one domain's records, a single hash
+    key, which lands whole wherever the service places it.
+    """
+
+    __slots__ = ("ready", "resume_at", "shard_id", "stale")
+
+    def __init__(self, shard_id: str, *, stale: bool = False) -> None:
         self.shard_id = shard_id
+        self.stale = stale
         # One entry per domain object (the ``queued`` flag), so bounded like the domains;
         # entries whose domain moved on are stale and dropped when they reach the head.
         self.ready: deque[Domain] = deque()

@@ -20,7 +20,11 @@ class ProducerMetrics:
     Outcomes: ``records_put`` accepted, ``records_sent`` acknowledged, ``records_failed`` given
     up with an error (never silently), ``retries`` user records sent again, ``throttled``
     Kinesis records the service refused for rate, ``mispredicted`` acknowledgements that landed
-    on another shard than predicted, ``shard_map_refreshes`` the listings that followed.
+    on another shard than predicted, ``shard_map_refreshes`` the listings that followed,
+    ``misplaced_records`` user records that an aggregate in flight across a split put on a
+    child shard that does not own their key (the split's point fell inside the aggregate;
+    their keys have records in both children, see ``docs/producer.md``, "Resharding and key
+    order"), counted once the next listing shows the children.
 
     Calls: ``calls`` PutRecords calls answered, ``kinesis_records_sent`` Kinesis records
     acknowledged (aggregates count once), ``bytes_sent`` their data plus partition keys;
@@ -55,6 +59,7 @@ class ProducerMetrics:
     in_flight_calls: int
     sender_crashes: int = 0
     unreachable_seconds: float = 0.0
+    misplaced_records: int = 0
 
     @property
     def records_per_kinesis_record(self) -> float:

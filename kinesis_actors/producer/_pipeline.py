@@ -12,6 +12,14 @@ which then waits out a jittered backoff, so a retry is never overtaken by a late
 its key. Every record leaves through ``settle`` exactly once, acknowledged or failed with a
 typed error (lesson 18).
 
+Across a reshard (lesson 43): an aggregate holds records of one half of its shard's hash
+range, so a split at the midpoint leaves every aggregate in flight whole on one child; an
+acknowledgement from another shard than predicted turns the lane stale at once, and until a
+listing shows the new shards its Kinesis records hold one key each, which land on the shard
+that owns the key whatever the split. Aggregates already in flight across a split elsewhere
+may put keys on the wrong child: those records are counted, once a map says who owns them
+(``misplaced_records``). See ``docs/producer.md``, "Resharding and key order".
+
 Where records wait (domains, lanes, their states, the backoff heap) is the
 :class:`~._waiting.WaitingRoom` this class extends; here is what to send (aggregates, pacing,
 linger), what came back (acknowledgements, failures, retries) and the time-to-live.
@@ -130,17 +138,51 @@ class Pipeline(WaitingRoom):
         # Set by drain(): every record that would wait here again fails with it instead.
         self._drained: BaseException | None = None
         self.mispredicted = 0
+        # Aggregates of several hash keys acknowledged on another shard than predicted, as
+        # (that shard, their records' hash keys), until a map says whether that shard owns
+        # them. Bounded: a lane is stale from its first such answer, and a stale lane builds
+        # no aggregate of several hash keys, so these are aggregates that were in flight then.
+        self._landed_elsewhere: list[tuple[str, list[int]]] = []
+        self.misplaced_records = 0
+        self.misplaced_keys = 0
         self.kinesis_records_sent = 0
         self.bytes_sent = 0
         self.retries = 0
         self.throttled = 0
 
     def set_shard_map(self, shard_map: ShardMap | None) -> list[str]:
-        """Predict with ``shard_map`` from now on; the pacing of shards gone is forgotten."""
+        """Predict with ``shard_map`` from now on; the pacing of shards gone is forgotten.
+
+        Aggregates that landed on another shard than predicted are checked against it first:
+        their user records on a shard that does not own their hash key are counted in
+        ``misplaced_records`` (and their keys in ``misplaced_keys``).
+        """
+        if self._landed_elsewhere:
+            self._count_misplaced(shard_map)
         gone = super().set_shard_map(shard_map)
         for shard_id in gone:
             self._limiter.forget(shard_id)
         return gone
+
+    def _count_misplaced(self, shard_map: ShardMap | None) -> None:
+        """User records of aggregates acknowledged on a shard that does not own their hash
+        key: an aggregate in flight when its shard split, the split's point inside it (see
+        ``docs/producer.md``, "Resharding and key order"). Those keys have records in both
+        children, which readers of the children may deliver out of order. A shard the map no
+        longer lists (closed again) cannot be checked: not counted."""
+        landed, self._landed_elsewhere = self._landed_elsewhere, []
+        if shard_map is None:
+            return
+        ranges = {found.shard_id: found for found in shard_map}
+        keys: set[int] = set()
+        for shard_id, hash_keys in landed:
+            found = ranges.get(shard_id)
+            if found is None:
+                continue
+            strays = [key for key in hash_keys if key not in found]
+            self.misplaced_records += len(strays)
+            keys.update(strays)
+        self.misplaced_keys += len(keys)
 
     # -- intake -------------------------------------------------------------------------------
 
@@ -308,8 +350,7 @@ class Pipeline(WaitingRoom):
                     # Acknowledged: settled with the answer's others after the loop.
                     lane = part.lane
                     if mapped and shard_id != lane:
-                        self.needs_refresh = True
-                        self.mispredicted += 1
+                        self._mispredicted(part, shard_id)
                     counts = succeeded.get(lane)
                     if counts is None:
                         succeeded[lane] = [1, part.size]
@@ -343,6 +384,19 @@ class Pipeline(WaitingRoom):
                 ):
                     for index, entry in enumerate(part.entries):
                         settle(entry, PutResult(shard_id, sequence_number, index), None)
+
+    def _mispredicted(self, part: Part | Entry, shard_id: str) -> None:
+        """``part``, predicted for its lane's shard, was written to ``shard_id``: that shard
+        was split or merged. Its lanes turn stale at once (not at the next listing, up to
+        ``shard_map_min_refresh_interval`` away), and an aggregate of several hash keys is
+        kept to be checked against the next map."""
+        self.needs_refresh = True
+        self.mispredicted += 1
+        self.mark_stale(part.lane)
+        if isinstance(part, Part):
+            hash_keys = [entry.hash_key for entry in part.entries]
+            if hash_keys.count(hash_keys[0]) != len(hash_keys):
+                self._landed_elsewhere.append((shard_id, hash_keys))
 
     def fail(self, call: Call, error: BaseException, now: float) -> None:
         """The whole call failed with ``error``: not written, unless ``error`` says it may be.

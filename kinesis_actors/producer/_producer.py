@@ -143,6 +143,7 @@ class Producer(Intake):
             in_flight_calls=sender.in_flight if sender else 0,
             sender_crashes=sender.crashes if sender else 0,
             unreachable_seconds=sender.health.seconds() if sender else 0.0,
+            misplaced_records=pipeline.misplaced_records if pipeline else 0,
         )
 
     async def __aenter__(self) -> Self:

@@ -393,8 +393,20 @@ class Sender:
         except errors.KinesisError as exc:
             log.warning("producer for stream %r could not list shards: %s", self._stream, exc)
         else:
+            misplaced = pipeline.misplaced_records, pipeline.misplaced_keys
             pipeline.set_shard_map(shard_map)
             self.shard_map_refreshes += 1
+            if pipeline.misplaced_records > misplaced[0]:
+                log.warning(
+                    "producer for stream %r: %d records of %d keys were written to a child "
+                    "shard that does not own their key: aggregates were in flight when their "
+                    "shard split, at a point inside them. Readers of the two children may "
+                    "deliver those keys out of order (see docs/producer.md, 'Resharding and "
+                    "key order').",
+                    self._stream,
+                    pipeline.misplaced_records - misplaced[0],
+                    pipeline.misplaced_keys - misplaced[1],
+                )
         finally:
             self._refreshing = False
             self._next_refresh = anyio.current_time() + self._config.shard_map_min_refresh_interval

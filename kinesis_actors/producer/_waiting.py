@@ -2,7 +2,13 @@
 
 Records wait in *ordering domains*, one per ``(partition_key, explicit_hash_key)``; domains
 wait in *lanes*, one per predicted shard (one lane, ``"*"``, for streams whose records the
-service places itself), each lane a queue of its ready domains. A domain is idle, ready, in
+service places itself), each lane a queue of its ready domains. A predicted shard has two
+lanes, one per half of its hash range, and an aggregate is built from one lane, so it never
+holds records from both sides of its shard's midpoint: a split there (SplitShard's usual
+point, and UpdateShardCount's when it doubles) puts every aggregate in flight across it
+whole into the child that owns all its keys (see ``docs/producer.md``, "Resharding and key
+order"). A lane whose shard is found gone is *stale* (and the unpredicted lane always is):
+it builds Kinesis records of one domain each, until the map is current. A domain is idle, ready, in
 flight (with ``preserve_order``, at most one Kinesis record of it at a time) or waiting out a
 backoff; this keeps those states, the counts of ready records and bytes and of waiting records,
 and the heap of backoffs. Records are placed here (:meth:`WaitingRoom.place_many`) and taken out to
@@ -15,6 +21,7 @@ a waiting room with a sending policy. Sans-IO: nothing here awaits or reads a cl
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter
 
@@ -22,7 +29,11 @@ from ..records import Aggregator, ShardMap
 from ._calls import Entry, Part
 from ._domains import IDLE, IN_FLIGHT, READY, WAITING, Domain, DomainKey, Lane
 
-__all__ = ["UNPREDICTED_LANE", "WHOLE_STREAM_LANE", "WaitingRoom"]
+__all__ = ["UNPREDICTED_LANE", "WHOLE_STREAM_LANE", "LaneKey", "WaitingRoom"]
+
+LaneKey = str | tuple[str, bool]
+"""A lane's key: a predicted shard's id with ``True`` for the upper half of its hash range,
+``False`` for the lower; or one of the two lanes without a prediction, by name."""
 
 WHOLE_STREAM_LANE = "*"
 """The one lane of a stream with ``AUTO`` record distribution: shards cannot be predicted."""
@@ -57,7 +68,15 @@ class WaitingRoom:
     def __init__(self, *, preserve_order: bool) -> None:
         self._preserve_order = preserve_order
         self._map: ShardMap | None = None
-        self._lanes: dict[str, Lane] = {}
+        self._lanes: dict[LaneKey, Lane] = {}
+        # Shards an acknowledgement from another shard showed gone (split or merged) since the
+        # map was set: their lanes are stale (see the module's header). Bounded by the map.
+        self._stale_shards: set[str] = set()
+        # The map's shards in halves, ordered: where each half starts and ends, and its lane's
+        # key; one bisect finds a new domain's lane (set by set_shard_map).
+        self._half_starts: list[int] = []
+        self._half_ends: list[int] = []
+        self._half_keys: list[tuple[str, bool]] = []
         # Domains are kept when they fall idle (a key's next record reuses its domain, lane
         # lookup and list: measured, one new domain per two records with 1,000 keys) until
         # there are _prune_at of them; then every idle empty one goes (to the spares below),
@@ -92,6 +111,17 @@ class WaitingRoom:
         """
         self._map = shard_map
         self.needs_refresh = False
+        self._stale_shards.clear()
+        halves = []
+        for found in shard_map or ():
+            start, end = found.starting_hash_key, found.ending_hash_key
+            middle = (start + end + 1) // 2  # where the upper half starts
+            if middle > start:  # a shard of one hash key has no lower half
+                halves.append((start, middle - 1, (found.shard_id, False)))
+            halves.append((middle, end, (found.shard_id, True)))
+        self._half_starts = [start for start, _, _ in halves]
+        self._half_ends = [end for _, end, _ in halves]
+        self._half_keys = [key for _, _, key in halves]
         old = self._lanes
         self._lanes = {}
         for domain in self._domains.values():
@@ -101,13 +131,21 @@ class WaitingRoom:
             if domain.state == READY:
                 domain.lane.ready.append(domain)
                 domain.queued = True
-        gone = []
-        for shard_id, lane in old.items():
-            if shard_id in self._lanes:
-                self._lanes[shard_id].resume_at = lane.resume_at
-            else:
-                gone.append(shard_id)
-        return gone
+        for key, lane in old.items():
+            kept = self._lanes.get(key)
+            if kept is not None:
+                kept.resume_at = lane.resume_at
+        live = {lane.shard_id for lane in self._lanes.values()}
+        gone = (lane.shard_id for lane in old.values() if lane.shard_id not in live)
+        return list(dict.fromkeys(gone))  # a shard's two halves, once
+
+    def mark_stale(self, shard_id: str) -> None:
+        """``shard_id`` is gone (a record predicted for it landed elsewhere): until the next
+        map, its lanes build Kinesis records of one domain each (see the module's header)."""
+        self._stale_shards.add(shard_id)
+        for lane in self._lanes.values():
+            if lane.shard_id == shard_id:
+                lane.stale = True
 
     # -- records in and out -------------------------------------------------------------------
 
@@ -157,12 +195,14 @@ class WaitingRoom:
     def take_runs(self, lane: Lane, aggregator: Aggregator) -> tuple[list[Entry], list[Domain]]:
         """Records from the lane's head domains into ``aggregator``, a domain's run at a time
         (:meth:`~kinesis_actors.records.Aggregator.add_run`), until it is full or the lane
-        has nothing ready: the records taken, in the aggregate's order, and their domains."""
+        has nothing ready: the records taken, in the aggregate's order, and their domains.
+        From a stale lane, one domain's run only: its records share one hash key."""
         taken: list[Entry] = []
         runs: list[Domain] = []
         add, add_run = aggregator.add, aggregator.add_run
         ready = lane.ready
         in_order = self._preserve_order
+        one_domain = lane.stale
         ready_state = READY
         records = nbytes_taken = 0
         # _head and _took_from inlined, and the counters written once (in ``finally``, so an
@@ -215,8 +255,8 @@ class WaitingRoom:
                     domain.queued = True
                 else:
                     self._leave_ready(domain, IDLE)
-                if entries:
-                    break  # the aggregate is full
+                if entries or one_domain:
+                    break  # the aggregate is full, or must hold one hash key
         finally:
             self.ready_records -= records
             self.ready_bytes -= nbytes_taken
@@ -254,15 +294,22 @@ class WaitingRoom:
         return domain
 
     def _lane(self, hash_key: int) -> Lane:
+        """The lane of a new domain: its shard's half, or a lane without a prediction."""
+        key: LaneKey
         if self._map is None:
-            shard_id = WHOLE_STREAM_LANE
+            key = shard_id = WHOLE_STREAM_LANE
         else:
-            shard_id = self._map.shard_for_hash_key(hash_key) or UNPREDICTED_LANE
-            if shard_id == UNPREDICTED_LANE:
+            index = bisect_right(self._half_starts, hash_key) - 1
+            if index >= 0 and hash_key <= self._half_ends[index]:
+                key = self._half_keys[index]
+                shard_id = key[0]
+            else:
+                key = shard_id = UNPREDICTED_LANE
                 self.needs_refresh = True
-        lane = self._lanes.get(shard_id)
+        lane = self._lanes.get(key)
         if lane is None:
-            lane = self._lanes[shard_id] = Lane(shard_id)
+            stale = shard_id == UNPREDICTED_LANE or shard_id in self._stale_shards
+            lane = self._lanes[key] = Lane(shard_id, stale=stale)
         return lane
 
     def _make_ready(self, domain: Domain, *, front: bool) -> None:

@@ -60,6 +60,7 @@ PRODUCER_FIELDS = {
     P + "shard_map.refreshes": "shard_map_refreshes",
     P + "senders.crashes": "sender_crashes",
     P + "endpoint.unreachable_time": "unreachable_seconds",
+    P + "records.misplaced": "misplaced_records",
 }
 CLIENT_FIELDS = {
     K + "calls": "calls",

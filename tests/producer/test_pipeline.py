@@ -605,7 +605,8 @@ def test_acknowledged_aggregates_speed_their_throttled_shard_up_by_their_bytes()
     capacity lost for 5 s. Each aggregate now counts as the capacity it used."""
     limiter = ShardRateLimiter()  # the service's 1,000 records/s and 1 MiB/s
     h = Harness(limiter=limiter)
-    keys = [f"k{i}" for i in range(400) if TWO_SHARDS.shard_for(f"k{i}") == "s0"][:50]
+    # Keys of the lower half of s0: an aggregate holds one half of its shard's range.
+    keys = [f"k{i}" for i in range(400) if 2 * hash_key(f"k{i}") <= HALF][:50]
     limiter.on_throttled("s0", 0.0)
     for i in range(150):
         h.add(keys[i % len(keys)], b"x" * 1024)
