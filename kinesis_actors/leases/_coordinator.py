@@ -367,7 +367,7 @@ class LeaseCoordinator(LeaseHolder):
                     self._fail(error)
                     return
                 except KinesisError as error:  # left to expire: the others take it then
-                    logger.warning("releasing %s failed, left to expire: %s", key, error)
+                    self._transient(f"releasing {key} (left to expire)", error)
                     return
             if new is not None:
                 self._stats = replace(self._stats, released=self._stats.released + 1)
@@ -382,8 +382,11 @@ class LeaseCoordinator(LeaseHolder):
 
     def snapshot(self) -> LeaseStats:
         """The protocol's statistics now, a frozen :class:`LeaseStats`."""
+        client = getattr(self._table.client, "stats", None)  # a DynamoDBClient's ClientStats
         return replace(
             self._stats,
+            table_retries=getattr(client, "retries", 0),
+            table_throttled=getattr(client, "throttled", 0),
             held=len(self._held),
             ready=sum(1 for h in self._held.values() if h.ready),
             table_calls=self._table.calls,
@@ -565,7 +568,7 @@ class LeaseCoordinator(LeaseHolder):
             except FATAL:
                 raise
             except KinesisError as error:
-                logger.warning("pinning the start of %s failed, retried: %s", key, error)
+                self._transient(f"pinning the start of {key}", error)
                 return
             if new is not None:
                 held.needs_pin = False
@@ -604,7 +607,7 @@ class LeaseCoordinator(LeaseHolder):
             except FATAL:
                 raise
             except KinesisError as error:
-                logger.warning("take round of %s failed, retried: %s", self._worker_id, error)
+                self._transient("a take round", error)
 
     # -- shard sync --------------------------------------------------------------------------
 
@@ -621,7 +624,7 @@ class LeaseCoordinator(LeaseHolder):
             except FATAL:
                 raise
             except KinesisError as error:
-                logger.warning("shard sync of %s failed, retried: %s", self._worker_id, error)
+                self._transient("a shard sync", error)
 
     async def _sync_all(self) -> None:
         # A lambda, not the bound method: each listing of the table replaces self._by_key.

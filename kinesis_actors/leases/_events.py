@@ -78,7 +78,10 @@ class LeaseStats:
     ``checkpoints`` (written), ``leases_created`` (by shard sync), ``shard_syncs``,
     ``table_calls`` (every DynamoDB request), ``replies_settled`` (writes whose condition
     failed on the client's retry and that a read showed had landed: a lost reply),
-    ``restarts`` (of a loop that crashed on something unexpected), ``handoffs_asked`` /
+    ``restarts`` (of a loop that crashed on something unexpected), ``transient_errors``
+    (table or stream calls that failed after the client's retries: the round ran again),
+    ``table_retries`` / ``table_throttled`` (the DynamoDB client's own retries and throttled
+    attempts), ``handoffs_asked`` /
     ``handoffs_received`` (asked of other workers / handed to us) and ``handoffs_given``;
     ``renewal_latency_last`` / ``_max`` in seconds (None before the first renewal);
     ``workers``: distinct live owners seen at the last scan, this worker included;
@@ -99,6 +102,9 @@ class LeaseStats:
     table_calls: int = 0
     replies_settled: int = 0
     restarts: int = 0
+    transient_errors: int = 0
+    table_retries: int = 0
+    table_throttled: int = 0
     handoffs_asked: int = 0
     handoffs_received: int = 0
     handoffs_given: int = 0

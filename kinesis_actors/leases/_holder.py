@@ -166,7 +166,7 @@ class LeaseHolder:
                 except PERMANENT_FAULTS:
                     raise
                 except KinesisError as error:
-                    logger.warning("renewal of %s failed: %s", key, error)
+                    self._transient(f"renewal of {key}", error)
 
     async def _write(
         self, key: str, held: Held, checkpoint: tuple[str, int] | None, pin: int | None = None
@@ -302,6 +302,12 @@ class LeaseHolder:
         self._tracker.forget(key)
         self._by_key[key] = new
         return new
+
+    def _transient(self, what: str, error: KinesisError) -> None:
+        """A transient fault the client's retries did not mend (``what`` failed): counted
+        and logged; the round runs again at its next interval."""
+        self._stats = replace(self._stats, transient_errors=self._stats.transient_errors + 1)
+        logger.warning("%s of %s failed, retried next round: %s", what, self._worker_id, error)
 
     def _ended_elsewhere(self) -> None:
         """A held lease was found ``SHARD_END`` by another hand; the coordinator checks it

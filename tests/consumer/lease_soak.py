@@ -374,13 +374,15 @@ async def run_soak(
     return report
 
 
-async def _main(settings: SoakSettings) -> None:
+async def _main(settings: SoakSettings, keep: str | None) -> None:
     with (
         tempfile.TemporaryDirectory() as directory,
         LocalKinesis() as kinesis,
         LocalDynamoDB() as dynamodb,
     ):
-        report = await run_soak(kinesis, dynamodb, Path(directory), settings)
+        logs = Path(keep) if keep else Path(directory)
+        logs.mkdir(parents=True, exist_ok=True)
+        report = await run_soak(kinesis, dynamodb, logs, settings)
     print(report.line())
 
 
@@ -390,11 +392,12 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--shards", type=int, default=6)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--keep", help="a folder to keep the workers' logs in")
     args = parser.parse_args()
     settings = SoakSettings(
         seconds=args.seconds, workers=args.workers, shards=args.shards, seed=args.seed
     )
-    anyio.run(_main, settings)
+    anyio.run(_main, settings, args.keep)
 
 
 if __name__ == "__main__":

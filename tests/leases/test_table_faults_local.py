@@ -241,3 +241,36 @@ async def test_a_hand_set_shard_end_on_an_open_shard_is_a_lease_table_error_nami
     with pytest.raises(LeaseTableError, match=shard):
         async with coordinator(dynamodb, client, lease_table_name, stream, "w2"):
             pass
+
+
+async def test_throttles_and_server_errors_are_retried_counted_and_survived(
+    local_dynamodb: LocalDynamoDB, client: KinesisClient, stream: str, lease_table_name: str
+) -> None:
+    hostile = False
+    turn = 0
+
+    def decide(request: Request) -> Reply | None:
+        nonlocal turn
+        turn += 1
+        if not hostile or turn % 2:
+            return None
+        if turn % 4:
+            return Reply.error("ProvisionedThroughputExceededException", "slow down", 400)
+        return Reply.error("InternalServerError", "injected", 500)
+
+    with FaultProxy(local_dynamodb.port, decide) as proxy:
+        async with (
+            proxied(local_dynamodb, proxy) as dynamodb,
+            coordinator(dynamodb, client, lease_table_name, stream, "w") as worker,
+        ):
+            await events_until(worker, lambda seen: len(acquired(seen)) == 4)
+            hostile = True
+            with anyio.fail_after(PATIENCE):
+                while proxy.stats.faults.get("reply-500", 0) < 20:
+                    await anyio.sleep(0.05)
+            hostile = False
+            with anyio.fail_after(PATIENCE):  # still alive, and holding every lease
+                while worker.snapshot().held < 4:
+                    await anyio.sleep(0.05)
+            stats = worker.snapshot()
+    assert stats.table_throttled > 0 and stats.table_retries > 0
