@@ -11,8 +11,9 @@ in one conditional write each: graceful handovers, with no duplicate.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import AsyncExitStack
+from typing import Any
 
 import anyio
 
@@ -38,7 +39,7 @@ log = logging.getLogger("kinesis_actors.consumer")
 
 Acquired = Callable[[ShardKey, SavedShard, tuple[str, ...]], None]
 Lost = Callable[[ShardKey, str], Awaitable[None]]
-HandOff = Callable[[ShardKey], Awaitable[Position | None]]
+HandOff = Callable[[ShardKey], Coroutine[Any, Any, None]]
 
 
 class LeaseMembership:
@@ -111,19 +112,19 @@ class LeaseMembership:
         """Apply the coordinator's events, in order, until cancelled (or it fails: raised).
 
         A :class:`LeaseHandoff` runs beside the events (``handoff(key)``: stop reading, wait
-        for the commits, return the final position), then hands the lease over; at most one
-        task per held lease."""
+        for the commits, then :meth:`hand_over`); at most one task per held lease."""
         coordinator = self._running()
         async with anyio.create_task_group() as handoffs:
             while True:
                 event = await coordinator.next_event()
                 if isinstance(event, LeaseHandoff):
-                    handoffs.start_soon(self._hand_over, (event.stream, event.shard_id), handoff)
+                    handoffs.start_soon(handoff, (event.stream, event.shard_id))
                 else:
                     await self._apply(event, acquired, lost)
 
-    async def _hand_over(self, key: ShardKey, handoff: HandOff) -> None:
-        final = await handoff(key)
+    async def hand_over(self, key: ShardKey, final: Position | None) -> None:
+        """Hand ``key``'s lease to the worker that asked for it, at ``final`` (the committed
+        position; None: the last noted checkpoint). Its reading has stopped."""
         checkpoint = None if final is None else (final.sequence_number, final.sub_sequence_number)
         try:
             await self._running().hand_over(*key, checkpoint)

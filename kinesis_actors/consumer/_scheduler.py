@@ -242,17 +242,21 @@ class ShardScheduler:
             extra=lease_event("stop", key, reason=reason),
         )
 
-    async def _lease_handoff(self, key: ShardKey) -> Position | None:
+    async def _lease_handoff(self, key: ShardKey) -> None:
         """Another worker asked for ``key``'s lease: stop reading now (batches not taken yet
         are dropped: the new owner reads them), wait until what the application took is
         committed (at most half the handoff timeout; a handler under ``run()`` finishes),
-        and return the committed position, where the new owner resumes: no record is
-        delivered twice."""
+        and hand the lease over at the committed position, where the new owner resumes: no
+        record is delivered twice. The shard is not scheduled again until it is handed over
+        (it is still this worker's lease until then)."""
         self._saved.pop(key, None)
         pipeline = self._pipelines.pop(key, None)
         group = self._group
-        if pipeline is None or group is None:
-            return None
+        if group is None:
+            return
+        if pipeline is None:
+            await group.hand_over(key, None)
+            return
         dropped = pipeline.drop()
         self._handing[key] = pipeline
         log.info(
@@ -264,7 +268,7 @@ class ShardScheduler:
         try:
             with anyio.move_on_after(group.config.handoff_timeout / 2):
                 await pipeline.wait_taken_committed()
-            return pipeline.committed
+            await group.hand_over(key, pipeline.committed)
         finally:
             del self._handing[key]
             self._processing.discard(key)
