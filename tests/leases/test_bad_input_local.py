@@ -222,8 +222,33 @@ def test_bad_coordinator_arguments_fail_before_any_call(
 async def test_a_kcl_3_table_with_rows_that_are_not_leases_is_resumed_and_they_are_left_alone(
     dynamodb: DynamoDBClient, client: KinesisClient, stream: str, lease_table_name: str
 ) -> None:
-    await create_kcl_table(dynamodb, lease_table_name)
-    leases = [{**kcl_item(n, SEQUENCE_0, 0, 5), "entityType": {"S": "LEASE"}} for n in range(4)]
+    # The KCL 3.x's table: its GSI from owner to lease key, and rows of other kinds.
+    await create_kcl_table(
+        dynamodb,
+        lease_table_name,
+        AttributeDefinitions=[
+            {"AttributeName": "leaseKey", "AttributeType": "S"},
+            {"AttributeName": "leaseOwner", "AttributeType": "S"},
+        ],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "LeaseOwnerToLeaseKeyIndex",
+                "KeySchema": [
+                    {"AttributeName": "leaseOwner", "KeyType": "HASH"},
+                    {"AttributeName": "leaseKey", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            }
+        ],
+    )
+    leases = [
+        {
+            **kcl_item(n, SEQUENCE_0, 0, 5),
+            "entityType": {"S": "LEASE"},
+            "throughputKBps": {"N": "1.5"},
+        }
+        for n in range(4)
+    ]
     others = [  # the KCL 3.5's leader row and a worker's metrics, beside the leases
         {"leaseKey": {"S": "Leader"}, "entityType": {"S": "LEADER"}, "leaseCounter": {"N": "3"}},
         {
@@ -242,3 +267,17 @@ async def test_a_kcl_3_table_with_rows_that_are_not_leases_is_resumed_and_they_a
         assert ours.snapshot().leases == 4
     after = {item["leaseKey"]["S"]: item for item in await scan(dynamodb, lease_table_name)}
     assert [after[o["leaseKey"]["S"]] for o in others] == others  # untouched
+    for lease in leases:  # the KCL 3.x's own attributes kept through our writes
+        item = after[lease["leaseKey"]["S"]]
+        assert item["entityType"] == {"S": "LEASE"} and item["throughputKBps"] == {"N": "1.5"}
+        assert item["leaseOwner"] == {"S": "ours"}
+    query = await dynamodb.call(
+        "Query",
+        {
+            "TableName": lease_table_name,
+            "IndexName": "LeaseOwnerToLeaseKeyIndex",
+            "KeyConditionExpression": "leaseOwner = :owner",
+            "ExpressionAttributeValues": {":owner": {"S": "ours"}},
+        },
+    )
+    assert len(query["Items"]) == 4  # what a KCL 3.x worker finds its leases by
