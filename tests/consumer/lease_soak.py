@@ -10,8 +10,10 @@ everything written must arrive, and the logs are judged:
 
 * ``lost``: written, never delivered (must be 0);
 * ``duplicates``: deliveries beyond the first, by cause - after a crash (the first reader was
-  SIGKILLed or SIGSTOPped later), after a lease loss (its reading ended ``expired`` or
-  ``taken``), or ``unexplained``;
+  SIGKILLed or SIGSTOPped later, or a later delivery came from a SIGSTOPped worker within a
+  failover time of its resumption: a read it had in flight, delivered before it saw its
+  lease expired - the KCL has the same window), after a lease loss (its reading ended
+  ``expired`` or ``taken``), or ``unexplained``;
 * ``worker_deaths``: processes that ended on their own (an error, not our signal);
 * ``max_overlap``: the longest time two workers delivered one shard's records interleaved;
 * ``order_violations``: a key's rounds going backwards within one reading of a shard.
@@ -219,6 +221,7 @@ def judge(
     written: set[str],
     incarnations: dict[str, list[_Incarnation]],
     report: SoakReport,
+    failover: float,
 ) -> None:
     """Fill ``report`` from the workers' logs (see the module's doc)."""
     records = [e for e in events if e["ev"] == "record"]
@@ -237,13 +240,25 @@ def judge(
         record = (event["shard"], event["seq"], event["sub"])
         counts[record] += 1
         first.setdefault(record, event)
+    later: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
+    for event in records:
+        record = (event["shard"], event["seq"], event["sub"])
+        if event is not first[record]:
+            later[record].append(event)
+
+    def stale(event: dict[str, Any]) -> bool:
+        life = incarnations[event["w"]][event["i"]]
+        return any(end <= event["t"] <= end + failover for _, end in life.paused)
+
     for record, count in counts.items():
         if count == 1:
             continue
         origin = first[record]
         life = incarnations[origin["w"]][origin["i"]]
-        crashed = (life.killed_at is not None and life.killed_at >= origin["t"]) or any(
-            end >= origin["t"] for _, end in life.paused
+        crashed = (
+            (life.killed_at is not None and life.killed_at >= origin["t"])
+            or any(end >= origin["t"] for _, end in life.paused)
+            or any(stale(event) for event in later[record])
         )
         lease_lost = any(
             t >= origin["t"] and reason in ("expired", "taken")
@@ -370,7 +385,7 @@ async def run_soak(
         path = group.log_path(worker)
         if path.exists():
             events.extend(_read_log(path, worker))
-    judge(events, written, workers.incarnations, report)
+    judge(events, written, workers.incarnations, report, settings.leases["failover_time"])
     return report
 
 
