@@ -6,13 +6,18 @@ saw. ``hosts`` maps names to addresses the way a proxy's own DNS would: the loca
 certificate is issued to the name ``Unknown``, which only the proxy can resolve here. Anything
 but CONNECT gets 405, an unknown or unreachable target 502. It runs its own asyncio loop in a
 thread, so it serves tests on either anyio backend; :meth:`stop` closes the listening socket
-and every open tunnel, after which connecting is refused.
+and every open tunnel, after which connecting is refused. :meth:`reset` aborts every open
+tunnel at the TCP level (RST both ways, as a network failure does) and keeps serving: it is
+how the tests reset a SubscribeToShard stream, whose HTTP/2 cannot pass the HTTP/1.1 fault
+proxy (``tests/faults.py``) but passes a CONNECT tunnel.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import struct
 import threading
 from collections.abc import Mapping
 from types import TracebackType
@@ -59,6 +64,31 @@ class ConnectProxy:
         if self._thread is not None:
             self._thread.join(10)
             self._thread = None
+
+    def reset(self) -> int:
+        """Abort every open tunnel with a TCP RST to both its ends (SO_LINGER 0, then close);
+        returns how many connections were reset. New tunnels are served as before."""
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("the CONNECT proxy is not running")
+        done = threading.Event()
+        aborted = 0
+
+        def abort_all() -> None:
+            nonlocal aborted
+            for writer in list(self._writers):
+                sock = writer.get_extra_info("socket")
+                if sock is not None:
+                    linger = struct.pack("ii", 1, 0)
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+                writer.transport.abort()
+                aborted += 1
+            done.set()
+
+        loop.call_soon_threadsafe(abort_all)
+        if not done.wait(10):
+            raise RuntimeError("the CONNECT proxy did not reset its tunnels")
+        return aborted
 
     def __enter__(self) -> Self:
         return self.start()

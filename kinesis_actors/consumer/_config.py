@@ -176,7 +176,9 @@ class ConsumerConfig:
       with ``worker_count == 1`` and no lease table deregisters on a clean close),
       ``registration_timeout`` (registering / waiting for ACTIVE at open),
       ``efo_starvation_warning`` (seconds of nothing but ResourceInUse before a warning and
-      the shard's state ``starved``).
+      the shard's state ``starved``), ``efo_fallback_after`` (seconds of nothing but
+      ResourceInUse before the shard is read by GetRecords, within its polling budget, until
+      a subscription is accepted again; None: never).
     - ``poison_records``: a malformed record from the server is a ``PoisonRecordError``
       naming it (``"fail"``, the default: nothing is skipped) or is skipped, counted and
       logged (``"skip"``); see ``docs/consumer.md``.
@@ -213,6 +215,7 @@ class ConsumerConfig:
     deregister_on_close: bool | None = None
     registration_timeout: float = 120.0
     efo_starvation_warning: float = 30.0
+    efo_fallback_after: float | None = 30.0
     poison_records: PoisonPolicy = "fail"
     lease_table: str | None = None
     worker_id: str | None = None
@@ -248,6 +251,8 @@ class ConsumerConfig:
             "efo_starvation_warning",
         ):
             check_positive(f"ConsumerConfig.{name}", getattr(self, name))
+        if self.efo_fallback_after is not None:
+            check_positive("ConsumerConfig.efo_fallback_after", self.efo_fallback_after)
         if self.deregister_on_close is not None:
             check_type(
                 "ConsumerConfig.deregister_on_close", self.deregister_on_close, bool, "a bool"

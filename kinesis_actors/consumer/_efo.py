@@ -16,6 +16,14 @@ its own connection and TCP pushes back on that connection only (lessons 1-3).
   shard subscribes more than once per second (the service's rule). A shard that meets only
   ResourceInUse for ``starvation_warning`` seconds is said to be starved: a warning naming the
   shard and the consumer, state ``starved`` (issue 19: it used to stay "reading", silent).
+- No shard is held hostage (issue 31, finding 3): a subscription reset mid-stream made the
+  local server refuse that consumer and shard for 300 s, and the shard delivered nothing
+  meanwhile. Refused for ``fallback_after`` seconds, the reader reads the shard by GetRecords
+  from its position (a :class:`PollingReader` on the shard's :class:`ReadPacer`, so within the
+  shard's polling budget), one read per credit as for events, and keeps subscribing at the
+  backoff's cadence from where polling reached; the first event of an accepted subscription
+  ends the polling. One position throughout, so neither way repeats or skips a record.
+  :class:`HeldShard` keeps the hold's clock, without I/O.
 - Waiting is not failing (issue 31): ResourceInUse is the service saying another subscription
   still holds the shard, so it backs off like an error but does not count toward
   ``max_consecutive_failures``; only errors in a row do (resets, exception events, the
@@ -42,12 +50,13 @@ from .. import errors
 from ..client import KinesisClient, StreamRef, service_now, stream_params
 from ._config import StartingPosition
 from ._metrics import ShardMetrics
+from ._pacing import PacingSettings, ReadPacer
 from ._poison import screen
 from ._proof import NotFoundPolicy, check_resumed_at, judge_not_found, unreadable
-from ._reader import ShardRead
+from ._reader import PollingReader, ShardRead
 from ._replies import BadRecord, bad_records, child_shard_ids
 
-__all__ = ["DISPOSE_TIMEOUT", "EfoReader", "EfoSettings", "SubscribeBackoff"]
+__all__ = ["DISPOSE_TIMEOUT", "EfoReader", "EfoSettings", "HeldShard", "SubscribeBackoff"]
 
 log = logging.getLogger("kinesis_actors.consumer")
 
@@ -73,6 +82,9 @@ class EfoSettings:
     ResourceInUse is waiting, not an error: it neither counts nor breaks the row."""
     starvation_warning: float = 30.0
     """Seconds of ResourceInUse only (no event) before the shard is reported starved."""
+    fallback_after: float | None = 30.0
+    """Seconds of ResourceInUse only (no event) before the shard is read by GetRecords until a
+    subscription is accepted again; None: never (the shard waits for its subscription)."""
 
 
 class SubscribeBackoff:
@@ -117,7 +129,8 @@ class SubscribeBackoff:
         return self.failures > self._settings.max_consecutive_failures
 
     def in_use(self, now: float) -> None:
-        """ResourceInUse: back off, and count nothing toward giving up."""
+        """ResourceInUse (or any refused attempt while the shard is read by GetRecords, which
+        is reading, not failing): back off, and count nothing toward giving up."""
         self._back_off(now)
 
     def delivered(self) -> None:
@@ -134,6 +147,88 @@ class SubscribeBackoff:
         low = settings.min_subscribe_interval
         wait = low + (max(ceiling, 1e-3) - low) * self._random()
         self.not_before = max(self.not_before, now + wait)
+
+
+class HeldShard:
+    """How long the service has held a shard from this consumer's subscriptions, and what
+    that calls for.
+
+    Sans-IO: every method takes ``now``. A hold begins at the first ResourceInUse since the
+    last event (:meth:`refused`) and ends with the next event (:meth:`released`); errors in
+    between neither begin nor end it. Two thresholds, from its beginning:
+
+    - ``starvation_warning``: :meth:`refused` returns True once past it, to say so once
+      (issue 19);
+    - ``fallback_after`` (None: never): from :meth:`fallback_at` on, the reader reads the
+      shard by GetRecords (:meth:`fell_back`) until the hold ends (issue 31, finding 3: the
+      local server holds a shard 300 s after a reset; the service's own hold after a broken
+      connection is not documented). ``fallbacks`` and :meth:`polled_seconds` count it.
+    """
+
+    __slots__ = (
+        "_fallback_after",
+        "_polled",
+        "_starvation_warning",
+        "fallbacks",
+        "held_since",
+        "polling_since",
+        "starved",
+    )
+
+    def __init__(self, starvation_warning: float, fallback_after: float | None) -> None:
+        self._starvation_warning = starvation_warning
+        self._fallback_after = fallback_after
+        self.held_since: float | None = None
+        self.starved = False
+        self.polling_since: float | None = None
+        self.fallbacks = 0
+        self._polled = 0.0
+
+    @property
+    def polling(self) -> bool:
+        """Whether the shard is read by GetRecords now."""
+        return self.polling_since is not None
+
+    def held_for(self, now: float) -> float:
+        """Seconds since the hold began (0.0 when the shard is not held)."""
+        return 0.0 if self.held_since is None else now - self.held_since
+
+    def refused(self, now: float) -> bool:
+        """A ResourceInUse at ``now``; True the one time the hold passes the warning."""
+        if self.held_since is None:
+            self.held_since = now
+        if self.starved or self.held_for(now) < self._starvation_warning:
+            return False
+        self.starved = True
+        return True
+
+    def fallback_at(self) -> float | None:
+        """When the reader should begin reading by GetRecords (None: not held, reading by
+        GetRecords already, or never)."""
+        if self.held_since is None or self.polling_since is not None:
+            return None
+        if self._fallback_after is None:
+            return None
+        return self.held_since + self._fallback_after
+
+    def fell_back(self, now: float) -> None:
+        """The reader reads by GetRecords from ``now``."""
+        if self.polling_since is None:
+            self.polling_since = now
+            self.fallbacks += 1
+
+    def polled_seconds(self, now: float) -> float:
+        """Time spent reading by GetRecords, the ongoing stretch included."""
+        ongoing = 0.0 if self.polling_since is None else now - self.polling_since
+        return self._polled + ongoing
+
+    def released(self, now: float) -> None:
+        """An event arrived: the hold is over, and so is reading by GetRecords."""
+        if self.polling_since is not None:
+            self._polled += now - self.polling_since
+            self.polling_since = None
+        self.held_since = None
+        self.starved = False
 
 
 def _checked_event(event: Any) -> Mapping[str, Any]:
@@ -186,6 +281,8 @@ class EfoReader:
         poison: str = "fail",
         not_found: NotFoundPolicy | None = None,
         random: Callable[[], float] = _random.random,
+        pacer: ReadPacer | None = None,
+        limit: int = 10_000,
     ) -> None:
         self._client = client
         ref = StreamRef.parse(stream)
@@ -209,9 +306,14 @@ class EfoReader:
         self._finished = False
         self._poison = poison
         self._resumed_at: StartingPosition | None = None  # checked on the first records
-        self._in_use_since: float | None = None  # first ResourceInUse since the last event
-        self._starved = False
+        self._held = HeldShard(settings.starvation_warning, settings.fallback_after)
         self._not_found_policy = not_found if not_found is not None else NotFoundPolicy()
+        # Reading by GetRecords while the service holds the shard: the shard's polling budget
+        # (one pacer for the reader's life), and GetRecords' ``Limit``.
+        self._pacer = pacer if pacer is not None else ReadPacer(PacingSettings())
+        self._limit = limit
+        self._polling: PollingReader | None = None
+        self._polled_before = metrics.fallback_seconds  # the shard's, by earlier readers
 
     @property
     def start(self) -> StartingPosition:
@@ -235,6 +337,17 @@ class EfoReader:
         settings = self._settings
         while True:
             if self._events is None:
+                now = self._clock()
+                delay = self._backoff.delay(now)
+                fallback_at = self._held.fallback_at()
+                if fallback_at is not None and fallback_at <= now + delay:
+                    # Held past the bound before the next attempt: read by GetRecords now.
+                    if fallback_at > now:
+                        await anyio.sleep(fallback_at - now)
+                    self._fall_back()
+                    continue
+                if self._polling is not None and delay > 0:
+                    return await self._poll(self._polling)  # subscribing when the backoff allows
                 await self._subscribe()
                 if self._finished:
                     return ShardRead((), finished=True)
@@ -472,29 +585,99 @@ class EfoReader:
         and the shard's state (lesson 6, issue 19)."""
         now = self._clock()
         self._backoff.in_use(now)
-        if self._in_use_since is None:
-            self._in_use_since = now
-        waited = now - self._in_use_since
-        if not self._starved and waited >= self._settings.starvation_warning:
-            self._starved = True
+        held = self._held
+        if held.refused(now):
             self._metrics.starvations += 1
-            self._metrics.state = "starved"
+            if held.polling:
+                then = "it is read by GetRecords meanwhile"
+            else:
+                self._metrics.state = "starved"
+                after = self._settings.fallback_after
+                then = (
+                    "still retrying"
+                    if after is None
+                    else f"still retrying; read by GetRecords after {after:.1f}s"
+                )
             log.warning(
                 "%s/%s: every subscription for %.1fs met ResourceInUse: another reader may hold "
-                "this shard (consumer %s); still retrying",
+                "this shard (consumer %s); %s",
                 self._stream,
                 self._shard_id,
-                waited,
+                held.held_for(now),
                 self._arn,
+                then,
             )
 
     def _fed(self) -> None:
-        """An event arrived: whatever held the shard let it go."""
-        self._in_use_since = None
-        if self._starved:
-            self._starved = False
-            self._metrics.state = "reading"
+        """An event arrived: whatever held the shard let it go, and reading by GetRecords
+        (if it did) ends here: the next read is the subscription's."""
+        held = self._held
+        if held.held_since is None:
+            return
+        now = self._clock()
+        was_starved, was_polling, waited = held.starved, held.polling, held.held_for(now)
+        held.released(now)
+        self._metrics.state = "reading"
+        if was_polling:
+            self._polling = None
+            self._count_polled()
+            log.warning(
+                "%s/%s: subscribed again after %.1fs held; read by GetRecords meanwhile",
+                self._stream,
+                self._shard_id,
+                waited,
+            )
+        elif was_starved:
             log.warning("%s/%s: reading again", self._stream, self._shard_id)
+
+    # -- reading by GetRecords while the service holds the shard ----------------------------
+
+    def _fall_back(self) -> None:
+        """Held past ``fallback_after``: read by GetRecords from the reader's position."""
+        now = self._clock()
+        self._held.fell_back(now)
+        self._metrics.fallbacks += 1
+        self._metrics.state = "polling"
+        self._polling = PollingReader(
+            self._client,
+            self._ref,
+            self._shard_id,
+            self._position,
+            pacer=self._pacer,
+            metrics=self._metrics,
+            limit=self._limit,
+            clock=self._clock,
+            poison=self._poison,
+            not_found=self._not_found_policy,
+        )
+        log.warning(
+            "%s/%s: every subscription for %.1fs met ResourceInUse (consumer %s); reading by "
+            "GetRecords until one is accepted",
+            self._stream,
+            self._shard_id,
+            self._held.held_for(now),
+            self._arn,
+        )
+
+    async def _poll(self, polling: PollingReader) -> ShardRead:
+        """One GetRecords, paced by the shard's budget; its position becomes the reader's,
+        where the next subscription starts."""
+        read = await polling.read()
+        self._metrics.fallback_reads += 1
+        self._count_polled()
+        self._position = polling.position
+        if self._start.type == "LATEST":
+            self._start = polling.start  # pinned to its first iterator's time
+        if read.finished:
+            self._finished = True
+            self._held.released(self._clock())
+            self._polling = None
+        return read
+
+    def _count_polled(self) -> None:
+        """The shard's ``fallback_seconds``: its earlier readers' and this one's so far."""
+        polled = self._held.polled_seconds(self._clock())
+        self._metrics.fallback_seconds = self._polled_before + polled
 
     def _count(self, cause: str) -> None:
         resubscriptions = self._metrics.resubscriptions
@@ -502,7 +685,12 @@ class EfoReader:
 
     def _failed(self, error: BaseException | None = None) -> None:
         """Back off before the next subscription; give up with ``error`` after too many
-        failures in a row (without one, as for the watchdog, never: it counts and backs off)."""
+        failures in a row (without one, as for the watchdog, never: it counts and backs off).
+        While the shard is read by GetRecords, a failed attempt only backs off: the shard is
+        read, and a crash would start the hold's clock over."""
+        if self._polling is not None:
+            self._backoff.in_use(self._clock())
+            return
         if self._backoff.failed(self._clock()) and error is not None:
             raise error
 
@@ -516,4 +704,7 @@ class EfoReader:
             ) from None
 
     async def aclose(self) -> None:
+        if self._polling is not None:
+            self._polling = None
+            self._count_polled()
         await self._dispose(self._generation, None)

@@ -28,7 +28,12 @@ class ShardMetrics:
     ``poison_records="skip"``), ``starvations`` (EFO: times the shard met nothing but
     ResourceInUse for ``efo_starvation_warning`` seconds). ``state`` is ``failed`` when the
     shard stopped the consumer with a typed error, ``starved`` while EFO resubscriptions keep
-    meeting ResourceInUse.
+    meeting ResourceInUse, ``polling`` while such a shard is read by GetRecords.
+
+    A held shard (issue 31, finding 3), EFO: ``fallbacks`` (times it was read by GetRecords
+    after ``efo_fallback_after`` seconds of ResourceInUse), ``fallback_reads`` (those
+    GetRecords calls; also in ``reads``), ``fallback_seconds`` (time so read, as of the last
+    read).
     """
 
     state: str = "waiting"
@@ -55,6 +60,9 @@ class ShardMetrics:
     not_found: int = 0
     poison_records: int = 0
     starvations: int = 0
+    fallbacks: int = 0
+    fallback_reads: int = 0
+    fallback_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

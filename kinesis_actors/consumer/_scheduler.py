@@ -102,6 +102,7 @@ class ShardScheduler:
             watchdog_timeout=config.efo_watchdog_timeout,
             subscription_lifetime=config.efo_subscription_lifetime,
             starvation_warning=config.efo_starvation_warning,
+            fallback_after=config.efo_fallback_after,
         )
 
     # -- the facade's hooks -----------------------------------------------------------------
@@ -361,6 +362,8 @@ class ShardScheduler:
                 settings=self._efo,
                 closed=lambda: getattr(self._graph.get(pipeline.key), "closed", False),
                 poison=self._config.poison_records,
+                pacer=ReadPacer(self._pacing),  # reading by GetRecords while held
+                limit=self._config.max_records_per_call,
             )
         return PollingReader(
             self._client,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 from kinesis_actors import errors
 from kinesis_actors.consumer import EfoReader, EfoSettings, StartingPosition
 from kinesis_actors.consumer._metrics import ShardMetrics
+from kinesis_actors.consumer._pacing import PacingSettings, ReadPacer
 
 pytestmark = pytest.mark.anyio
 
@@ -290,3 +292,66 @@ async def test_lesson_31_invalid_argument_for_a_sequence_number_is_unreadable_at
     with pytest.raises(errors.ShardUnreadableError) as caught:
         await reader(client, StartingPosition.at_sequence_number("42")).read()
     assert caught.value.position == "AT_SEQUENCE_NUMBER 42" and len(client.positions) == 1
+
+
+class PolledClient(ScriptedClient):
+    """A ScriptedClient that also answers GetRecords: ``polled`` records once, then none."""
+
+    def __init__(self, *scripts: Any, polled: list[str]) -> None:
+        super().__init__(*scripts)
+        self.polled = polled
+        self.iterators: list[Mapping[str, Any]] = []
+
+    async def call(self, operation: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        if operation == "GetShardIterator":
+            self.iterators.append(dict(params))
+            return {"ShardIterator": "it"}
+        if operation == "GetRecords":
+            self.calls.append(operation)
+            records, self.polled = [record(sequence) for sequence in self.polled], []
+            return {"Records": records, "NextShardIterator": "it", "MillisBehindLatest": 0}
+        return await super().call(operation, params)
+
+
+async def test_finding_3_a_held_shard_is_polled_then_subscribed_from_where_polling_reached() -> (
+    None
+):
+    """Issue 31, finding 3, without a server: refused once, the reader reads by GetRecords
+    from its position; its attempts to subscribe meanwhile fail more often than the failure
+    limit, which crashes nothing (the shard is read); the first accepted subscription starts
+    after the last polled record, and its event ends the polling."""
+    in_use = errors.ResourceInUseError("held", code="ResourceInUseException")
+    reset = errors.TransportError("injected: connection reset")
+    event = {"Records": [record("3")], "ContinuationSequenceNumber": "3", "MillisBehindLatest": 0}
+    attempts = [[reset]] * (FAST.max_consecutive_failures + 2)
+    client = PolledClient([in_use], *attempts, [event], polled=["1", "2"])
+    metrics = ShardMetrics()
+    efo = EfoReader(
+        client,  # type: ignore[arg-type]
+        "s",
+        "shardId-000000000000",
+        "arn:consumer",
+        StartingPosition.after_sequence_number("0"),
+        metrics=metrics,
+        settings=replace(  # the bound falls before the next attempt: polled at once
+            FAST,
+            min_subscribe_interval=0.05,
+            backoff_initial=0.05,
+            backoff_max=0.05,
+            fallback_after=0.001,
+        ),
+        pacer=ReadPacer(PacingSettings(max_calls_per_second=1000, idle_initial=0.001)),
+    )
+    sequences: list[str] = []
+    with anyio.fail_after(10):
+        while "3" not in sequences:
+            sequences += [r["SequenceNumber"] for r in (await efo.read()).records]
+    assert sequences == ["1", "2", "3"]
+    assert client.iterators[0]["ShardIteratorType"] == "AFTER_SEQUENCE_NUMBER"
+    assert client.iterators[0]["StartingSequenceNumber"] == "0"
+    after_polling = {"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": "2"}
+    assert client.positions[1:] == [after_polling] * (len(attempts) + 1)
+    assert (metrics.fallbacks, metrics.state, metrics.events) == (1, "reading", 1)
+    assert metrics.fallback_reads >= 1 and metrics.fallback_seconds > 0
+    assert metrics.resubscriptions == {"resource_in_use": 1, "error": len(attempts)}
+    await efo.aclose()

@@ -5,6 +5,9 @@ fault proxy, so faults on it are injected by wrapping ``client.subscribe_to_shar
 ``test_efo_local.py`` does; the foreign sequence number and the re-created stream need no
 injection at all: the real local server answers them, and so is a ResourceInUse: the server
 answers it to a second subscription of one consumer to one shard (issue 31's test holds one).
+A TCP reset of the stream itself goes through a CONNECT tunnel (``tests/connect_proxy.py``),
+the way the client reaches a server behind ``HTTPS_PROXY``: after it the local server holds
+the shard from that consumer for 300 s (issue 31, finding 3).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 import anyio
 import pytest
 
-from kinesis_actors import KinesisClient, errors
+from kinesis_actors import KinesisClient, LocalKinesis, errors
 from kinesis_actors.client import Subscription
 from kinesis_actors.consumer import (
     Consumer,
@@ -26,8 +29,17 @@ from kinesis_actors.consumer import (
     StartingPosition,
     register_consumers,
 )
+from tests.connect_proxy import ConnectProxy
 
-from .helpers import consume
+from .helpers import (
+    aggregate_per_shard,
+    assert_in_shard_order,
+    by_data,
+    consume,
+    put_aggregated,
+    put_plain,
+    shard_map,
+)
 from .test_hostile_server_local import RECORDS, check_positions, setup
 
 pytestmark = pytest.mark.anyio
@@ -238,3 +250,141 @@ async def test_a_reader_that_waited_on_resource_in_use_survives_the_next_reset(
     assert metrics["resubscriptions"]["error"] == 1 and metrics["transient_errors"] == 1
     assert readers.child(f"{stream_name}:{shard}").restarts == 0
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+#: What decides whether the client goes through a proxy (``client/_proxy``).
+_PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy")
+
+
+async def test_finding_3_a_shard_held_after_a_reset_is_read_by_get_records_meanwhile(
+    local_kinesis: LocalKinesis,
+    stream_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 31, finding 3: after a connection is reset mid subscription, the local server
+    refuses that consumer's subscriptions of the shard for 300 s, and the shard delivered
+    nothing meanwhile (998-2,311 records left unread). Here the subscription's own TCP
+    connection is reset (a RST both ways, in the CONNECT tunnel it runs through) and records
+    are written after it: every one arrives within the test's bound, by GetRecords, while the
+    server still holds the shard (no event since the reset); in order, none twice, and the
+    position is the last record's."""
+    for name in _PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    shard = "shardId-000000000000"
+    key = f"{stream_name}/{shard}"
+    with ConnectProxy() as proxy:
+        monkeypatch.setenv("HTTPS_PROXY", proxy.url())
+        async with KinesisClient(
+            region=local_kinesis.region,
+            endpoint_url=local_kinesis.tls_endpoint_url,
+            verify=False,
+            credentials=local_kinesis.credentials,
+        ) as client:
+            await client.create_stream(stream_name, 1)
+            before = [b"b%02d" % i for i in range(5)]
+            after = [b"a%02d" % i for i in range(20)]
+            await put_plain(client, stream_name, [(item, "k") for item in before])
+            config = efo(efo_starvation_warning=1.0, efo_fallback_after=2.0)
+            with caplog.at_level(logging.WARNING, "kinesis_actors.consumer"):
+                async with Consumer(client, stream_name, config) as consumer:
+                    with anyio.fail_after(30):
+                        seen = await consume(consumer, len(before))  # by its subscription
+                    subscribed = consumer.metrics["shards"][key]
+                    reset_at = anyio.current_time()
+                    assert proxy.reset() >= 1
+                    await put_plain(client, stream_name, [(item, "k") for item in after])
+                    with anyio.fail_after(30):
+                        seen += await consume(consumer, len(after))
+                    print(
+                        f"\nreset to every record read by GetRecords: "
+                        f"{anyio.current_time() - reset_at:.1f}s"
+                    )
+                    metrics = consumer.metrics["shards"][key]
+                    positions = consumer.positions()
+    assert [row.data for row in seen] == before + after
+    assert set(by_data(seen).values()) == {1}
+    assert_in_shard_order(seen)
+    assert positions["streams"][stream_name][shard] == {
+        "sequence_number": seen[-1].sequence_number,
+        "sub_sequence_number": 0,
+    }
+    assert subscribed["events"] >= 1 and subscribed["fallbacks"] == 0
+    # Held all along: no event since the reset, every record after it read by GetRecords.
+    assert metrics["events"] == subscribed["events"]
+    assert metrics["state"] == "polling" and metrics["fallbacks"] == 1
+    assert metrics["fallback_reads"] >= 1 and metrics["fallback_seconds"] > 0
+    assert metrics["resubscriptions"]["error"] >= 1
+    assert metrics["resubscriptions"]["resource_in_use"] >= 1
+    warnings = [r.getMessage() for r in caplog.records if "reading by GetRecords" in r.getMessage()]
+    assert len(warnings) == 1 and shard in warnings[0], warnings
+
+
+async def test_finding_3_a_held_shard_goes_back_to_its_subscription_once_one_is_accepted(
+    client: KinesisClient, stream_name: str
+) -> None:
+    """Issue 31, finding 3, the way back: another subscription of the same consumer holds the
+    shard while a consumer resumes inside a KPL aggregate; it reads by GetRecords from exactly
+    there (the aggregate's delivered user records skipped). The holder then closes cleanly,
+    the server accepts a subscription again within seconds, and the reader is back on it, from
+    where GetRecords reached: what is written next arrives by events. Every record once, in
+    order, across both ways."""
+    await client.create_stream(stream_name, 1)
+    shard = "shardId-000000000000"
+    key = f"{stream_name}/{shard}"
+    users = [(b"u%02d" % i, f"k{i}") for i in range(30)]
+    aggregates = aggregate_per_shard(users, await shard_map(client, stream_name), 10)
+    await put_aggregated(client, stream_name, aggregates)
+    # A first reader commits inside the second aggregate: 15 of the 30 user records.
+    polling = ConsumerConfig(start=StartingPosition.trim_horizon())
+    async with Consumer(client, stream_name, polling) as first:
+        with anyio.fail_after(30):
+            batch = await first.__anext__()
+        assert len(batch) == len(users)
+        first.commit(batch.slice(0, 15))
+        saved = first.positions()
+    assert saved["streams"][stream_name][shard]["sub_sequence_number"] == 4
+    with anyio.fail_after(30):
+        arns = await register_consumers(client, stream_name, "held")
+    plain = [b"p%02d" % i for i in range(10)]
+    async with AsyncExitStack() as holding:
+        rival = await holding.enter_async_context(
+            client.subscribe_to_shard(arns[stream_name], shard, {"Type": "LATEST"})
+        )
+        with anyio.fail_after(10):
+            await aiter(rival).__anext__()  # the server holds the shard for it now
+        config = efo(
+            registration="none", consumer_arns=arns, positions=saved, efo_fallback_after=1.0
+        )
+        async with Consumer(client, stream_name, config) as consumer:
+            with anyio.fail_after(30):
+                resumed = await consume(consumer, len(users) - 15)
+            polled = consumer.metrics["shards"][key]
+            await holding.aclose()  # a clean close: the server lets go within seconds
+            with anyio.fail_after(30):
+                while consumer.metrics["shards"][key]["state"] != "reading":
+                    await anyio.sleep(0.05)  # metrics are a snapshot: nothing to await
+            switched = consumer.metrics["shards"][key]
+            await put_plain(client, stream_name, [(item, "k") for item in plain])
+            with anyio.fail_after(30):
+                tail = await consume(consumer, len(plain))
+            metrics = consumer.metrics["shards"][key]
+            positions = consumer.positions()
+    assert [row.data for row in resumed] == [data for data, _ in users[15:]]
+    assert (resumed[0].sequence_number, resumed[0].sub_sequence_number) == (
+        saved["streams"][stream_name][shard]["sequence_number"],
+        5,
+    )
+    assert [row.data for row in tail] == plain
+    assert_in_shard_order(resumed + tail)
+    assert positions["streams"][stream_name][shard] == {
+        "sequence_number": tail[-1].sequence_number,
+        "sub_sequence_number": 0,
+    }
+    assert polled["state"] == "polling" and polled["events"] == 0
+    assert polled["fallbacks"] == 1 and polled["fallback_reads"] >= 1
+    assert switched["events"] >= 1 and switched["fallbacks"] == 1
+    # After the switch, everything arrived by the subscription.
+    assert metrics["fallback_reads"] == switched["fallback_reads"]
+    assert metrics["events"] > switched["events"]
+    assert metrics["fallback_seconds"] == switched["fallback_seconds"] > 0

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kinesis_actors.consumer import EfoSettings, RecordBatch, ShardRead, StartingPosition
-from kinesis_actors.consumer._efo import SubscribeBackoff
+from kinesis_actors.consumer._efo import HeldShard, SubscribeBackoff
 from kinesis_actors.consumer._pacing import PacingSettings, ReadPacer
 from kinesis_actors.consumer._pipeline import ShardPipeline
 from kinesis_actors.consumer._positions import (
@@ -124,6 +124,37 @@ def test_no_two_subscriptions_of_a_shard_are_less_than_the_service_interval_apar
     backoff.subscribing(10.0)
     assert backoff.delay(10.25) == pytest.approx(0.75)
     assert backoff.delay(11.0) == 0.0
+
+
+def test_a_hold_falls_back_to_get_records_at_its_bound_and_an_event_ends_both() -> None:
+    """Issue 31, finding 3: a shard held past ``fallback_after`` is read by GetRecords; the
+    first event ends the hold and the polling, and the time polled is kept."""
+    held = HeldShard(starvation_warning=30.0, fallback_after=10.0)
+    assert held.fallback_at() is None  # not held
+    held.refused(100.0)
+    held.refused(104.0)  # the hold's clock runs from its first refusal
+    assert held.fallback_at() == 110.0
+    held.fell_back(110.0)
+    assert held.polling and held.fallbacks == 1
+    assert held.fallback_at() is None  # polling already
+    assert held.refused(130.0) is True  # the starvation warning, once, while polling
+    assert held.refused(131.0) is False
+    assert held.polled_seconds(125.0) == 15.0
+    held.released(140.0)
+    assert not held.polling and held.held_since is None and not held.starved
+    assert held.polled_seconds(1000.0) == 30.0  # stopped counting at the event
+    held.refused(200.0)
+    assert held.fallback_at() == 210.0  # a new hold, a new clock
+    held.fell_back(210.0)
+    held.released(215.0)
+    assert (held.fallbacks, held.polled_seconds(300.0)) == (2, 35.0)
+
+
+def test_a_hold_never_falls_back_when_the_bound_is_none() -> None:
+    held = HeldShard(starvation_warning=1.0, fallback_after=None)
+    for now in range(1000):  # the local server's 300 s hold and more
+        held.refused(float(now))
+    assert held.fallback_at() is None and held.starved and held.fallbacks == 0
 
 
 # -- lineage and assignment ------------------------------------------------------------------
