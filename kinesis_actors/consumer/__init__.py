@@ -30,7 +30,8 @@ from ._batch import RecordBatch
 from ._config import ConsumerConfig, StartingPosition
 from ._consumer import Consumer
 from ._discovery import list_shards
-from ._efo import EfoReader, EfoSettings
+from ._efo import EfoReader
+from ._efo_policy import EfoSettings
 from ._metrics import ShardMetrics
 from ._pacing import PacingSettings, ReadPacer
 from ._positions import (

@@ -28,7 +28,8 @@ from ..records import Position
 from ..runtime import IntensityScope, RestartIntensityExceeded, Supervisor
 from ._config import ConsumerConfig, StartingPosition
 from ._discovery import DiscoveryFailures, list_shards
-from ._efo import EfoReader, EfoSettings
+from ._efo import EfoReader
+from ._efo_policy import EfoSettings
 from ._group import default_worker_id, lease_event
 from ._pacing import PacingSettings, ReadPacer
 from ._pipeline import ShardPipeline

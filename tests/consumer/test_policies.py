@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kinesis_actors.consumer import EfoSettings, RecordBatch, ShardRead, StartingPosition
-from kinesis_actors.consumer._efo import HeldShard, SubscribeBackoff
+from kinesis_actors.consumer._efo_policy import HeldShard, SubscribeBackoff
 from kinesis_actors.consumer._pacing import PacingSettings, ReadPacer
 from kinesis_actors.consumer._pipeline import ShardPipeline
 from kinesis_actors.consumer._positions import (
