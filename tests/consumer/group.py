@@ -134,7 +134,9 @@ class Group:
         held: dict[str, set[str]] = defaultdict(set)
         for event in sorted(self.events(), key=lambda e: (e["t"], e["n"])):
             worker = event["w"]
-            if event["ev"] == "start":
+            if event["ev"] == "ready":  # a new process under this id: it holds nothing yet
+                held[worker].clear()
+            elif event["ev"] == "start":
                 held[worker].add(event["shard"])
             elif event["ev"] in ("stop", "finish", "release"):
                 held[worker].discard(event["shard"])

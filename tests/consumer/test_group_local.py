@@ -317,3 +317,73 @@ async def test_resharding_with_three_workers_reads_no_child_before_its_parents_f
         for child in parents
     }
     print(f"\nresharding ({mode}): {len(written)} records, children read by {readers}")
+
+
+async def test_a_worker_killed_and_restarted_under_its_id_takes_its_leases_back_from_nobody(
+    client: KinesisClient, dynamodb: DynamoDBClient, group_factory: Any, stream_name: str
+) -> None:
+    """Most deployments keep a worker's id across restarts. The restarted process counts the
+    leases under its id as its own and takes them back once they stood still for two renewal
+    intervals - before the survivors' failover time - so the survivors keep every lease they
+    had, and only what came after the dead process's last checkpoints is read twice."""
+    await client.create_stream(stream_name, 6)
+    keys = keys_per_shard(await shard_map(client, stream_name), 3)
+    writer = Writer(client, stream_name, keys, pause=0.2)
+    group: Group = group_factory(stream_name, backend="asyncio")
+    # A failover time the restart (a Python process's start, a few seconds on a busy machine)
+    # fits in; the protocol's own steps are the same at any scale.
+    group.leases = {**LEASES, "failover_time": 8.0, "renew_interval": 1.0}
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(writer.run)
+        for worker in ("w1", "w2", "w3"):
+            group.start(worker)
+        with anyio.fail_after(60):
+            await group.wait_for(lambda: even(group, ["w1", "w2", "w3"], 2))
+        await anyio.sleep(3.0)  # checkpoints ride on renewals
+        mine = group.holding()["w3"]
+        table = await lease_checkpoints(dynamodb, group.table)
+        last_checkpoint = {shard: table[shard][1] for shard in mine}
+        killed_at = group.kill("w3")
+        group.start("w3")
+
+        def mine_again() -> bool:
+            events = group.events()
+            restarted = any(
+                e["ev"] == "ready" and e["w"] == "w3" and e["t"] > killed_at for e in events
+            )
+            return restarted and group.holding().get("w3") == mine
+
+        with anyio.fail_after(60):
+            await group.wait_for(mine_again)
+        back = time.time() - killed_at
+        await anyio.sleep(1.0)
+        settled_at = time.time()  # then the workers stop, and hand their leases around
+        writer.stopping.set()
+    written = writer.written()
+    with anyio.fail_after(60):
+        await group.wait_for(lambda: written <= {d.data for d in group.deliveries()})
+        for worker in ("w1", "w2", "w3"):
+            assert await group.terminate(worker) == 0
+    events = group.events()
+    deliveries = group.deliveries()
+    assert {d.data for d in deliveries} == written
+    # The survivors neither lost nor gained a shard from the kill until the restarted worker
+    # held its own again.
+    moved = [
+        e
+        for e in events
+        if e["w"] in ("w1", "w2")
+        and e["ev"] in ("start", "stop")
+        and killed_at < e["t"] < settled_at
+    ]
+    assert moved == [], moved
+    # Read twice: only records of the dead process's shards after its last checkpoints.
+    first = first_deliveries(deliveries)
+    counts = Counter(d.record for d in deliveries)
+    for record, count in counts.items():
+        if count > 1:
+            origin = first[record]
+            assert origin.worker == "w3" and origin.t < killed_at, origin
+            checkpoint = last_checkpoint[origin.shard]
+            assert checkpoint is None or origin.order > checkpoint, (origin, checkpoint)
+    print(f"\nrestart under the same id: leases back after {back:.1f} s")
