@@ -169,6 +169,12 @@ _SHARD_FIELDS = _table(
      "Malformed records skipped (poison_records='skip')."),
     ("starvations", "starvations", "counter", "{starvation}",
      "Enhanced Fan-Out: times the shard met only ResourceInUse for too long."),
+    ("fallbacks", "fallbacks", "counter", "{fallback}",
+     "Enhanced Fan-Out: times the shard was read by GetRecords while the service held it."),
+    ("fallback_reads", "fallback.reads", "counter", "{read}",
+     "Enhanced Fan-Out: GetRecords calls made while the service held the shard (also in reads)."),
+    ("fallback_seconds", "fallback.time", "counter", "s",
+     "Enhanced Fan-Out: time the shard was read by GetRecords while the service held it."),
 )  # fmt: skip
 
 _LAG = InstrumentSpec(
