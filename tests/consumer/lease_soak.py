@@ -86,6 +86,7 @@ class SoakReport:
     duplicates_after_lease_loss: int = 0
     duplicates_unexplained: int = 0
     worker_deaths: int = 0
+    death_codes: list[int] = field(default_factory=list)
     max_overlap: float = 0.0
     order_violations: int = 0
     actions: Counter[str] = field(default_factory=Counter)
@@ -135,6 +136,7 @@ class _Workers:
         self.skew = skew
         self.incarnations: dict[str, list[_Incarnation]] = defaultdict(list)
         self.deaths = 0
+        self.death_codes: list[int] = []  # exit codes of the deaths, to tell them apart
         self.signalled: set[int] = set()
 
     def start(self, worker: str) -> None:
@@ -155,6 +157,7 @@ class _Workers:
             process = self.group.processes[worker]
             if process.poll() is not None and process.pid not in self.signalled:
                 self.deaths += 1
+                self.death_codes.append(process.returncode)
                 self.start(worker)
 
     async def kill_and_restart(self, worker: str) -> None:
@@ -175,8 +178,11 @@ class _Workers:
         self.signalled.add(self.group.processes[worker].pid)
         with anyio.fail_after(30):
             code = await self.group.terminate(worker)
-        if code != 0:
+        # 0: a clean stop. -SIGTERM: the signal came before the worker set up its handler (a
+        # process still starting, on a busy machine): our signal ended it, not a fault.
+        if code not in (0, -signal.SIGTERM):
             self.deaths += 1
+            self.death_codes.append(code)
         self.start(worker)
 
 
@@ -373,12 +379,15 @@ async def run_soak(
                 for worker in ids:
                     workers.signalled.add(group.processes[worker].pid)
                     with anyio.fail_after(30):
-                        if await group.terminate(worker) != 0:
-                            report.worker_deaths += 1
+                        code = await group.terminate(worker)
+                    if code != 0:  # long started: it must stop cleanly
+                        report.worker_deaths += 1
+                        report.death_codes.append(code)
                 report.seconds = time.time() - started
             finally:
                 group.close()
             report.worker_deaths += workers.deaths
+            report.death_codes.extend(workers.death_codes)
             report.faults = dict(proxy.stats.faults)
     events: list[dict[str, Any]] = []
     for worker in ids:
