@@ -26,6 +26,7 @@ import time
 from typing import IO, Any
 
 import anyio
+import anyio.abc
 
 from kinesis_actors import KinesisClient
 from kinesis_actors.consumer import Consumer, ConsumerConfig, StartingPosition
@@ -51,8 +52,11 @@ class _Events(logging.Handler):
             self._out.flush()
 
 
-async def _watch_sigterm(consumer: Consumer) -> None:
+async def _watch_sigterm(
+    consumer: Consumer, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+        task_status.started()
         async for _ in signals:
             consumer.stop()
             return
@@ -79,35 +83,39 @@ async def work(settings: dict[str, Any], out: IO[str]) -> None:
         verify=False,
         credentials=tuple(settings["credentials"]),
     )
-    async with client, Consumer(client, settings["stream"], config) as consumer:
+    async with (
+        client,
+        Consumer(client, settings["stream"], config) as consumer,
+        anyio.create_task_group() as tg,
+    ):
+        # "ready" once a SIGTERM means a clean stop, not the signal's default death.
+        await tg.start(_watch_sigterm, consumer)
         out.write(json.dumps({"ev": "ready", "w": worker, "t": _now()}) + "\n")
         out.flush()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_watch_sigterm, consumer)
-            async for batch in consumer:
-                now = _now()
-                table = batch.arrow.to_pydict()
-                for seq, sub, key, data in zip(
-                    table["sequence_number"],
-                    table["sub_sequence_number"],
-                    table["partition_key"],
-                    table["data"],
-                    strict=True,
-                ):
-                    line = {
-                        "ev": "record",
-                        "w": worker,
-                        "shard": batch.shard_id,
-                        "seq": seq,
-                        "sub": sub,
-                        "key": key,
-                        "data": data.decode(),
-                        "t": now,
-                    }
-                    out.write(json.dumps(line) + "\n")
-                out.flush()
-                consumer.commit(batch)
-            tg.cancel_scope.cancel()
+        async for batch in consumer:
+            now = _now()
+            table = batch.arrow.to_pydict()
+            for seq, sub, key, data in zip(
+                table["sequence_number"],
+                table["sub_sequence_number"],
+                table["partition_key"],
+                table["data"],
+                strict=True,
+            ):
+                line = {
+                    "ev": "record",
+                    "w": worker,
+                    "shard": batch.shard_id,
+                    "seq": seq,
+                    "sub": sub,
+                    "key": key,
+                    "data": data.decode(),
+                    "t": now,
+                }
+                out.write(json.dumps(line) + "\n")
+            out.flush()
+            consumer.commit(batch)
+        tg.cancel_scope.cancel()
     out.write(json.dumps({"ev": "exit", "w": worker, "t": _now()}) + "\n")
     out.flush()
 

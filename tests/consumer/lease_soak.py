@@ -174,13 +174,24 @@ class _Workers:
         process.send_signal(signal.SIGCONT)
         self.current(worker).paused.append((began, time.time()))
 
+    async def running(self, worker: str) -> None:
+        """Wait until ``worker``'s current process said it is ready (its SIGTERM handler is
+        set up), so that a SIGTERM means a clean stop."""
+        number = len(self.incarnations[worker])
+
+        def ready() -> bool:
+            readies = [e for e in self.group.events() if e["w"] == worker and e["ev"] == "ready"]
+            return len(readies) >= number
+
+        with anyio.fail_after(60):
+            await self.group.wait_for(ready)
+
     async def stop_and_restart(self, worker: str) -> None:
+        await self.running(worker)
         self.signalled.add(self.group.processes[worker].pid)
         with anyio.fail_after(30):
             code = await self.group.terminate(worker)
-        # 0: a clean stop. -SIGTERM: the signal came before the worker set up its handler (a
-        # process still starting, on a busy machine): our signal ended it, not a fault.
-        if code not in (0, -signal.SIGTERM):
+        if code != 0:
             self.deaths += 1
             self.death_codes.append(code)
         self.start(worker)
@@ -377,6 +388,7 @@ async def run_soak(
                     await group.wait_for(arrived)
                 workers.check()
                 for worker in ids:
+                    await workers.running(worker)
                     workers.signalled.add(group.processes[worker].pid)
                     with anyio.fail_after(30):
                         code = await group.terminate(worker)
