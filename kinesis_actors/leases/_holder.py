@@ -274,12 +274,8 @@ class LeaseHolder:
             new = await self._settle(key, held, taker, checkpoint)
             if new is None or new.checkpoint_owner is not None:
                 return None
-        if checkpoint is not None:
-            self._stats = replace(self._stats, checkpoints=self._stats.checkpoints + 1)
         self._stats = replace(self._stats, handoffs_given=self._stats.handoffs_given + 1)
-        self._held.pop(key, None)
-        self._tracker.forget(key)
-        self._by_key[key] = new
+        self._let_go(key, new, checkpoint)
         logger.info("%s handed %s over to %s", self._worker_id, key, taker)
         return new
 
@@ -296,12 +292,16 @@ class LeaseHolder:
             new = await self._settle(key, held, None, checkpoint)
             if new is None:
                 return None
+        self._let_go(key, new, checkpoint)
+        return new
+
+    def _let_go(self, key: str, new: Lease, checkpoint: tuple[str, int] | None) -> None:
+        """A release or a handover was written: the lease is no longer held."""
         if checkpoint is not None:
             self._stats = replace(self._stats, checkpoints=self._stats.checkpoints + 1)
         self._held.pop(key, None)
         self._tracker.forget(key)
         self._by_key[key] = new
-        return new
 
     def _transient(self, what: str, error: KinesisError) -> None:
         """A transient fault the client's retries did not mend (``what`` failed): counted
