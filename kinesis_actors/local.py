@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import IO, ClassVar, Self
@@ -103,6 +104,10 @@ def find_dynalite_dir() -> Path:
             "DYNALITE_DIR to the folder holding its cli.js"
         )
     return found
+
+
+#: Starts on fresh ports after a server found its port taken at start, before giving up.
+_START_ATTEMPTS = 3
 
 
 def _free_port() -> int:
@@ -210,8 +215,10 @@ class _LocalServer:
         the forking thread, not the process): start it from a thread that outlives it, as a
         ``with`` block does. ``async with`` forks from the event loop's thread.
         """
-        self._spawn()
-        self._wait_until_answering()
+        for attempt in range(_START_ATTEMPTS):
+            self._spawn()
+            if self._wait_until_answering(last=attempt == _START_ATTEMPTS - 1):
+                return
 
     def _spawn(self) -> None:
         """Fork the server (quick: no waiting)."""
@@ -236,8 +243,13 @@ class _LocalServer:
             preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, async-signal-safe enough
         )
 
-    def _wait_until_answering(self) -> None:
-        """Block until the spawned server answers; stop it and raise if it cannot."""
+    def _wait_until_answering(self, *, last: bool = True) -> bool:
+        """Block until the spawned server answers (True); stop it and raise if it cannot.
+
+        A free port is free only when it is chosen: another process (two test workers
+        starting servers at once) can bind it before the server does, which then exits at
+        start. Unless this is the ``last`` attempt, that returns False, stopped, for a new
+        attempt on new ports."""
         process = self._process
         if process is None:
             raise RuntimeError(f"{type(self).__name__} is not started")
@@ -246,6 +258,8 @@ class _LocalServer:
             if process.poll() is not None:
                 output = self._output()
                 self.stop()
+                if "EADDRINUSE" in output and not last:
+                    return False
                 raise self._ERROR(
                     f"the {self._NAME} exited at start (code {self._exit_code}):\n{output}"
                 )
@@ -253,6 +267,7 @@ class _LocalServer:
                 self.stop()
                 raise self._ERROR(f"the {self._NAME} did not answer within {self.start_timeout} s")
             time.sleep(0.05)  # sync on purpose: __aenter__ runs this in a worker thread
+        return True
 
     def _output(self) -> str:
         if self._log is None:
@@ -299,13 +314,16 @@ class _LocalServer:
         # Forked here, on the event loop's thread: the parent-death signal follows the thread
         # that forks, and anyio retires an idle worker thread after 10 s, which killed a
         # server started from one (seen as SIGKILL mid-benchmark). Only the wait is threaded.
-        self._spawn()
-        try:
-            await anyio.to_thread.run_sync(self._wait_until_answering)
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(self.stop)
-            raise
+        for attempt in range(_START_ATTEMPTS):
+            self._spawn()
+            last = attempt == _START_ATTEMPTS - 1
+            try:
+                if await anyio.to_thread.run_sync(partial(self._wait_until_answering, last=last)):
+                    break
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(self.stop)
+                raise
         return self
 
     async def __aexit__(

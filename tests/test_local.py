@@ -63,14 +63,25 @@ def test_starts_on_free_ports_and_stops() -> None:
     server.stop()  # idempotent
 
 
-def test_a_plain_port_taken_by_another_server_is_an_error_not_that_server(
+def test_a_plain_port_taken_by_another_server_is_retried_on_new_ports_not_adopted(
     monkeypatch: pytest.MonkeyPatch, local_kinesis: LocalKinesis
 ) -> None:
     """Two test workers start their servers at once and can be handed the same free port: the
-    second server then fails to bind while the first one answers on it. Starting must fail,
-    not adopt the other process's server (which would vanish with that process, mid-run)."""
-    ports = iter([local_kinesis.plain_port, local._free_port()])
-    monkeypatch.setattr(local, "_free_port", lambda: next(ports))
+    second server then fails to bind while the first one answers on it. Starting must not
+    adopt the other process's server (which would vanish with that process, mid-run): it
+    starts again on new ports."""
+    real_free_port = local._free_port
+    ports = iter([local_kinesis.plain_port])
+    monkeypatch.setattr(local, "_free_port", lambda: next(ports, None) or real_free_port())
+    with LocalKinesis(start_timeout=20) as second:
+        assert second.running and second.plain_port != local_kinesis.plain_port
+    assert local_kinesis.running
+
+
+def test_a_port_taken_at_every_attempt_is_an_error_naming_the_exit(
+    monkeypatch: pytest.MonkeyPatch, local_kinesis: LocalKinesis
+) -> None:
+    monkeypatch.setattr(local, "_free_port", lambda: local_kinesis.plain_port)
     second = LocalKinesis(start_timeout=20)
     with pytest.raises(LocalKinesisError, match="exited at start"):
         second.start()

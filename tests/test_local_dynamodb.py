@@ -107,6 +107,25 @@ def test_a_port_taken_by_another_server_is_an_error_not_that_server(
     assert local_dynamodb.running
 
 
+def test_a_port_taken_between_its_choice_and_the_servers_bind_is_retried_on_a_new_one(
+    monkeypatch: pytest.MonkeyPatch, local_dynamodb: LocalDynamoDB
+) -> None:
+    """A free port is free only when it is chosen: a server that then finds it taken exits at
+    start, and starting tries again on new ports instead of failing the run."""
+    chosen: list[int] = []
+    real_free_port = local_module._free_port
+
+    def first_taken() -> int:
+        port = local_dynamodb.port if not chosen else real_free_port()
+        chosen.append(port)
+        return port
+
+    monkeypatch.setattr(local_module, "_free_port", first_taken)
+    with LocalDynamoDB(start_timeout=20) as second:
+        assert second.running and second.port != local_dynamodb.port
+    assert chosen[0] == local_dynamodb.port and len(chosen) == 2
+
+
 def test_a_client_that_goes_away_mid_request_does_not_kill_the_server() -> None:
     """dynalite throws from a request's error handler: a call cancelled after its headers
     were sent (a killed lease worker does that) took the whole server down, and every lease
