@@ -22,8 +22,7 @@ from tests.faults import FaultProxy
 
 # No per-example deadline: Hypothesis's default (200 ms) measures the machine's load, not
 # the code (25 of 27 property tests kept it, and a loaded 2-core machine exceeds it with no
-# bug). Examples stay bounded by
-# ``max_examples`` and the tests' own hang guards.
+# bug). Examples stay bounded by ``max_examples`` and the tests' own hang guards.
 settings.register_profile("suite", deadline=None)
 settings.load_profile("suite")
 
