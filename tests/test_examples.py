@@ -33,6 +33,10 @@ EXPECTED: dict[str, list[str]] = {
         r"PutResult\(shard_id='shardId-\d+', sequence_number='\d+', sub_sequence_number=0\)",
         r"1000 records sent",
     ],
+    "producer_failures.py": [
+        r"parked 3 records: ResourceNotFoundError; the block left quietly",
+        r"unretrieved: producer for 'payments' failed: 3 record\(s\) could not be written",
+    ],
     "consumer.py": [
         r"shardId-\d+: \d+ records from b'order \d+'",
         r"resumed: \[b'order 100'\]",
