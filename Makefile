@@ -35,8 +35,8 @@ $(DYNALITE):
 	test -f $(DYNALITE)
 
 lint: $(STAMP)
-	$(BIN)/ruff check kinesis_actors spark_bridge tests benchmarks
-	$(BIN)/ruff format --check kinesis_actors spark_bridge tests benchmarks
+	$(BIN)/ruff check kinesis_actors spark_bridge tests benchmarks examples
+	$(BIN)/ruff format --check kinesis_actors spark_bridge tests benchmarks examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -7,7 +7,8 @@ writers) and raises :class:`~kinesis_actors.errors.ConfigError` naming the optio
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -19,9 +20,11 @@ __all__ = [
     "Connection",
     "SinkOptions",
     "SourceOptions",
+    "closest",
     "parse_connection",
     "parse_sink_options",
     "parse_source_options",
+    "spelled",
 ]
 
 _TRUE = {"true", "1", "yes"}
@@ -52,6 +55,51 @@ SINK_OPTIONS = CONNECTION_OPTIONS | {
     "flushtimeout",
     "checkpointlocation",
 }
+
+#: Every option as docs/spark.md spells it; messages name options this way (Spark hands them
+#: over lowercased).
+SPELLING = {
+    name.lower(): name
+    for name in (
+        "streamName",
+        "path",
+        "region",
+        "endpointUrl",
+        "verifySsl",
+        "awsAccessKeyId",
+        "awsSecretKey",
+        "sessionToken",
+        "consumerMode",
+        "consumerName",
+        "registration",
+        "initialPosition",
+        "maxRecordsPerTrigger",
+        "maxBytesPerTrigger",
+        "maxStagedRecords",
+        "maxStagedBytes",
+        "replayTimeout",
+        "deregisterConsumer",
+        "arrivalWindowPerTrigger",
+        "settleLag",
+        "readPath",
+        "aggregation",
+        "queueLimitRecords",
+        "flushTimeout",
+        "checkpointLocation",
+    )
+}
+
+
+def spelled(name: str) -> str:
+    """``name`` (any case) as docs/spark.md spells it."""
+    return SPELLING.get(name.lower(), name)
+
+
+def closest(name: str, candidates: Iterable[str]) -> str | None:
+    """The candidate most like ``name`` (case aside), if one is close enough to be a typo."""
+    by_lower = {candidate.lower(): candidate for candidate in candidates}
+    found = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
+    return by_lower[found[0]] if found else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,11 +172,20 @@ def _lower(options: Mapping[str, str]) -> dict[str, str]:
 
 
 def _unknown(options: Mapping[str, str], known: frozenset[str], what: str) -> None:
+    """A ConfigError for the first unknown option: the closest known name, if one is near,
+    and every known one (the message is all a user without a checkout has)."""
     unknown = sorted(set(options) - known)
-    if unknown:
-        raise ConfigError(
-            f"unknown {what} option(s) {', '.join(unknown)}; see docs/spark.md for the options"
-        )
+    if not unknown:
+        return
+    name = unknown[0]
+    names = sorted(spelled(option) for option in known if option != "path")
+    guess = closest(name, names)
+    hint = f"; did you mean {guess!r}?" if guess is not None else ""
+    others = f" (and {len(unknown) - 1} more unknown)" if len(unknown) > 1 else ""
+    raise ConfigError(
+        f"unknown {what} option {name!r}{hint}{others} (Spark passes option names lowercased; "
+        f"any case works). The {what}'s options: {', '.join(names)}"
+    )
 
 
 def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,6 +34,7 @@ from pyspark.sql.streaming.datasource import (
 
 from kinesis_actors import StartingPosition
 
+from ._hints import spoken
 from ._offsets import OFFSET_VERSION, Offset, ShardEntry, canonical, changed_shards, parse_offset
 from ._options import Connection, SourceOptions
 from ._planner import Planner
@@ -94,6 +96,13 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._planner = Planner(self._options)
         return self._planner
 
+    def _spoken(self) -> AbstractContextManager[None]:
+        """A certificate or missing-stream error said for a Spark user (``verifySsl``)."""
+        options = self._options
+        return spoken(
+            stream=", ".join(options.streams), connection=options.connection, hint="verifySsl"
+        )
+
     # -- offsets -------------------------------------------------------------------------------
 
     def initialOffset(self) -> dict[str, Any]:
@@ -104,7 +113,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if options.initial_position != "trim_horizon":
             when = options.initial_timestamp or datetime.now(UTC)
             start = StartingPosition("AT_TIMESTAMP", timestamp=when)
-            for key in sorted(self._get_planner().list_now()):
+            with self._spoken():
+                listed = self._get_planner().list_now()
+            for key in sorted(listed):
                 offset.shards[key] = ShardEntry(start=start)
         document = offset.to_json(options.streams)
         self._initial = canonical(document)
@@ -155,9 +166,10 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if self._target_ms is None:
                     return start
                 time.sleep(wait)
-            plan = planner.plan(
-                parsed, max_rows=max_rows, max_bytes=max_bytes, target_ms=self._target_ms
-            )
+            with self._spoken():
+                plan = planner.plan(
+                    parsed, max_rows=max_rows, max_bytes=max_bytes, target_ms=self._target_ms
+                )
             # Only a plan that found nothing paces the next one: a busy query plans once per
             # micro-batch, an idle one twice a second.
             self._last_plan = -1e9 if plan.moved else time.monotonic()

@@ -71,8 +71,12 @@ class ProducerConfig:
       this many unknown outcomes; then it fails with
       :class:`~kinesis_actors.errors.MalformedReplyError`. 1 never resends an unknown outcome.
     - ``fail_on_error`` (on): a record that fails for good also fails the producer, so the next
-      ``put`` or ``flush`` raises :class:`~kinesis_actors.errors.ProducerFailedError`. Off, the
-      failure reaches only that record's handle and the ``records_failed`` metric.
+      ``put`` or ``flush`` raises :class:`~kinesis_actors.errors.ProducerFailedError` (it
+      takes no more records, so none is written after a failed one). Leaving the block
+      raises it only for failures nobody retrieved: a record's error that its handle gave to
+      the caller (``await handle``, ``handle.result()``, ``handle.exception()``) before the
+      exit is handled, and leaves the exit alone. Off, the failure reaches only that
+      record's handle and the ``records_failed`` metric, and nothing else raises.
     - ``shard_map_min_refresh_interval`` (1 s): the shard map is listed again when a record
       lands on a shard other than the predicted one, at most this often.
 

@@ -42,9 +42,20 @@ class Outcomes:
     awaited before they settle). ``events`` is created on first use, by a waiter on the
     loop; ``errors`` at once, since ``SyncProducer`` may fail slots from its caller's thread
     while the loop fails others (two threads creating it could lose a failure).
+
+    ``unretrieved`` holds the failed slots whose error counts against the producer
+    (``fail_on_error``) until a handle gives it to the caller (:meth:`PutHandle.exception`): the
+    ledger adds a slot before failing it, so a caller who sees the error can always claim it.
     """
 
-    __slots__ = ("errors", "events", "sequence_numbers", "shard_ids", "sub_sequence_numbers")
+    __slots__ = (
+        "errors",
+        "events",
+        "sequence_numbers",
+        "shard_ids",
+        "sub_sequence_numbers",
+        "unretrieved",
+    )
 
     def __init__(self, size: int) -> None:
         self.sequence_numbers: list[str | None] = [None] * size
@@ -52,6 +63,7 @@ class Outcomes:
         self.sub_sequence_numbers: list[int] = [0] * size
         self.errors: dict[int, BaseException] = {}
         self.events: dict[int, anyio.Event] | None = None
+        self.unretrieved: set[int] | None = None
 
     def __len__(self) -> int:
         return len(self.sequence_numbers)
@@ -132,8 +144,19 @@ class PutHandle:
         return PutResult(shard_id, sequence_number, outcomes.sub_sequence_numbers[slot])
 
     def exception(self) -> BaseException | None:
-        """The failure, or ``None`` (also while not settled)."""
-        return self._outcomes.errors.get(self._slot)
+        """The failure, or ``None`` (also while not settled).
+
+        A failure given to the caller here, by :meth:`result` or by ``await handle`` is
+        *retrieved*: leaving the producer's block no longer raises
+        :class:`~kinesis_actors.errors.ProducerFailedError` for it (``fail_on_error``).
+        """
+        outcomes, slot = self._outcomes, self._slot
+        error = outcomes.errors.get(slot)
+        if error is not None:
+            unretrieved = outcomes.unretrieved
+            if unretrieved is not None:
+                unretrieved.discard(slot)
+        return error
 
     async def wait(self) -> PutResult:
         """Wait until settled; return the result or raise the failure."""
@@ -166,7 +189,7 @@ class PutHandle:
         return hash((id(self._outcomes), self._slot))
 
     def __repr__(self) -> str:
-        error = self.exception()
+        error = self._outcomes.errors.get(self._slot)  # looking is not retrieving
         if error is not None:
             return f"<PutHandle failed: {error!r}>"
         if self.done():

@@ -6,6 +6,12 @@ record's room back to the queue, counts it, and counts it off its flush epoch, s
 knows when everything accepted before it has settled. A failure with ``fail_on_error`` is kept
 as the producer's failure; the senders' supervisor giving up is kept apart, as ``_broken``.
 
+A failure with ``fail_on_error`` stops the producer (``put`` and ``flush`` raise) whoever looked
+at it, but leaving the block raises only for failures no handle gave to the caller
+(:meth:`Ledger._unretrieved_failure`): an error the caller took from its record's handle was
+reported once, where it was asked for, and raising it again at the exit would punish the code
+that handled it. One nobody retrieved must not pass in silence, so the exit raises it.
+
 Sans-IO but for the clock read that rate-limits the failure log; :class:`~._producer.Producer`
 extends it (inheritance, not delegation: the put path gains no call).
 """
@@ -21,7 +27,7 @@ from .. import errors
 from ..runtime import Mailbox, RestartIntensityExceeded
 from ._calls import Entry, Part
 from ._config import ProducerConfig
-from ._handle import NO_OUTCOMES, PutResult
+from ._handle import NO_OUTCOMES, Outcomes, PutResult
 
 __all__ = ["Ledger"]
 
@@ -41,6 +47,10 @@ class Ledger:
         self._settled: anyio.Event | None = None
         self._failure: BaseException | None = None
         self._broken: RestartIntensityExceeded | None = None  # the senders' supervisor gave up
+        # Failed slots that count against the producer, in failure order; their Outcomes say
+        # which are still unretrieved. Bounded by what was accepted before the first failure
+        # (after it, put takes no more records).
+        self._counted_failures: list[tuple[Outcomes, int]] = []
         self._last_failure_log = -math.inf
         # Settled entries, refilled by the put path (see Entry): at most a queue's worth.
         self._spares: list[Entry] = []
@@ -108,9 +118,14 @@ class Ledger:
             outcomes.acknowledge(slot, *result)
             counters["records_sent"] += 1
         else:
+            if self._record_failure(error):
+                # Before failing the slot: a caller who sees the error can claim it.
+                if outcomes.unretrieved is None:
+                    outcomes.unretrieved = set()
+                outcomes.unretrieved.add(slot)
+                self._counted_failures.append((outcomes, slot))
             outcomes.fail(slot, error)
             counters["records_failed"] += 1
-            self._record_failure(error)
         queue = self._queue
         if queue is not None:
             queue.release(1, entry.size)
@@ -118,11 +133,13 @@ class Ledger:
         if len(self._spares) < self._spare_limit:
             self._spares.append(entry)
 
-    def _record_failure(self, error: BaseException) -> None:
+    def _record_failure(self, error: BaseException) -> bool:
+        """Count and log a record's failure; whether it counts against the producer."""
         closing = isinstance(
             error, errors.ProducerClosedError
         )  # the closer's doing, not the stream's
-        if self._config.fail_on_error and self._failure is None and not closing:
+        counts = self._config.fail_on_error and not closing
+        if counts and self._failure is None:
             self._failure = error
         now = anyio.current_time()
         if now - self._last_failure_log >= self._config.backpressure_warning_interval:
@@ -131,8 +148,22 @@ class Ledger:
                 "producer for stream %r gave up on a record: %s (%d failed so far)",
                 self._stream,
                 error,
-                self._counters["records_failed"],
+                self._counters["records_failed"] + 1,
             )
+        return counts
+
+    def _unretrieved_failure(self) -> tuple[BaseException, int] | None:
+        """The first failure that counts against the producer and that no handle gave to the
+        caller, with how many such failures there are; ``None`` when there is none."""
+        first: BaseException | None = None
+        count = 0
+        for outcomes, slot in self._counted_failures:
+            unretrieved = outcomes.unretrieved
+            if unretrieved is not None and slot in unretrieved:
+                count += 1
+                if first is None:
+                    first = outcomes.errors.get(slot)
+        return None if first is None else (first, count)
 
     def _forget(self, epoch: int) -> None:
         """A record counted in ``epoch`` was not queued after all."""
@@ -144,6 +175,24 @@ class Ledger:
         return errors.ProducerClosedError(
             f"producer for {self._stream!r} closed while this put waited for room"
         )
+
+    def _exit_error(self) -> errors.ProducerFailedError | None:
+        """What a normal exit raises: the senders' supervisor giving up, or a failure that
+        counts against the producer and that no handle gave to the caller; else ``None``."""
+        if self._broken is not None:
+            return self._failed_error()
+        unretrieved = self._unretrieved_failure()
+        if unretrieved is None:
+            return None
+        first, count = unretrieved
+        error = errors.ProducerFailedError(
+            f"producer for {self._stream!r} failed: {count} record(s) could not be written and "
+            f"no handle gave their error to the caller; the first: {first} (await each "
+            "handle, or call its exception(), to handle a failure yourself; "
+            "ProducerConfig(fail_on_error=False) leaves failures on the handles only)"
+        )
+        error.__cause__ = first
+        return error
 
     def _failed_error(self) -> errors.ProducerFailedError:
         broken = self._broken

@@ -187,7 +187,10 @@ class Producer(Intake):
         """Leave the block: normally, flush; because of an exception, stop within a bound.
 
         A normal exit waits until every accepted record is acknowledged or has failed, then
-        raises :class:`~kinesis_actors.errors.ProducerFailedError` if one failed for good. An
+        raises :class:`~kinesis_actors.errors.ProducerFailedError` if one failed for good
+        (``fail_on_error``) and no handle gave its error to the caller (an error taken from
+        its handle, by ``await``, ``result()`` or ``exception()``, is handled), or if the
+        senders' supervisor gave up. An
         :class:`Exception` leaving the block stops taking records and gives those accepted
         ``config.exit_grace`` to settle; any other exception (cancellation,
         ``KeyboardInterrupt``, ``SystemExit``) none. What is left fails with
@@ -209,8 +212,10 @@ class Producer(Intake):
             task_group.cancel_scope.cancel()  # in-flight senders abandon their calls
             with unwrap_sole():  # the block's own exception as itself, not a group of one
                 suppressed = await task_group.__aexit__(exc_type, exc, tb)
-        if exc_type is None and (self._failure is not None or self._broken is not None):
-            raise self._failed_error()
+        if exc_type is None:
+            failed = self._exit_error()
+            if failed is not None:
+                raise failed
         return suppressed
 
     async def _settle_within(self, grace: float, cause: BaseException) -> None:

@@ -182,25 +182,65 @@ async def test_dropped_connections_lose_nothing(
     assert seen == {"k": list(range(500))}  # cut before forwarding: no duplicates either
 
 
+def deny_puts(request: Request) -> Fault:
+    return Reply.error("AccessDeniedException") if request.target == "PutRecords" else None
+
+
 async def test_a_final_failure_reaches_the_handle_and_fails_the_producer(
     proxy: FaultProxy, local_kinesis: LocalKinesis, stream_name: str
 ) -> None:
     async with proxied(proxy, local_kinesis) as kinesis:
         await kinesis.create_stream(stream_name, 1)
-        proxy.decide = lambda r: (
-            Reply.error("AccessDeniedException") if r.target == "PutRecords" else None
-        )
+        proxy.decide = deny_puts
+        async with Producer(kinesis, stream_name, ProducerConfig(linger=0.01)) as producer:
+            handle = await producer.put(b"x", "k")
+            with pytest.raises(errors.AccessDeniedError):
+                await handle
+            with pytest.raises(errors.ProducerFailedError) as raised:
+                await producer.put(b"y", "k")
+            assert isinstance(raised.value.__cause__, errors.AccessDeniedError)
+            with pytest.raises(errors.ProducerFailedError):
+                await producer.flush()
+        # Leaving raised nothing: the one failure was retrieved from its handle.
+    assert producer.metrics.records_failed == 1
+
+
+async def test_a_failure_retrieved_from_its_handle_does_not_fail_the_exit(
+    proxy: FaultProxy, local_kinesis: LocalKinesis, stream_name: str
+) -> None:
+    async with proxied(proxy, local_kinesis) as kinesis:
+        await kinesis.create_stream(stream_name, 1)
+        proxy.decide = deny_puts
+        handled = []
+        async with Producer(kinesis, stream_name, ProducerConfig(linger=0.01)) as producer:
+            handles = await producer.put_many([(b"a", "k1"), (b"b", "k2"), (b"c", "k3")])
+            for handle in handles[:2]:
+                try:
+                    await handle
+                except errors.AccessDeniedError as error:
+                    handled.append(error)
+            assert isinstance(handles[2].exception(), errors.AccessDeniedError)
+    assert len(handled) == 2
+    assert producer.metrics.records_failed == 3
+
+
+async def test_a_failure_nobody_retrieved_fails_the_exit_with_its_count(
+    proxy: FaultProxy, local_kinesis: LocalKinesis, stream_name: str
+) -> None:
+    async with proxied(proxy, local_kinesis) as kinesis:
+        await kinesis.create_stream(stream_name, 1)
+        proxy.decide = deny_puts
         with pytest.raises(errors.ProducerFailedError) as raised:
             async with Producer(kinesis, stream_name, ProducerConfig(linger=0.01)) as producer:
-                handle = await producer.put(b"x", "k")
+                handles = await producer.put_many([(b"a", "k1"), (b"b", "k2"), (b"c", "k3")])
                 with pytest.raises(errors.AccessDeniedError):
-                    await handle
+                    await handles[0]
                 with pytest.raises(errors.ProducerFailedError):
-                    await producer.put(b"y", "k")
-                with pytest.raises(errors.ProducerFailedError):
-                    await producer.flush()
-        assert isinstance(raised.value.__cause__, errors.AccessDeniedError)
-    assert producer.metrics.records_failed == 1
+                    await producer.flush()  # all settled; flush's error retrieves no handle's
+                assert "failed" in repr(handles[1])  # looking is not retrieving
+    message = str(raised.value)
+    assert "2 record(s)" in message and "fail_on_error=False" in message
+    assert isinstance(raised.value.__cause__, errors.AccessDeniedError)
 
 
 async def test_without_fail_on_error_a_failure_stays_with_its_record(
@@ -237,14 +277,14 @@ async def test_record_ttl_gives_up_with_a_typed_error_never_silently(
     config = ProducerConfig(linger=0.01, record_ttl=0.3, retry_base=0.01, retry_max=0.05)
     async with proxied(proxy, local_kinesis) as kinesis:
         await kinesis.create_stream(stream_name, 1)
-        with pytest.raises(errors.ProducerFailedError):
-            async with Producer(kinesis, stream_name, config) as producer:
-                handles = [await producer.put(b"x", f"k{i}") for i in range(20)]
-                with anyio.fail_after(10):
-                    for handle in handles:
-                        with pytest.raises(errors.RecordExpiredError) as expired:
-                            await handle
-                        assert isinstance(expired.value.__cause__, errors.ThrottlingError)
+        async with Producer(kinesis, stream_name, config) as producer:
+            handles = [await producer.put(b"x", f"k{i}") for i in range(20)]
+            with anyio.fail_after(10):
+                for handle in handles:
+                    with pytest.raises(errors.RecordExpiredError) as expired:
+                        await handle
+                    assert isinstance(expired.value.__cause__, errors.ThrottlingError)
+        # Every failure was retrieved from its handle: leaving raised nothing.
     assert producer.metrics.records_failed == 20
     assert producer.metrics.outstanding_records == 0
 

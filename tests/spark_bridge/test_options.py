@@ -13,12 +13,16 @@ import pytest
 from kinesis_actors.errors import ConfigError
 from kinesis_actors.records import RECORD_SCHEMA, Aggregator, build_record_batch
 from spark_bridge._options import (
+    SINK_OPTIONS,
+    SOURCE_OPTIONS,
+    SPELLING,
     Connection,
     SinkOptions,
     SourceOptions,
     parse_connection,
     parse_sink_options,
     parse_source_options,
+    spelled,
 )
 from spark_bridge._schema import SPARK_ARROW_SCHEMA, spark_schema, to_spark_batch
 
@@ -456,6 +460,45 @@ def test_unknown_sink_option_is_named(name: str) -> None:
 def test_unknown_options_are_checked_before_the_stream_name() -> None:
     with pytest.raises(ConfigError, match="bogus"):
         parse_source_options({"bogus": "1"})
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [
+        ("initalposition", "initialPosition"),  # as Spark hands it over: lowercased
+        ("initalPosition", "initialPosition"),
+        ("maxRecordsPerBatch", "maxRecordsPerTrigger"),
+        ("endpoint_url", "endpointUrl"),
+        ("verify", "verifySsl"),
+    ],
+)
+def test_an_unknown_source_option_gets_the_closest_name_as_documented(
+    typo: str, meant: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        source(**{typo: "1"})
+    first = str(raised.value).splitlines()[0]
+    assert f"unknown source option '{typo.lower()}'; did you mean '{meant}'?" in first
+
+
+def test_an_unknown_option_far_from_any_gets_no_guess_but_the_list() -> None:
+    with pytest.raises(ConfigError) as raised:
+        sink(bogus="1")
+    message = str(raised.value)
+    assert "did you mean" not in message
+    assert "'bogus'" in message
+    # The list is the reference for a user without a checkout: every sink option, as spelt.
+    listed = message.rsplit("options: ", 1)[1].split(", ")
+    assert listed == sorted(spelled(name) for name in SINK_OPTIONS if name != "path")
+    assert "queueLimitRecords" in listed and "docs/spark.md" not in message
+
+
+def test_every_known_option_has_its_documented_spelling() -> None:
+    """A new option added to the sets without its camelCase spelling would be named
+    lowercased in messages."""
+    for name in SOURCE_OPTIONS | SINK_OPTIONS:
+        assert spelled(name).lower() == name
+        assert spelled(name) in SPELLING.values()
 
 
 # --- sink ----------------------------------------------------------------------------------

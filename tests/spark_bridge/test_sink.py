@@ -186,7 +186,12 @@ def test_partition_writer_delivers_every_row(
     rows = [(f"x{i}".encode() * (1 + i % 5), f"k{i % 23}") for i in range(1_500)]
     df = spark.createDataFrame(rows, "data binary, partitionKey string").repartition(4)
     writer = partition_writer(
-        stream, **_via(proxy), aggregation=False, queueLimitRecords=200, flushTimeout=60
+        stream,
+        endpoint_url=proxy.endpoint_url,
+        credentials=("local", "local"),
+        aggregation=False,
+        queue_limit_records=200,
+        flush_timeout=60,
     )
     assert pickle.loads(pickle.dumps(writer)) == writer
     df.foreachPartition(writer)
@@ -234,7 +239,7 @@ def test_a_bad_sink_option_fails_naming_it(spark: Any, conn: dict[str, str]) -> 
 
 
 def test_partition_writer_checks_its_options_at_once() -> None:
-    with pytest.raises(errors.ConfigError, match="unknown option 'streamname'"):
+    with pytest.raises(errors.ConfigError, match="unknown keyword streamname="):
         partition_writer("s", streamname="other")
     with pytest.raises(errors.ConfigError, match="option flushTimeout must be a positive"):
         partition_writer("s", flushTimeout="soon")
@@ -242,6 +247,93 @@ def test_partition_writer_checks_its_options_at_once() -> None:
         partition_writer("s", endpointUrl="localhost:4567")
     with pytest.raises(errors.ConfigError, match="exactly one stream"):
         partition_writer("a,b")
+
+
+def test_partition_writer_takes_python_keywords_and_names_them_in_its_errors(
+    local_kinesis: LocalKinesis, stream: str
+) -> None:
+    python = partition_writer(
+        stream,
+        endpoint_url=local_kinesis.endpoint_url,
+        credentials=("local", "local"),
+        verify=True,
+        queue_limit_records=100,
+        flush_timeout=30,
+    )
+    spark = partition_writer(
+        stream,
+        endpointUrl=local_kinesis.endpoint_url,
+        awsAccessKeyId="local",
+        awsSecretKey="local",
+        verifySsl="true",
+        queueLimitRecords=100,
+        flushTimeout="30",
+    )
+    assert python.options == spark.options  # type: ignore[attr-defined]
+    with pytest.raises(errors.ConfigError, match="endpoint_url must start with http"):
+        partition_writer("s", endpoint_url="localhost:4567")
+    with pytest.raises(errors.ConfigError, match="flush_timeout must be a positive number"):
+        partition_writer("s", flush_timeout=0)
+    with pytest.raises(errors.ConfigError, match="verify must be True or False"):
+        partition_writer("s", verify="false")
+    with pytest.raises(errors.ConfigError, match=r"credentials must be \(access_key"):
+        partition_writer("s", credentials="local:local")
+    with pytest.raises(errors.ConfigError, match=r"did you mean flush_timeout=\?"):
+        partition_writer("s", flush_timout=3)
+    with pytest.raises(errors.ConfigError, match="use one style") as mixed:
+        partition_writer("s", endpoint_url="http://x", awsAccessKeyId="k", awsSecretKey="s")
+    assert "endpoint_url" in str(mixed.value) and "awsAccessKeyId" in str(mixed.value)
+
+
+def test_partition_writer_names_a_missing_stream_and_its_endpoint_first(
+    local_kinesis: LocalKinesis,
+) -> None:
+    with pytest.raises(errors.ResourceNotFoundError) as raised:
+        partition_writer(
+            "no-such-stream", endpoint_url=local_kinesis.endpoint_url, credentials=("a", "b")
+        )
+    first = str(raised.value).splitlines()[0]
+    assert first.startswith(f"stream 'no-such-stream' not found at {local_kinesis.endpoint_url}")
+
+
+@pytest.mark.parametrize(
+    ("keywords", "named", "not_named"),
+    [
+        ({"credentials": ("local", "local")}, "keyword verify=", "verifySsl"),
+        ({"awsAccessKeyId": "local", "awsSecretKey": "local"}, "option verifySsl", "verify="),
+    ],
+)
+def test_a_self_signed_endpoint_names_the_setting_the_caller_has(
+    local_kinesis: LocalKinesis,
+    stream: str,
+    keywords: dict[str, Any],
+    named: str,
+    not_named: str,
+) -> None:
+    url = "endpoint_url" if "credentials" in keywords else "endpointUrl"
+    with pytest.raises(errors.CertificateError) as raised:
+        partition_writer(stream, **{url: local_kinesis.tls_endpoint_url}, **keywords)
+    message = str(raised.value)
+    assert named in message and not_named not in message and "`verify`" not in message
+    assert message.startswith(f"DescribeStreamSummary: {local_kinesis.tls_endpoint_url}: ")
+
+
+def test_a_task_on_a_self_signed_endpoint_names_verify_ssl_in_its_first_line(
+    local_kinesis: LocalKinesis, stream: str
+) -> None:
+    """The executor's side: the task's producer meets the certificate."""
+    options = parse_sink_options(
+        {
+            "streamName": stream,
+            "endpointUrl": local_kinesis.tls_endpoint_url,
+            "awsAccessKeyId": "local",
+            "awsSecretKey": "local",
+        }
+    )
+    with pytest.raises(errors.CertificateError) as raised:
+        write_records(options, [[(b"x", "k", None)]])
+    first = str(raised.value).splitlines()[0]
+    assert "the option verifySsl" in first and "`verify`" not in first
 
 
 def test_a_null_partition_key_fails_the_task_naming_the_column(
@@ -267,8 +359,32 @@ def test_an_unknown_stream_fails_the_write_on_the_driver(spark: Any, conn: dict[
             .save()
         )
     text = str(failure.value)
-    assert "ResourceNotFound" in text
-    assert "no-such-stream" in text
+    lines = text.splitlines()
+    cause = f"stream 'no-such-stream' not found at {conn['endpointUrl']}"
+    at = next(index for index, line in enumerate(lines) if cause in line)
+    # Raised from writer(), not from inside the pickler: a few frames above the cause
+    # (30 lines of cloudpickle frames and a PicklingError before; 60-74 before that).
+    assert at < 16, text
+    assert "PicklingError" not in text
+
+
+def test_a_self_signed_endpoint_fails_the_write_naming_verify_ssl(
+    spark: Any, local_kinesis: LocalKinesis, stream: str
+) -> None:
+    df = spark.createDataFrame([("a", "k")], "data string, partitionKey string")
+    with pytest.raises(AnalysisException) as failure:
+        (
+            df.write.format("kinesis")
+            .mode("append")
+            .option("streamName", stream)
+            .option("endpointUrl", local_kinesis.tls_endpoint_url)
+            .option("awsAccessKeyId", "local")
+            .option("awsSecretKey", "local")
+            .save()
+        )
+    text = str(failure.value)
+    assert "the option verifySsl (false for a self-signed local server" in text
+    assert "`verify`" not in text
 
 
 def test_an_oversized_record_fails_the_task_naming_the_row(

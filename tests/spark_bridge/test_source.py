@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kinesis_actors import LocalKinesis, ProducerConfig
+from kinesis_actors import LocalKinesis, ProducerConfig, errors
 from kinesis_actors.sync import SyncProducer
 from tests.boto import create_stream
 
@@ -360,3 +360,46 @@ def test_killing_the_driver_mid_stream_loses_and_repeats_nothing(
     keys = [(r.shardId, r.sequenceNumber, r.subSequenceNumber) for r in rows]
     assert len(keys) == len(set(keys)), "a record was written twice"
     assert sorted(bytes(r.data) for r in rows) == [b"record-%06d" % i for i in range(4000)]
+
+
+def _reader(endpoint: str, stream: str) -> Any:
+    from spark_bridge._options import parse_source_options
+    from spark_bridge._source import KinesisStreamReader
+
+    options = parse_source_options(
+        {
+            "streamName": stream,
+            "endpointUrl": endpoint,
+            "awsAccessKeyId": "local",
+            "awsSecretKey": "local",
+            "initialPosition": "latest",  # the first offset lists the shards: a call
+        }
+    )
+    return KinesisStreamReader(options)
+
+
+def test_the_source_on_a_self_signed_endpoint_names_verify_ssl(
+    local_kinesis: LocalKinesis, stream_name: str
+) -> None:
+    create_stream(local_kinesis, stream_name, 1)
+    reader = _reader(local_kinesis.tls_endpoint_url, stream_name)
+    try:
+        with pytest.raises(errors.CertificateError) as raised:
+            reader.initialOffset()
+    finally:
+        reader.stop()
+    first = str(raised.value).splitlines()[0]
+    assert "the option verifySsl" in first and "`verify`" not in first
+
+
+def test_the_source_names_a_missing_stream_and_its_endpoint_first(
+    local_kinesis: LocalKinesis,
+) -> None:
+    reader = _reader(local_kinesis.endpoint_url, "no-such-stream")
+    try:
+        with pytest.raises(errors.ResourceNotFoundError) as raised:
+            reader.initialOffset()
+    finally:
+        reader.stop()
+    first = str(raised.value).splitlines()[0]
+    assert first.startswith(f"stream 'no-such-stream' not found at {local_kinesis.endpoint_url}")
