@@ -28,6 +28,7 @@ run on a fresh stream and table.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -41,7 +42,13 @@ import anyio
 
 from kinesis_actors import LocalDynamoDB, LocalKinesis
 from kinesis_actors.client import DynamoDBClient
-from kinesis_actors.leases import LeaseAcquired, LeaseConfig, LeaseCoordinator
+from kinesis_actors.leases import (
+    LeaseAcquired,
+    LeaseConfig,
+    LeaseCoordinator,
+    LeaseHandoff,
+    LeaseLostError,
+)
 
 __all__ = ["kcl_calls_per_s", "kcl_failover_window", "main", "run"]
 
@@ -53,6 +60,9 @@ KCL_EPSILON = 0.025
 KCL_SHARD_SYNC = 60.0
 #: How long the shares may take to even out before the cost is measured anyway.
 _BALANCE_TIMEOUT = 90.0
+#: The local server's account limit on open shards: the cost and failover streams of a run
+#: are all open at once.
+_SHARD_LIMIT = 10_000
 #: How long a failover may take before it is reported as not done.
 _FAILOVER_TIMEOUT = 120.0
 
@@ -135,6 +145,11 @@ async def _run_worker(worker: _Worker, group: _Group) -> None:
                 async for event in coordinator:
                     if isinstance(event, LeaseAcquired):
                         worker.acquired[event.shard_id] = anyio.current_time()
+                    elif isinstance(event, LeaseHandoff):
+                        # A reader with nothing in flight hands over at once.
+                        worker.acquired.pop(event.shard_id, None)
+                        with contextlib.suppress(LeaseLostError):
+                            await coordinator.hand_over(event.stream, event.shard_id)
                     else:
                         worker.acquired.pop(event.shard_id, None)
         except Exception as error:  # reported, not raised: the other workers go on
@@ -291,7 +306,10 @@ async def _run(
         "cost": [],
         "failover": [],
     }
-    async with LocalKinesis(operation_duration=0.0) as kinesis, LocalDynamoDB() as dynamodb:
+    async with (
+        LocalKinesis(operation_duration=0.0, shard_limit=_SHARD_LIMIT) as kinesis,
+        LocalDynamoDB() as dynamodb,
+    ):
         for workers in worker_counts:
             results["cost"].append(
                 await measure_cost(

@@ -43,9 +43,11 @@ class LeaseConfig:
     - ``shard_sync_interval`` (60 s, the KCL's ``shardSyncIntervalMillis``): how often
       ListShards runs to create leases for new shards (also at start and when a held shard
       ends).
-    - ``max_leases_to_steal`` (1, the KCL's ``maxLeasesToStealAtOneTime``): leases taken from
-      other live workers per take, when nothing is free and one of them holds more than its
-      share.
+    - ``max_leases_to_steal`` (None: toward the even share; the KCL's
+      ``maxLeasesToStealAtOneTime``, whose default is 1): the most leases taken from other
+      live workers in one take round, when nothing is free and some hold more than their
+      share. The KCL's one a round moves a 1,000-lease group's shares over minutes; unset, a
+      worker that joins reaches its share in one round (see ``docs/leases.md``).
     - ``max_leases`` (None: no limit, the KCL's ``maxLeasesForWorker``): the most leases this
       worker holds.
     - ``create_table`` (True): create the table (on-demand billing) when it does not exist;
@@ -70,7 +72,7 @@ class LeaseConfig:
     renew_interval: float | None = None
     take_interval: float | None = None
     shard_sync_interval: float = 60.0
-    max_leases_to_steal: int = 1
+    max_leases_to_steal: int | None = None
     max_leases: int | None = None
     create_table: bool = True
     checkpoint_interval: float | None = None
@@ -95,7 +97,10 @@ class LeaseConfig:
                         f"{value!r}: each round is a DynamoDB request per lease or a Scan"
                     )
         check_positive("LeaseConfig.shard_sync_interval", self.shard_sync_interval)
-        check_positive("LeaseConfig.max_leases_to_steal", self.max_leases_to_steal, integer=True)
+        if self.max_leases_to_steal is not None:
+            check_positive(
+                "LeaseConfig.max_leases_to_steal", self.max_leases_to_steal, integer=True
+            )
         if self.max_leases is not None:
             check_positive("LeaseConfig.max_leases", self.max_leases, integer=True)
         check_type("LeaseConfig.create_table", self.create_table, bool, "True or False")

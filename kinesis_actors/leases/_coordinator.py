@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -46,6 +46,8 @@ __all__ = ["LeaseCoordinator"]
 
 logger = logging.getLogger("kinesis_actors.leases")
 
+_T = TypeVar("_T")
+
 #: How much earlier than the service's clock (as the Kinesis client's replies tell it) a LATEST
 #: lease's start is pinned: a later owner reads from the pin, and the arrival timestamps are
 #: stamped by other hosts of the service (a few records read twice are allowed, one skipped
@@ -57,6 +59,9 @@ FATAL: tuple[type[KinesisError], ...] = (*PERMANENT_FAULTS, WorkerIdConflictErro
 #: ``_LOOP_PERIOD`` seconds; one more and the coordinator stops with the causes.
 _LOOP_RESTARTS = 3
 _LOOP_PERIOD = 60.0
+#: Takes, asks and pins of one round run this many at a time: a dead worker's 250 leases are
+#: taken in about 16 round trips, not 250, and the table sees a bounded burst.
+_ROUND_CONCURRENCY = 16
 
 
 class _CallableClock:
@@ -447,18 +452,42 @@ class LeaseCoordinator(LeaseHolder):
             )
             live = sum(1 for lease in ours if not lease.finished)
             self._stats = replace(self._stats, workers=plan.workers, leases=live)
-            for lease in plan.take:
-                await self._take(lease, stolen=False)
-            for lease in plan.steal:
-                if self._config.graceful_handoff:
-                    await self._ask(lease)
-                else:
-                    await self._take(lease, stolen=True)
+            await self._each(plan.take, lambda lease: self._take(lease, stolen=False))
+            if self._config.graceful_handoff:
+                await self._each(plan.steal, self._ask)
+            else:
+                await self._each(plan.steal, lambda lease: self._take(lease, stolen=True))
             await self._follow_handoffs(now)
-            for key, held in list(self._held.items()):
-                if held.needs_pin:
-                    await self._pin(key, held)
+            pins = [(key, held) for key, held in self._held.items() if held.needs_pin]
+            await self._each(pins, lambda pin: self._pin(*pin))
         self._open_ready()
+
+    async def _each(self, items: Sequence[_T], action: Callable[[_T], Awaitable[None]]) -> None:
+        """``action`` on every item, :data:`_ROUND_CONCURRENCY` at a time. The first error
+        of the table ends the round as one sequential round would end: the others are
+        cancelled, and it is raised once (not as a group) for the take loop to log."""
+        if not items:
+            return
+        if len(items) == 1:
+            await action(items[0])
+            return
+        limit = anyio.CapacityLimiter(_ROUND_CONCURRENCY)
+        failed: list[KinesisError] = []
+
+        async def one(item: _T, scope: anyio.CancelScope) -> None:
+            async with limit:
+                try:
+                    await action(item)
+                except KinesisError as error:
+                    failed.append(error)
+                    scope.cancel()
+
+        async with anyio.create_task_group() as group:
+            for item in items:
+                group.start_soon(one, item, group.cancel_scope)
+        if failed:
+            fatal = [error for error in failed if isinstance(error, FATAL)]
+            raise (fatal or failed)[0]
 
     async def _take(self, lease: Lease, *, stolen: bool) -> None:
         info = self._known().owner_of(lease)
@@ -487,6 +516,7 @@ class LeaseCoordinator(LeaseHolder):
             held.needs_pin = new.latest_pinned_at is None and self._initial == LATEST
         self._held[lease.key] = held
         self._by_key[lease.key] = new
+        self._open(lease.key, held, self._clock())
         if stolen:
             self._stats = replace(self._stats, stolen=self._stats.stolen + 1)
         else:
@@ -546,6 +576,7 @@ class LeaseCoordinator(LeaseHolder):
             held.needs_pin = lease.latest_pinned_at is None and self._initial == LATEST
         self._held[lease.key] = held
         self._tracker.forget(lease.key)
+        self._open(lease.key, held, self._clock())
         self._stats = replace(self._stats, handoffs_received=self._stats.handoffs_received + 1)
         logger.info("%s was handed %s by %s", self._worker_id, lease.key, previous)
 
@@ -572,27 +603,35 @@ class LeaseCoordinator(LeaseHolder):
                 return
             if new is not None:
                 held.needs_pin = False
+                self._open(key, held, self._clock())
 
     def _open_ready(self) -> None:
         now = self._clock()
         for key, held in self._held.items():
-            if held.ready or held.needs_pin or now < held.ready_at or held.lease.finished:
-                continue
-            if not parents_finished(self._known().parents_of(held.lease), self._by_key):
-                continue
-            held.ready = True
-            logger.debug("%s may read %s", self._worker_id, key)
-            self._push(
-                LeaseAcquired(
-                    held.stream,
-                    held.lease.shard_id,
-                    held.lease.checkpoint,
-                    held.lease.sub_sequence,
-                    held.lease.parent_shard_ids,
-                    held.previous_owner,
-                    held.pinned_before,
-                )
+            self._open(key, held, now)
+
+    def _open(self, key: str, held: Held, now: float) -> None:
+        """Hand ``held`` to its reader if it may be read now: pinned, not finished, its
+        parents finished and (stolen or reclaimed) its previous owner's reader stopped.
+        Called when a take is won, not only at the end of the round: a dead worker's 250
+        leases reach their readers as they are taken, not all after the last."""
+        if held.ready or held.needs_pin or now < held.ready_at or held.lease.finished:
+            return
+        if not parents_finished(self._known().parents_of(held.lease), self._by_key):
+            return
+        held.ready = True
+        logger.debug("%s may read %s", self._worker_id, key)
+        self._push(
+            LeaseAcquired(
+                held.stream,
+                held.lease.shard_id,
+                held.lease.checkpoint,
+                held.lease.sub_sequence,
+                held.lease.parent_shard_ids,
+                held.previous_owner,
+                held.pinned_before,
             )
+        )
 
     async def _take_loop(self) -> None:
         period = self._config.take_period

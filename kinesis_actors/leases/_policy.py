@@ -15,7 +15,10 @@ below its target takes expired and free leases first, in random order so that wo
 starting together spread out. Only when none is left does it steal, from the most loaded
 worker, and only when that worker holds at least two more than this one (more than the
 target, or the target while this worker needs two or more: the KCL's rule, which avoids
-ping-pong between two workers one lease apart), at most ``max_leases_to_steal`` at a time.
+ping-pong between two workers one lease apart). A round steals toward the even share, one
+lease at a time from whoever holds the most at that point (so from several workers), capped
+by ``max_leases_to_steal`` when it is set: a worker joining a group of 1,000 leases reaches
+its share in one round, where the KCL's one steal a round needs one round per lease.
 
 **The gate.** A child shard's lease is handed to the reader only when every parent's lease
 is finished (checkpoint ``SHARD_END``) or gone: per-key order across a split or a merge holds
@@ -116,7 +119,7 @@ def plan_takes(
     expired: Callable[[Lease], bool],
     reclaimable: Callable[[Lease], bool] | None = None,
     max_leases: int | None = None,
-    max_leases_to_steal: int = 1,
+    max_leases_to_steal: int | None = None,
     rng: random.Random | None = None,
 ) -> TakePlan:
     """Decide a take round from a listing of the (unfinished) leases this worker may hold.
@@ -159,17 +162,32 @@ def plan_takes(
         return TakePlan(tuple((own + candidates)[:need]), (), target, workers)
     if not owners:
         return TakePlan((), (), target, workers)
-    most = max(owners.values())
-    if most - ours < 2:
-        return TakePlan((), (), target, workers)
-    victim = rng.choice(sorted(owner for owner, count in owners.items() if count == most))
-    theirs = [
-        lease
-        for lease in live
-        if lease.owner == victim and lease.checkpoint_owner is None and not expired(lease)
-    ]
-    count = min(need, max_leases_to_steal, max(1, most - target), len(theirs))
-    return TakePlan((), tuple(rng.sample(theirs, count)), target, workers)
+    pools = {
+        owner: [
+            lease
+            for lease in live
+            if lease.owner == owner and lease.checkpoint_owner is None and not expired(lease)
+        ]
+        for owner in owners
+    }
+    for pool in pools.values():
+        rng.shuffle(pool)
+    limit = need if max_leases_to_steal is None else min(need, max_leases_to_steal)
+    stolen: list[Lease] = []
+    # One lease at a time from whoever holds the most at that point, while it holds at
+    # least two more than this worker would: the shares meet in one round, and no lease
+    # moves between two workers one apart.
+    while len(stolen) < limit:
+        most = max(owners.values())
+        if most - (ours + len(stolen)) < 2:
+            break
+        loaded = sorted(owner for owner, count in owners.items() if count == most and pools[owner])
+        if not loaded:
+            break
+        victim = rng.choice(loaded)
+        stolen.append(pools[victim].pop())
+        owners[victim] -= 1
+    return TakePlan((), tuple(stolen), target, workers)
 
 
 def parents_finished(parent_keys: Iterable[str], by_key: Mapping[str, Lease]) -> bool:

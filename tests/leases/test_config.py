@@ -14,7 +14,7 @@ def test_defaults_follow_the_kcl_and_derive_the_intervals() -> None:
     assert config.renew_period == pytest.approx(10 / 3)
     assert config.take_period == pytest.approx(10 / 6)
     assert config.checkpoint_period == config.renew_period
-    assert config.max_leases_to_steal == 1
+    assert config.max_leases_to_steal is None
 
 
 def test_explicit_intervals_win() -> None:

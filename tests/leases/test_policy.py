@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+import pytest
+
 from kinesis_actors.leases import SHARD_END, Lease
 from kinesis_actors.leases._policy import (
     ExpiryTracker,
@@ -106,18 +108,36 @@ def test_finished_leases_are_neither_counted_nor_taken() -> None:
     assert plan.target == 1
 
 
-def test_a_worker_steals_one_lease_from_the_most_loaded_when_nothing_is_free() -> None:
+def test_a_worker_steals_toward_its_share_from_the_most_loaded_when_nothing_is_free() -> None:
     leases = [lease(n, "a") for n in range(4)] + [lease(n, "b") for n in range(4, 12)]
     plan = plan_takes(leases, worker_id="me", held=(), expired=never, rng=random.Random(3))
     assert (plan.workers, plan.target) == (3, 4)
     assert plan.take == ()
+    assert len(plan.steal) == 4  # b keeps its target of 4
+    assert {stolen.owner for stolen in plan.steal} == {"b"}
+
+
+def test_max_leases_to_steal_caps_a_round_as_the_kcls_option_does() -> None:
+    leases = [lease(n, "a") for n in range(4)] + [lease(n, "b") for n in range(4, 12)]
+    plan = plan_takes(leases, worker_id="me", held=(), expired=never, max_leases_to_steal=1)
     assert len(plan.steal) == 1 and plan.steal[0].owner == "b"
 
 
-def test_max_leases_to_steal_allows_more_at_once_but_never_below_the_victims_share() -> None:
-    leases = [lease(n, "a") for n in range(4)] + [lease(n, "b") for n in range(4, 12)]
-    plan = plan_takes(leases, worker_id="me", held=(), expired=never, max_leases_to_steal=10)
-    assert len(plan.steal) == 4  # b keeps its target of 4
+def test_a_joining_worker_steals_from_several_workers_in_one_round() -> None:
+    # 1,000 leases over 3 workers (334, 333, 333); a fourth joins: target 250.
+    owners = ["a"] * 334 + ["b"] * 333 + ["c"] * 333
+    leases = [lease(n, owner) for n, owner in enumerate(owners)]
+    plan = plan_takes(leases, worker_id="me", held=(), expired=never, rng=random.Random(1))
+    assert plan.target == 250 and len(plan.steal) == 250
+    left = Counter(owners)
+    left.subtract(stolen.owner for stolen in plan.steal if stolen.owner is not None)
+    assert sorted(left.values()) == [250, 250, 250]
+
+
+def test_a_lease_being_handed_over_is_not_stolen() -> None:
+    leases = [lease(n, "b", checkpoint_owner="c") for n in range(6)] + [lease(9, "b")]
+    plan = plan_takes(leases, worker_id="me", held=(), expired=never)
+    assert [stolen.key for stolen in plan.steal] == ["shard-9"]
 
 
 def test_expired_leases_are_taken_before_anything_is_stolen() -> None:
@@ -142,10 +162,13 @@ def test_a_worker_two_behind_steals_from_one_at_the_target() -> None:
         + [lease(n, "c") for n in range(9, 13)]
     )
     plan = plan_takes(leases, worker_id="me", held={"shard-0"}, expired=never)
-    assert plan.target == 4 and len(plan.steal) == 1
+    # Two, from two workers: we reach 3, they 3, 3 and 4; a third would only swap roles.
+    assert plan.target == 4 and len(plan.steal) == 2
+    assert len({stolen.owner for stolen in plan.steal}) == 2
 
 
-def test_repeated_rounds_converge_to_an_even_share() -> None:
+@pytest.mark.parametrize("max_steal", [1, None])
+def test_repeated_rounds_converge_to_an_even_share(max_steal: int | None) -> None:
     """Four workers, twelve leases, one at a time: a model of the take rounds."""
     owners = ["a"] * 6 + ["b"] * 6
     rng = random.Random(7)
@@ -154,7 +177,14 @@ def test_repeated_rounds_converge_to_an_even_share() -> None:
         for worker in workers:
             leases = [lease(n, owner) for n, owner in enumerate(owners)]
             held = {f"shard-{n}" for n, owner in enumerate(owners) if owner == worker}
-            plan = plan_takes(leases, worker_id=worker, held=held, expired=never, rng=rng)
+            plan = plan_takes(
+                leases,
+                worker_id=worker,
+                held=held,
+                expired=never,
+                rng=rng,
+                max_leases_to_steal=max_steal,
+            )
             for taken in plan.take + plan.steal:
                 owners[int(taken.key.split("-")[1])] = worker
     assert Counter(owners) == {"a": 3, "b": 3, "c": 3, "d": 3}
