@@ -30,6 +30,11 @@ _OPTIONS = (
     "awsAccessKeyId",
     "awsSecretKey",
     "sessionToken",
+    "roleArn",
+    "roleSessionName",
+    "roleExternalId",
+    "stsEndpoint",
+    "stsRegion",
     "aggregation",
     "queueLimitRecords",
     "flushTimeout",
@@ -50,7 +55,9 @@ def partition_writer(stream: str, **connection_options: Any) -> Callable[[Iterat
     """A picklable function for ``df.foreachPartition`` that writes rows to ``stream``.
 
     ``connection_options`` take the Spark options' names: ``region``, ``endpointUrl``,
-    ``verifySsl``, ``awsAccessKeyId``, ``awsSecretKey``, ``sessionToken``, and the sink's
+    ``verifySsl``, ``awsAccessKeyId``, ``awsSecretKey``, ``sessionToken``, the role to assume
+    (``roleArn``, ``roleSessionName``, ``roleExternalId``, ``stsEndpoint``, ``stsRegion``:
+    assumed once per Python worker process, not per task), and the sink's
     ``aggregation``, ``queueLimitRecords``, ``flushTimeout`` (values may be Python bools and
     numbers). They are checked here, on the driver: a bad one raises a ConfigError naming it,
     and the stream is described once (ResourceNotFoundError if it does not exist); the tasks
