@@ -29,7 +29,7 @@ from kinesis_actors import (
 )
 from kinesis_actors.client._role import RefreshTiming
 from kinesis_actors.leases import LeaseConfig
-from tests.faults import FaultProxy, Request
+from tests.faults import Cut, FaultProxy, Request
 from tests.sts import LocalSTS
 
 pytestmark = [pytest.mark.anyio, pytest.mark.local_kinesis]
@@ -259,9 +259,7 @@ def test_threads_signing_at_once_in_the_refresh_window_share_one_sts_call(
         thread.start()
     for thread in threads:
         thread.join(10)
-    for thread in threading.enumerate():
-        if thread.name == f"kinesis-actors assume {role_arn}":
-            thread.join(30)
+    _join_refresh(role_arn)
     renewed = assumed.get_frozen_credentials()
     assert renewed != first
     # Nobody waited (only the first fetch did): each got the credentials in hand, the old
@@ -270,6 +268,49 @@ def test_threads_signing_at_once_in_the_refresh_window_share_one_sts_call(
     assert len(seen) == 8 and set(seen) <= {first, renewed} and first in seen
     assert len(local_sts.calls(role_arn)) == 2  # one refresh for the eight
     assert assumed.stats.refreshed_ahead == 1
+
+
+def _join_refresh(role_arn: str) -> None:
+    for thread in threading.enumerate():
+        if thread.name == f"kinesis-actors assume {role_arn}":
+            thread.join(60)
+
+
+def test_sts_failing_in_the_background_keeps_the_credentials_in_hand_and_backs_off(
+    local_sts: LocalSTS, role_arn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = [0.0]
+    with FaultProxy(local_sts.port) as sts_proxy:
+        assumed = AssumeRole(
+            role_arn,
+            sts_endpoint_url=sts_proxy.endpoint_url,
+            credentials=local_sts.allowed,
+            clock=lambda: now[0],
+        )
+        first = assumed.get_frozen_credentials()
+        expires = assumed.stats.expires_at
+        assert expires is not None
+        sts_proxy.decide = lambda request: Cut()  # STS unreachable from here on
+        now[0] = expires - 600  # inside the margin: renewed in the background
+
+        assert assumed.get_frozen_credentials() == first  # no wait, the current ones
+        _join_refresh(role_arn)
+        assert assumed.stats.failures == 1 and assumed.stats.assumed == 1
+        cut = sts_proxy.stats.faults["cut"]  # botocore's attempts of that one refresh
+        warned = [r.getMessage() for r in caplog.records if r.name == "kinesis_actors.client"]
+        assert any(role_arn in line and "ahead of expiry failed" in line for line in warned)
+
+        now[0] += 0.5  # within the 1 s backoff: no new attempt, the same credentials
+        assert assumed.get_frozen_credentials() == first
+        _join_refresh(role_arn)
+        assert sts_proxy.stats.faults["cut"] == cut
+
+        sts_proxy.decide = lambda request: None  # STS back
+        now[0] += 1.0
+        assert assumed.get_frozen_credentials() == first  # starts the next attempt
+        _join_refresh(role_arn)
+        assert assumed.get_frozen_credentials() != first
+        assert assumed.stats.refreshed_ahead == 1 and assumed.stats.waited == 1
 
 
 def test_bad_role_settings_fail_at_construction_naming_them() -> None:
