@@ -13,7 +13,14 @@ configuration checks its layers share.
 """
 
 from . import errors
-from .client import ClientConfig, DynamoDBClient, KinesisClient, RetryPolicy, RetrySettings
+from .client import (
+    AssumeRole,
+    ClientConfig,
+    DynamoDBClient,
+    KinesisClient,
+    RetryPolicy,
+    RetrySettings,
+)
 from .consumer import Consumer, ConsumerConfig, RecordBatch, StartingPosition
 from .local import LocalDynamoDB, LocalKinesis
 from .producer import (
@@ -28,6 +35,7 @@ from .records import RECORD_SCHEMA
 
 __all__ = [
     "RECORD_SCHEMA",
+    "AssumeRole",
     "ClientConfig",
     "Consumer",
     "ConsumerConfig",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 __all__ = [
     "AccessDeniedError",
+    "AssumeRoleError",
     "CertificateError",
     "ConditionalCheckFailedError",
     "ConfigError",
@@ -177,6 +178,29 @@ class ExpiredIteratorError(KinesisError):
 
 class AccessDeniedError(KinesisError):
     """The credentials are not allowed to do this."""
+
+
+class AssumeRoleError(KinesisError):
+    """STS did not give credentials for the role to assume (``role_arn`` names it; ``code`` is
+    STS's error code, such as ``AccessDenied``, when STS answered).
+
+    Never retried by the client: a refusal (AccessDenied, a wrong external id, a duration
+    over the role's maximum) meets the same answer again, and botocore's STS client has
+    already retried what was transient (throttling, 5xx, a dropped connection). Raised where
+    credentials are needed: opening a client, or a call when the credentials in hand are
+    about to expire.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        role_arn: str,
+        code: str | None = None,
+        status_code: int | None = None,
+    ) -> None:
+        super().__init__(message, code=code, operation="AssumeRole", status_code=status_code)
+        self.role_arn = role_arn
 
 
 class KMSError(KinesisError):

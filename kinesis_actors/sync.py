@@ -26,7 +26,7 @@ import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from ._validate import check_non_negative
-from .client import ClientConfig, KinesisClient, StreamRef
+from .client import AssumeRole, ClientConfig, KinesisClient, StreamRef
 from .errors import ConfigError, KinesisError, ProducerClosedError, ValidationError
 from .producer import (
     Producer,
@@ -75,7 +75,7 @@ class SyncProducer:
         region: str = "us-east-1",
         endpoint_url: str | None = None,
         verify: bool | str = True,
-        credentials: tuple[str, ...] | None = None,
+        credentials: tuple[str, ...] | AssumeRole | None = None,
         config: ProducerConfig | None = None,
         client_config: ClientConfig | None = None,
         batch_size: int = 256,

@@ -16,6 +16,8 @@ from typing import Any
 from kinesis_actors.client import StreamRef
 from kinesis_actors.errors import ConfigError
 
+from ._role import ROLE_OPTIONS, RoleOptions, assumed_role, parse_role
+
 __all__ = [
     "Connection",
     "SinkOptions",
@@ -33,6 +35,7 @@ _FALSE = {"false", "0", "no"}
 CONNECTION_OPTIONS = frozenset(
     {"streamname", "path", "region", "endpointurl", "verifyssl"}
     | {"awsaccesskeyid", "awssecretkey", "sessiontoken"}
+    | ROLE_OPTIONS
 )
 SOURCE_OPTIONS = CONNECTION_OPTIONS | {
     "consumermode",
@@ -104,19 +107,26 @@ def closest(name: str, candidates: Iterable[str]) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Connection:
-    """Where and as whom to talk to Kinesis: ``KinesisClient``'s arguments, picklable."""
+    """Where and as whom to talk to Kinesis: ``KinesisClient``'s arguments, picklable.
+
+    With ``role``, ``credentials`` (or botocore's chain) are what the role is assumed with,
+    once per process (see ``_role``)."""
 
     region: str = "us-east-1"
     endpoint_url: str | None = None
     verify: bool = True
     credentials: tuple[str, str] | tuple[str, str, str] | None = field(default=None, repr=False)
+    role: RoleOptions | None = None
 
     def client_kwargs(self) -> dict[str, Any]:
+        credentials: Any = self.credentials
+        if self.role is not None:
+            credentials = assumed_role(self.role, self.credentials, self.region)
         return {
             "region": self.region,
             "endpoint_url": self.endpoint_url,
             "verify": self.verify,
-            "credentials": self.credentials,
+            "credentials": credentials,
         }
 
 
@@ -298,7 +308,9 @@ def parse_connection(options: Mapping[str, str]) -> Connection:
     endpoint = options.get("endpointurl")
     if endpoint is not None and not endpoint.startswith(("http://", "https://")):
         raise ConfigError(f"option endpointUrl must start with http:// or https://: {endpoint!r}")
-    return Connection(region, endpoint, _bool(options, "verifySsl", True), credentials)
+    return Connection(
+        region, endpoint, _bool(options, "verifySsl", True), credentials, parse_role(options)
+    )
 
 
 def _initial_position(options: Mapping[str, str]) -> tuple[str, datetime | None]:

@@ -33,6 +33,11 @@ _PYTHON = (
     "aggregation",
     "queue_limit_records",
     "flush_timeout",
+    "role_arn",
+    "role_session_name",
+    "role_external_id",
+    "sts_endpoint",
+    "sts_region",
 )
 #: ...and as the Spark options spell them, accepted too: a job that already holds its sink's
 #: options in a dict passes it as it is (``partition_writer(stream, **options)``).
@@ -46,7 +51,20 @@ _SPARK = (
     "aggregation",
     "queueLimitRecords",
     "flushTimeout",
+    "roleArn",
+    "roleSessionName",
+    "roleExternalId",
+    "stsEndpoint",
+    "stsRegion",
 )
+#: The role to assume, as Python spells it and as the Spark options do.
+_ROLE = {
+    "role_arn": "roleArn",
+    "role_session_name": "roleSessionName",
+    "role_external_id": "roleExternalId",
+    "sts_endpoint": "stsEndpoint",
+    "sts_region": "stsRegion",
+}
 _SPARK_BY_LOWER = {name.lower(): name for name in _SPARK}
 _SHARED = frozenset(_PYTHON) & frozenset(_SPARK)
 _CHUNK = 2_048
@@ -58,10 +76,14 @@ def partition_writer(stream: str, **options: Any) -> Callable[[Iterator[Any]], N
     Keywords as ``KinesisClient`` and ``ProducerConfig`` name them: ``region``,
     ``endpoint_url``, ``verify`` (bool), ``credentials`` (``(access_key, secret_key)`` or
     ``(access_key, secret_key, token)``), ``aggregation`` (bool), ``queue_limit_records``
-    (int), ``flush_timeout`` (seconds). The Spark sink's option names (``endpointUrl``,
-    ``verifySsl``, ``awsAccessKeyId``, ``awsSecretKey``, ``sessionToken``,
-    ``queueLimitRecords``, ``flushTimeout``; strings, numbers or bools) are accepted too, for
-    a job that passes its sink's options dict as it is; one call uses one style. They are
+    (int), ``flush_timeout`` (seconds), and the role to assume (``role_arn``,
+    ``role_session_name``, ``role_external_id``, ``sts_endpoint``, ``sts_region``: assumed
+    once per Python worker process, not per task). The Spark sink's option names
+    (``endpointUrl``, ``verifySsl``, ``awsAccessKeyId``, ``awsSecretKey``, ``sessionToken``,
+    ``queueLimitRecords``, ``flushTimeout``, ``roleArn``, ``roleSessionName``,
+    ``roleExternalId``, ``stsEndpoint``, ``stsRegion``; strings, numbers or bools) are
+    accepted too, for a job that passes its sink's options dict as it is; one call uses one
+    style. They are
     checked here, on the driver: a bad one raises a ConfigError naming it as it was given,
     and the stream is described once (ResourceNotFoundError if it does not exist); the tasks
     reuse that description rather than each calling DescribeStreamSummary (lesson 10).
@@ -172,6 +194,14 @@ def _from_python(options: dict[str, Any]) -> dict[str, str]:
                 f"got {timeout!r}"
             )
         out["flushTimeout"] = repr(float(timeout))
+    for name, option in _ROLE.items():
+        value = options.get(name)
+        if value is not None:
+            if not isinstance(value, str) or not value.strip():
+                raise ConfigError(
+                    f"partition_writer: {name} must be a non-empty string, got {value!r}"
+                )
+            out[option] = value
     return out
 
 

@@ -2,7 +2,8 @@
 
 Async tests run on both anyio backends (asyncio and trio) through anyio's own pytest plugin.
 Tests that need Kinesis talk to one real local server (kinesis-mock) started for the run;
-tests that need DynamoDB (lease tables) to one real local DynamoDB (dynalite), likewise.
+tests that need DynamoDB (lease tables) to one real local DynamoDB (dynalite), likewise;
+tests that assume a role to one real STS API (moto's server, IAM enforced: ``tests/sts.py``).
 
 ``make test`` runs the suite on two pytest-xdist workers (``--dist loadfile``): each worker
 starts its own servers, and a file's tests stay on one worker, so a module's server (Spark
@@ -19,6 +20,7 @@ from hypothesis import settings
 
 from kinesis_actors import DynamoDBClient, KinesisClient, LocalDynamoDB, LocalKinesis
 from tests.faults import FaultProxy
+from tests.sts import LocalSTS
 
 # No per-example deadline: Hypothesis's default (200 ms) measures the machine's load, not
 # the code (25 of 27 property tests kept it, and a loaded 2-core machine exceeds it with no
@@ -63,6 +65,19 @@ async def dynamodb(local_dynamodb: LocalDynamoDB) -> AsyncIterator[DynamoDBClien
     """A DynamoDB client on the local server."""
     async with local_dynamodb.client() as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def local_sts() -> Iterator[LocalSTS]:
+    """moto's STS on a free loopback port with IAM enforced, for the whole run."""
+    with LocalSTS() as server:
+        yield server
+
+
+@pytest.fixture
+def role_arn() -> str:
+    """A role of another account that no other test assumes (calls are counted per role)."""
+    return f"arn:aws:iam::111122223333:role/reader-{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture

@@ -8,6 +8,9 @@
 * :class:`DynamoDBClient` - the same for DynamoDB (JSON 1.0; the lease table's I/O): ``call``
   in boto3's low-level shapes, ``create_table`` / ``wait_for_table`` / ``delete_table``,
   ``scan`` (every item, paginated); :data:`DYNAMODB_RETRY_SETTINGS` for its item operations.
+* :class:`AssumeRole` - credentials of an IAM role assumed with STS, for ``credentials=``:
+  assumed when a client opens, renewed ahead of expiry in a thread of their own (no pause on
+  the event loop); ``stats`` is an :class:`AssumeRoleStats`.
 * :class:`ClientConfig`, :class:`RetrySettings`, :data:`DEFAULT_RETRY_SETTINGS` - settings;
   :func:`is_retryable` - the retry classification, for callers that own their retries.
 * :class:`ProtocolCodec` / :class:`EncodedRequest` - the sans-IO encoding and decoding the
@@ -34,6 +37,7 @@ from ._retry import (
     RetrySettings,
     is_retryable,
 )
+from ._role import AssumeRole, AssumeRoleStats
 from ._service import service_now
 from ._streams import StreamRef, stream_params
 from ._subscription import Subscription
@@ -41,6 +45,8 @@ from ._subscription import Subscription
 __all__ = [
     "DEFAULT_RETRY_SETTINGS",
     "DYNAMODB_RETRY_SETTINGS",
+    "AssumeRole",
+    "AssumeRoleStats",
     "ClientConfig",
     "ClientStats",
     "DynamoDBClient",

@@ -207,6 +207,10 @@ class ServiceClient:
         self._url = self.endpoint_url.rstrip("/") + "/"
         credentials = await anyio.to_thread.run_sync(resolve_credentials, self._credentials)
         self._signer = Signer(credentials, self.region, service)
+        if self._signer.needs_refresh():
+            # Credentials fetched on first use (an assumed role's) are fetched now, so that
+            # a role that cannot be assumed fails the ``async with``, naming it.
+            await anyio.to_thread.run_sync(self._signer.refresh)
         self._network = await anyio.to_thread.run_sync(
             _resolve_network, self.endpoint_url, self.verify
         )
