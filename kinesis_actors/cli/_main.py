@@ -344,12 +344,24 @@ class _OneLine(logging.Formatter):
         return f"kinesis-actors: {record.levelname.lower()}: {record.getMessage()}"
 
 
+class _ToStderr(logging.Handler):
+    """Writes to ``sys.stderr`` as it is at each line: while a live progress display shows
+    (``put`` on a terminal), that is the display's proxy, which prints the line above it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+            sys.stderr.flush()
+        except Exception:
+            self.handleError(record)
+
+
 def _quiet_logging() -> None:
     """Send the library's warnings to stderr, one line each, unless logging is set up."""
     library = logging.getLogger("kinesis_actors")
     if logging.getLogger().handlers or library.handlers:
         return  # the application (or pytest) decides
-    handler = logging.StreamHandler()
+    handler = _ToStderr()
     handler.setFormatter(_OneLine())
     library.addHandler(handler)
     library.setLevel(logging.WARNING)
