@@ -56,6 +56,6 @@ def group_note() -> str | None:
     except LocalDynamoDBError:
         return (
             "the consumer-group stage is skipped: it needs the local DynamoDB (npm package "
-            f"dynalite, Node.js 18+): `{DYNALITE_INSTALL_COMMAND}` here, or set DYNALITE_DIR"
+            f"dynalite, Node.js 20+): `{DYNALITE_INSTALL_COMMAND}` here, or set DYNALITE_DIR"
         )
     return None
