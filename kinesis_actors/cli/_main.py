@@ -50,8 +50,11 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=_PROG,
         description="An actor runtime for AWS Kinesis Data Streams.",
-        epilog="Run 'kinesis-actors COMMAND --help' for a command's flags and examples. "
-        "User errors exit with status 2 and one line on standard error.",
+        epilog="create-stream, describe-stream, list-streams, update-shard-count and "
+        "delete-stream are named after the AWS CLI's 'aws kinesis' subcommands and accept its "
+        "flag names (--stream-name, --shard-count, --target-shard-count, "
+        "--enforce-consumer-deletion). Run 'kinesis-actors COMMAND --help' for a command's "
+        "flags and examples. User errors exit with status 2 and one line on standard error.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -62,7 +65,13 @@ def _parser() -> argparse.ArgumentParser:
         "produces a keyed workload through the producer (bounded queue, KPL aggregation) "
         "while an Enhanced Fan-Out consumer reads it live, runs a Spark micro-batch query "
         "(Arrow path) into the sink stream and a parquet folder, verifies every record "
-        "arrived exactly once and prints a summary. Exit status 0 only if all of it held.",
+        "arrived exactly once, runs a consumer group of three worker processes through a "
+        "lease table in the local DynamoDB (one is killed, the others take over) and prints a "
+        "summary. Exit status 0 only if all of it held.\n\n"
+        "needs: the local Kinesis (npm kinesis-local) unless --endpoint-url; PySpark (the "
+        "spark extra) and Java 17 unless --no-spark; the local DynamoDB (npm dynalite) for the "
+        "group stage, which is skipped with a note without it. A missing piece is said in one "
+        "line before any stage runs.",
         epilog="examples:\n  kinesis-actors demo\n  kinesis-actors demo --records 50000 "
         "--no-spark\n  kinesis-actors demo --endpoint-url https://kinesis.eu-west-1."
         "amazonaws.com --region eu-west-1   (creates and deletes two streams: costs money)",
