@@ -335,10 +335,16 @@ class Sender:
                 f"waiting for their answers: the endpoint acknowledges slower than records "
                 f"arrive; {service}."
             )
+        held = pipeline.pending_records - pipeline.ready_records
+        where = (
+            "behind their key's record in flight (preserve_order) or in a retry's backoff"
+            if config.preserve_order
+            else "in a retry's backoff"
+        )
         return (
             f"Records arrive faster than they are acknowledged ({self.in_flight} PutRecords "
-            f"calls in flight, {pipeline.pending_records} records waiting to be sent); "
-            f"{service}."
+            f"calls in flight, {pipeline.pending_records} records waiting to be sent, {held} "
+            f"of them {where}); {service}."
         )
 
     def ready(self, mailbox: Mailbox[Delivery]) -> None:
