@@ -456,9 +456,26 @@ def consume_async_kinesis(target: LoadTarget, spec: ConsumeSpec, clock: Clock) -
                 if records >= spec.count:
                     break
             clock.stop()
+        await _cancel_leftovers()
         return {"records": records}
 
     return asyncio.run(run())
+
+
+async def _cancel_leftovers() -> None:
+    """Cancel and await the tasks a peer left running after it closed.
+
+    async-kinesis's ``Consumer.close`` waits for the shard fetches it knows of, but a fetch
+    round already past its ``is_fetching`` check starts new ``get_records`` tasks after that,
+    and nothing cancels them; once the client under them is closed, the garbage collector
+    finds them pending and asyncio prints "Task was destroyed but it is pending!" after the
+    run. Cancelled here, while the consumer still references them, they end quietly.
+    """
+    current = asyncio.current_task()
+    left = [task for task in asyncio.all_tasks() if task is not current]
+    for task in left:
+        task.cancel()
+    await asyncio.gather(*left, return_exceptions=True)
 
 
 def consume_boto3(target: LoadTarget, spec: ConsumeSpec, clock: Clock) -> dict[str, Any]:

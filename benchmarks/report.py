@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["markdown", "write_plots"]
+__all__ = ["markdown", "summary", "write_plots"]
 
 PLOTS = {
     "producer_throughput": "producer_throughput.png",
@@ -303,5 +303,84 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
         f"{'yes' if check['passed'] else '**no**'} ({check['rows']} rows"
         + (f"; not in: {', '.join(check['failures'])}" if check["failures"] else "")
         + ")."
+    )
+    return "\n".join(lines) + "\n"
+
+
+#: Short column names for the terminal summary.
+_SHORT = {"kinesis-actors put_many": "put_many"}
+
+
+def _rate_cell(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return "-"
+    if row["status"] != "ok":
+        return "n/a" if row["status"] == "unsupported" else row["status"]
+    return f"{row['records_per_s']:,.0f}"
+
+
+def _aligned(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(
+            [
+                row[0].ljust(widths[0]),
+                *(cell.rjust(w) for cell, w in zip(row[1:], widths[1:], strict=True)),
+            ]
+        ).rstrip()
+        for row in rows
+    ]
+
+
+def summary(results: dict[str, Any]) -> str:
+    """A screenful for the terminal: records/s per config and peer, the capacity share, the
+    latency and the stalled consumer's memory, and the CPU check. ``RESULTS.md`` has the rest."""
+    scenarios = results["scenarios"]
+    lines = [
+        f"kinesis-actors bench ({results['mode']}, {results['seconds']:.0f} s; load average "
+        f"{results['loadavg_start'][0]} at start)"
+    ]
+    for name, title in (
+        ("producer_throughput", "producer"),
+        ("consumer_throughput", "consumer"),
+    ):
+        rows = scenarios.get(name, {}).get("rows", [])
+        if not rows:
+            continue
+        peers = list(dict.fromkeys(row["peer"] for row in rows))
+        configs = list(dict.fromkeys(row["config"] for row in rows))
+        cells = {(row["config"], row["peer"]): row for row in rows}
+        table = [[f"{title} records/s", *(_SHORT.get(peer, peer) for peer in peers)]]
+        table += [
+            [config, *(_rate_cell(cells.get((config, peer))) for peer in peers)]
+            for config in configs
+        ]
+        lines += ["", *_aligned(table)]
+    capacity = scenarios.get("producer_capacity", {}).get("rows", [])
+    if capacity:
+        shares = ", ".join(
+            f"{_SHORT.get(row['peer'], row['peer'])} "
+            + (f"{row['share_mean'] * 100:.0f}%" if row["status"] == "ok" else row["status"])
+            for row in capacity
+        )
+        lines += ["", f"share of emulated capacity: {shares}"]
+    latency = scenarios.get("latency", {}).get("rows", [])
+    if latency:
+        lines.append("put -> consume latency (kinesis-actors):")
+        lines += [
+            f"  {row['name']}: p50 {row['p50_ms']:,.0f} ms, p99 {row['p99_ms']:,.0f} ms"
+            for row in latency
+        ]
+    memory = scenarios.get("consumer_memory")
+    if memory:
+        lines.append(
+            f"stalled EFO consumer's memory: {memory['rss_growth_kib'] / 1024:+.1f} MiB against "
+            f"a bound of {memory['bound_kib'] / 1024:.0f} MiB: "
+            + ("flat" if memory["flat"] else "NOT flat")
+        )
+    check = results["checks"]["target_cpu_below_client"]
+    lines.append(
+        "load target's CPU below the client's in every throughput row: "
+        + ("yes" if check["passed"] else f"NO ({', '.join(check['failures'])})")
     )
     return "\n".join(lines) + "\n"

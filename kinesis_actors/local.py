@@ -42,6 +42,8 @@ __all__ = [
     "LocalDynamoDBError",
     "LocalKinesis",
     "LocalKinesisError",
+    "find_dynalite_dir",
+    "find_server_dir",
 ]
 
 KINESIS_LOCAL_VERSION = "0.6.2"

@@ -1,15 +1,26 @@
 """What the commands share: the user-error type, the connection flags and their help, the
-quick first call, and opening a client with a one-line error when there are no credentials."""
+quick first call, opening a client with a one-line error when there are no credentials, and
+the first call's failures (an unknown stream, an endpoint that does not answer, access denied)
+turned into one line each."""
 
 from __future__ import annotations
 
 import argparse
-from typing import TypeVar
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from .. import errors
-from ..client import DynamoDBClient, KinesisClient, RetrySettings
+from ..client import DynamoDBClient, KinesisClient, RetrySettings, stream_params
 
-__all__ = ["CONNECTION_HELP", "PROBE_RETRY", "UsageError", "connection_flags", "open_client"]
+__all__ = [
+    "CONNECTION_HELP",
+    "PROBE_RETRY",
+    "UsageError",
+    "connection_flags",
+    "describe",
+    "first_call",
+    "open_client",
+]
 
 #: The first call of every command fails fast: a wrong endpoint should not take the library's
 #: patient DescribeStreamSummary retries (minutes) to be reported.
@@ -50,3 +61,41 @@ async def open_client(client: _Client) -> _Client:
             ) from exc
         raise
     return client
+
+
+async def first_call(client: KinesisClient, call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    """``call``'s result, or a one-line usage error when the endpoint cannot be reached or
+    refuses the credentials (the failures of a command's first call, which a person fixes)."""
+    try:
+        return await call
+    except errors.TransportError as exc:
+        hint = (
+            "pass --no-verify for a self-signed certificate (the local server's)"
+            if "CERTIFICATE_VERIFY_FAILED" in str(exc)
+            else "is the server running? check --endpoint-url"
+        )
+        raise UsageError(
+            f"cannot reach Kinesis at {client.endpoint_url} ({exc.message}); {hint}"
+        ) from None
+    except errors.AccessDeniedError as exc:
+        raise UsageError(
+            f"access denied ({exc}); check the credentials and their permissions"
+        ) from None
+
+
+async def describe(client: KinesisClient, stream: str, region: str) -> dict[str, Any]:
+    """The stream's ``StreamDescriptionSummary``, asked quickly (:data:`PROBE_RETRY`); a
+    stream that does not exist is a one-line usage error saying how to create it."""
+    try:
+        reply = await first_call(
+            client,
+            client.call("DescribeStreamSummary", stream_params(stream), retry=PROBE_RETRY),
+        )
+    except errors.ResourceNotFoundError:
+        raise UsageError(
+            f"stream {stream!r} not found at {client.endpoint_url} (region {region}); create "
+            f"it first ('kinesis-actors create-stream --stream {stream} --shard-count 1'), "
+            "or check --stream, --region and --endpoint-url"
+        ) from None
+    summary: dict[str, Any] = reply["StreamDescriptionSummary"]
+    return summary

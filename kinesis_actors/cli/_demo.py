@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import resource
+import sys
 import tempfile
 import threading
 import time
@@ -37,9 +38,10 @@ from rich.table import Table
 
 from ..client import KinesisClient
 from ..consumer import Consumer, ConsumerConfig, StartingPosition
-from ..local import LocalKinesis
+from ..local import LocalKinesis, find_server_dir
 from ..producer import Producer, ProducerConfig
-from ._demo_group import GroupFigures, run_group
+from ._demo_group import GROUP_STEPS, GroupFigures, run_group
+from ._demo_needs import check_spark, group_note
 
 __all__ = ["DemoOptions", "run_demo"]
 
@@ -152,7 +154,27 @@ def _percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else 0.0
 
 
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description:<28}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+
+
 async def run_demo(options: DemoOptions) -> int:
+    """The demo; before any stage, a usage error (one line) for a missing piece it needs."""
+    if options.spark:
+        check_spark()
+    if options.endpoint_url is None:
+        find_server_dir()  # LocalKinesisError: one line naming the install command
+    group_stage = options.group and options.endpoint_url is None
+    if group_stage and (note := group_note()) is not None:
+        print(f"kinesis-actors: note: {note}", file=sys.stderr, flush=True)
+        group_stage = False
     console = Console()
     records = options.records
     figures = _Figures()
@@ -167,14 +189,7 @@ async def run_demo(options: DemoOptions) -> int:
 
         workdir.mkdir(parents=True, exist_ok=True)
         spark_starting = _Background(partial(start_spark, spark_log))
-    progress = Progress(
-        TextColumn("{task.description:<28}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    )
+    progress = _progress(console)
     async with (
         _Server(options) as (endpoint, verify, credentials),
         KinesisClient(
@@ -248,10 +263,17 @@ async def run_demo(options: DemoOptions) -> int:
             if options.endpoint_url is not None:
                 await client.call("DeleteStream", {"StreamName": name})
         team = None
-        if options.group and endpoint is not None and credentials is not None:
+        if group_stage and endpoint is not None and credentials is not None:
             console.print("consumer group: 3 worker processes, a lease table in local DynamoDB")
-            with anyio.fail_after(120):
-                team = await run_group(client, endpoint, credentials, 6, workdir / "group.log")
+            with _progress(console) as steps, anyio.fail_after(120):
+                step = steps.add_task("consumer group", total=len(GROUP_STEPS))
+
+                def on_step(done: str) -> None:
+                    steps.update(step, advance=1, description=f"group: {done}")
+
+                team = await run_group(
+                    client, endpoint, credentials, 6, workdir / "group.log", on_step=on_step
+                )
     if spark_session is not None:
         await anyio.to_thread.run_sync(spark_session.stop)
     return _summary(

@@ -27,7 +27,17 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from ..client import KinesisClient
 from ..local import LocalDynamoDB
 
-__all__ = ["GroupFigures", "run_group"]
+__all__ = ["GROUP_STEPS", "GroupFigures", "run_group"]
+
+#: What the stage says as it goes, in order: one progress step each.
+GROUP_STEPS = (
+    "workers started",
+    "shares even",
+    "one SIGKILLed",
+    "its shards taken over",
+    "every record delivered",
+    "workers stopped",
+)
 
 _WORKERS = ("worker-1", "worker-2", "worker-3")
 _WORKER = "kinesis_actors.cli._demo_worker"
@@ -103,11 +113,22 @@ class _Worker:
             self.board.poke()
 
 
+def _quiet(step: str) -> None:
+    """The default ``on_step``: say nothing."""
+
+
 async def run_group(
-    client: KinesisClient, kinesis_endpoint: str, credentials: Any, shards: int, log: Path
+    client: KinesisClient,
+    kinesis_endpoint: str,
+    credentials: Any,
+    shards: int,
+    log: Path,
+    *,
+    on_step: Callable[[str], None] = _quiet,
 ) -> GroupFigures:
     """The stage, against the embedded local Kinesis at ``kinesis_endpoint``; the workers'
-    own warnings (a lease stolen while the shares even out, for instance) go to ``log``."""
+    own warnings (a lease stolen while the shares even out, for instance) go to ``log``.
+    ``on_step`` is called with each of :data:`GROUP_STEPS` as it is done."""
     figures = GroupFigures(shards=shards)
     stream = f"demo-group-{uuid.uuid4().hex[:6]}"
     await client.create_stream(stream, shards)
@@ -149,17 +170,20 @@ async def run_group(
                     workers[name] = _Worker(name, process, board)
                     started.append(workers[name])
                     tg.start_soon(workers[name].follow)
+                on_step(GROUP_STEPS[0])
                 share = shards // len(_WORKERS)
                 with anyio.fail_after(60):
                     await board.until(lambda: all(len(w.holding) == share for w in started))
                 figures.even_seconds = time.monotonic() - launched
                 figures.shares = {name: sorted(w.holding) for name, w in workers.items()}
+                on_step(GROUP_STEPS[1])
                 await anyio.sleep(2 * _RENEW)  # checkpoints ride on renewals
                 victim = workers.pop(_WORKERS[-1])
                 figures.killed = victim.name
                 orphans = set(victim.holding)
                 victim.process.kill()  # SIGKILL: no checkpoint, no release
                 killed_at = time.monotonic()
+                on_step(GROUP_STEPS[2])
                 with anyio.fail_after(60):
                     await board.until(
                         lambda: orphans <= set().union(*(w.holding for w in workers.values()))
@@ -167,16 +191,19 @@ async def run_group(
                 taken = [w.started[s] for w in workers.values() for s in orphans if s in w.started]
                 figures.takeover_seconds = max(taken) - killed_at
                 figures.shares_after = {name: sorted(w.holding) for name, w in workers.items()}
+                on_step(GROUP_STEPS[3])
                 writing.set()
                 with anyio.fail_after(60):
                     await board.until(
                         lambda: set(written) <= set().union(*(w.data for w in started))
                     )
+                on_step(GROUP_STEPS[4])
                 for worker in workers.values():
                     worker.process.terminate()  # SIGTERM: checkpoint, then release
                 with anyio.fail_after(30):
                     for worker in workers.values():
                         await worker.process.wait()
+                on_step(GROUP_STEPS[5])
             finally:
                 with anyio.CancelScope(shield=True):
                     for worker in started:

@@ -21,16 +21,17 @@ from typing import NoReturn
 import anyio
 
 from .. import errors
-from ..client import KinesisClient, StreamRef, stream_params
+from ..client import KinesisClient, StreamRef
 from ..consumer import StartingPosition
 from ..runtime import RestartIntensityExceeded
 from ._bench import run_bench
-from ._common import CONNECTION_HELP, PROBE_RETRY, UsageError, connection_flags, open_client
+from ._common import CONNECTION_HELP, UsageError, connection_flags, describe, open_client
 from ._consumers import run_consumers
 from ._demo import DemoOptions, run_demo
 from ._leases import add_leases_parser, run_leases_command
-from ._local import run_local
+from ._local import run_local, stream_spec
 from ._put import INTERRUPT_FLUSH_TIMEOUT, run_put, standard_input
+from ._streams import STREAM_COMMANDS, add_stream_parsers, run_stream_command
 from ._tail import run_tail
 
 __all__ = ["main"]
@@ -49,8 +50,11 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=_PROG,
         description="An actor runtime for AWS Kinesis Data Streams.",
-        epilog="Run 'kinesis-actors COMMAND --help' for a command's flags and examples. "
-        "User errors exit with status 2 and one line on standard error.",
+        epilog="create-stream, describe-stream, list-streams, update-shard-count and "
+        "delete-stream are named after the AWS CLI's 'aws kinesis' subcommands and accept its "
+        "flag names (--stream-name, --shard-count, --target-shard-count, "
+        "--enforce-consumer-deletion). Run 'kinesis-actors COMMAND --help' for a command's "
+        "flags and examples. User errors exit with status 2 and one line on standard error.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -61,7 +65,13 @@ def _parser() -> argparse.ArgumentParser:
         "produces a keyed workload through the producer (bounded queue, KPL aggregation) "
         "while an Enhanced Fan-Out consumer reads it live, runs a Spark micro-batch query "
         "(Arrow path) into the sink stream and a parquet folder, verifies every record "
-        "arrived exactly once and prints a summary. Exit status 0 only if all of it held.",
+        "arrived exactly once, runs a consumer group of three worker processes through a "
+        "lease table in the local DynamoDB (one is killed, the others take over) and prints a "
+        "summary. Exit status 0 only if all of it held.\n\n"
+        "needs: the local Kinesis (npm kinesis-local) unless --endpoint-url; PySpark (the "
+        "spark extra) and Java 17 unless --no-spark; the local DynamoDB (npm dynalite) for the "
+        "group stage, which is skipped with a note without it. A missing piece is said in one "
+        "line before any stage runs.",
         epilog="examples:\n  kinesis-actors demo\n  kinesis-actors demo --records 50000 "
         "--no-spark\n  kinesis-actors demo --endpoint-url https://kinesis.eu-west-1."
         "amazonaws.com --region eu-west-1   (creates and deletes two streams: costs money)",
@@ -79,7 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-spark", action="store_true", help="skip the Spark stage")
     connection_flags(demo)
 
-    commands.add_parser(
+    local = commands.add_parser(
         "local",
         help="run the embedded local Kinesis in the foreground and print its endpoints",
         description="Starts the embedded local Kinesis server (kinesis-mock, npm package "
@@ -87,16 +97,28 @@ def _parser() -> argparse.ArgumentParser:
         "region and credentials, and serves until Ctrl-C or SIGTERM.",
         epilog='output: {"endpoint_url": "http://127.0.0.1:PORT", "tls_endpoint_url": '
         '"https://127.0.0.1:PORT", "region": "us-east-1", "credentials": ["local", '
-        '"local"]}. The TLS endpoint speaks HTTP/2 (needed by --mode efo) with a self-signed '
-        "certificate: pass --no-verify to the other commands.\n\n"
+        '"local"], "streams": {"orders": 2}}. The TLS endpoint speaks HTTP/2 (needed by '
+        "--mode efo) with a self-signed certificate: pass --no-verify to the other commands.\n\n"
         "install: make setup, or npm install --prefix .tools kinesis-local@0.6.2 (needs "
         "Node.js 18+); KINESIS_LOCAL_DIR points at another install.\n\n"
-        "example:\n"
-        "  kinesis-actors local &\n"
+        "example (PORT: the endpoint_url's port, from the printed line):\n"
+        "  kinesis-actors local --create-stream orders:2 &\n"
         "  export AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local\n"
-        "  kinesis-actors tail --stream s --endpoint-url http://127.0.0.1:PORT",
+        "  seq 100 | kinesis-actors put --stream orders --endpoint-url http://127.0.0.1:PORT\n"
+        "  kinesis-actors tail --stream orders --from trim_horizon --count 100 "
+        "--endpoint-url http://127.0.0.1:PORT",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    local.add_argument(
+        "--create-stream",
+        metavar="NAME[:SHARDS]",
+        action="append",
+        type=stream_spec,
+        default=[],
+        help="create this stream (one shard unless SHARDS) before printing the endpoints; "
+        "repeatable",
+    )
+    add_stream_parsers(commands, _stream, _positive_int)
 
     put = commands.add_parser(
         "put",
@@ -299,28 +321,8 @@ async def _with_client(
         KinesisClient(region=args.region, endpoint_url=args.endpoint_url, verify=not args.no_verify)
     )
     try:
-        endpoint = client.endpoint_url
         for stream in streams:
-            try:
-                await client.call("DescribeStreamSummary", stream_params(stream), retry=PROBE_RETRY)
-            except errors.ResourceNotFoundError:
-                raise UsageError(
-                    f"stream {stream!r} not found at {endpoint} (region {args.region}); "
-                    "create it first, or check --stream, --region and --endpoint-url"
-                ) from None
-            except errors.TransportError as exc:
-                hint = (
-                    "pass --no-verify for a self-signed certificate (the local server's)"
-                    if "CERTIFICATE_VERIFY_FAILED" in str(exc)
-                    else "is the server running? check --endpoint-url"
-                )
-                raise UsageError(
-                    f"cannot reach Kinesis at {endpoint} ({exc.message}); {hint}"
-                ) from None
-            except errors.AccessDeniedError as exc:
-                raise UsageError(
-                    f"access denied ({exc}); check the credentials and their permissions"
-                ) from None
+            await describe(client, stream, args.region)
         return await body(client)
     finally:
         await client.aclose()
@@ -351,12 +353,24 @@ class _OneLine(logging.Formatter):
         return f"kinesis-actors: {record.levelname.lower()}: {record.getMessage()}"
 
 
+class _ToStderr(logging.Handler):
+    """Writes to ``sys.stderr`` as it is at each line: while a live progress display shows
+    (``put`` on a terminal), that is the display's proxy, which prints the line above it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+            sys.stderr.flush()
+        except Exception:
+            self.handleError(record)
+
+
 def _quiet_logging() -> None:
     """Send the library's warnings to stderr, one line each, unless logging is set up."""
     library = logging.getLogger("kinesis_actors")
     if logging.getLogger().handlers or library.handlers:
         return  # the application (or pytest) decides
-    handler = logging.StreamHandler()
+    handler = _ToStderr()
     handler.setFormatter(_OneLine())
     library.addHandler(handler)
     library.setLevel(logging.WARNING)
@@ -408,7 +422,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         )
         return anyio.run(run_demo, options)
     if args.command == "local":
-        return run_local()
+        return run_local(dict(args.create_stream))
+    if args.command in STREAM_COMMANDS:
+        return anyio.run(run_stream_command, args)
     if args.command == "leases":
         return anyio.run(run_leases_command, args)
     if args.command == "consumers":

@@ -1,6 +1,8 @@
 """``kinesis-actors put --stream S``: produce standard input's lines, one record per line.
 
-It ends with a JSON summary on standard output, whatever the way out: ``read`` (the first
+On a terminal, standard error shows a live line while it runs (lines read, acknowledged,
+failed, records/s; see ``_put_progress``). It ends with a JSON summary on standard output,
+whatever the way out: ``read`` (the first
 ``read`` non-empty lines were taken by the producer), ``records`` (acknowledged: exactly these
 are in the stream), ``failed`` (refused for good), ``not_sent`` (given up when interrupted),
 with ``read = records + failed + not_sent``. Ctrl-C (SIGINT, exit 130) or SIGTERM (143)
@@ -15,7 +17,7 @@ import logging
 import sys
 import threading
 from collections.abc import AsyncGenerator
-from contextlib import aclosing
+from contextlib import aclosing, nullcontext
 from typing import Protocol, cast
 
 import anyio
@@ -24,6 +26,7 @@ import anyio.lowlevel
 from .. import errors
 from ..client import KinesisClient
 from ..producer import Producer, ProducerConfig
+from ._put_progress import PutProgress, put_progress
 from ._tail import watch_signals
 
 __all__ = ["INTERRUPT_FLUSH_TIMEOUT", "input_lines", "run_put", "standard_input"]
@@ -188,9 +191,12 @@ async def run_put(
 
         if threading.current_thread() is threading.main_thread():
             await tg.start(watch_signals, on_signal)
+        live = put_progress()
         try:
-            with writing:
+            with writing, live if live is not None else nullcontext():
                 async with producer:  # leaving it flushes: every line read settles
+                    if live is not None:
+                        tg.start_soon(PutProgress(live, stream).run, lambda: producer.metrics)
                     with reading:
                         number = 0
                         async with aclosing(input_lines(lines)) as each_line:

@@ -530,6 +530,14 @@ class Pipeline(WaitingRoom):
 
     # -- scheduling and shutdown ----------------------------------------------------------------
 
+    def paced_shards(self, now: float) -> int:
+        """How many shards have ready records held back at ``now`` only because the shard's
+        pacing (its token buckets) has no room yet: the producer keeping to the stream's
+        limits. A shard may have several lanes; it counts once."""
+        return len(
+            {lane.shard_id for lane in self._lanes.values() if lane.ready and lane.resume_at > now}
+        )
+
     def next_wakeup(self, now: float, *, force: bool = False) -> float | None:
         """The next moment something may become sendable without any new event, if any."""
         candidates = []

@@ -300,6 +300,21 @@ def test_a_rate_limited_lane_waits_and_does_not_hold_up_the_other() -> None:
     assert wake is not None and 0.4 < wake <= 0.51
 
 
+def test_paced_shards_counts_the_shards_whose_pacing_holds_ready_records_back() -> None:
+    limiter = ShardRateLimiter(records_per_s=2, bytes_per_s=1e9, rate_limit=1.0)
+    h = Harness(limiter=limiter, aggregation=False, preserve_order=False)
+    s0_keys = [f"k{i}" for i in range(50) if TWO_SHARDS.shard_for(f"k{i}") == "s0"][:5]
+    s1_key = next(f"k{i}" for i in range(50) if TWO_SHARDS.shard_for(f"k{i}") == "s1")
+    for key in s0_keys:
+        h.add(key)
+    h.add(s1_key)
+    assert h.pipeline.paced_shards(0.0) == 0  # nothing was refused a grant yet
+    h.call(now=0.0)  # s0 sends its bucket of 2 and waits; s1 sends its only record
+    assert h.pipeline.paced_shards(0.0) == 1
+    # Once s0's tokens are back it is not held any more, whether or not a call went since.
+    assert h.pipeline.paced_shards(10.0) == 0
+
+
 def test_drain_and_abandon_settle_everything_with_the_error() -> None:
     h = Harness(aggregation=False)
     sent = h.add("a")

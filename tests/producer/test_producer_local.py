@@ -238,3 +238,31 @@ async def test_lesson_9_the_shard_map_reads_every_page(
     await client.create_stream(stream_name, 5)
     shard_map = await list_open_shards(client, stream_name, page_size=2)
     assert len(shard_map) == 5 and not shard_map.gaps()
+
+
+async def test_a_put_waiting_on_the_producers_own_pacing_is_said_as_pacing_not_throttling(
+    client: KinesisClient, stream_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A full queue with no throttle at all used to read "the stream is not keeping up
+    (throttled 0 times so far)", a contradiction; the pacing is the cause, and is named."""
+    await client.create_stream(stream_name, 1)
+    config = ProducerConfig(
+        aggregation=False,
+        # 5 records/s on the one shard, a queue of 2 s of that: once the bucket's first second
+        # is spent, records wait on the pacing, not on an answer.
+        rate_limit=0.005,
+        queue_limit_records=10,
+        linger=0.0,
+        backpressure_warning_after=0.05,
+        backpressure_warning_interval=60,
+    )
+    caplog.set_level("WARNING", "kinesis_actors.producer")
+    async with Producer(client, stream_name, config) as producer:
+        with anyio.fail_after(60):
+            index = 0
+            while not [r for r in caplog.records if "waited" in r.getMessage()]:
+                await producer.put(b"x", str(index))
+                index += 1
+    (warning,) = [r.getMessage() for r in caplog.records if "waited" in r.getMessage()]
+    assert "paces each shard" in warning and "1 shard(s) are at that pace" in warning, warning
+    assert "throttled nothing" in warning and "not keeping up" not in warning, warning
