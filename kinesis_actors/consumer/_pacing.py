@@ -5,9 +5,14 @@ Three rules, each a lower bound on the time of the next call:
 * the call rate: at most ``max_calls_per_second`` GetRecords per shard (the service allows 5);
 * the byte rate: a response of *b* bytes is worth ``b / max_bytes_per_second`` seconds of
   the shard's read budget (a 10 MiB answer costs 5 s, as the service itself enforces);
-* backoff: after an empty read the wait doubles from ``idle_initial`` up to ``idle_max``, so
-  an idle shard is polled a few times a minute rather than hammered (lesson 8, FLINK-36947);
+* backoff: after an empty read the wait doubles from ``idle_initial`` up to a bound, so an
+  idle shard is polled a few times a minute rather than hammered (lesson 8, FLINK-36947);
   after a throttle the same with the throttle settings. Any non-empty read resets both.
+  The idle bound is ``idle_max``, raised for a consumer of many shards by its
+  :class:`IdleBudget` so that all its idle shards together make at most
+  ``idle_reads_per_second`` empty reads: 1,000 idle shards polled every 2 s were 500 calls/s,
+  0.96 core measured. An idle wait is shortened by up to ``idle_jitter`` of itself (never
+  lengthened: the bound holds), so shards that went idle together do not poll in step.
 
 And one rule for GetShardIterator, the recovery path (lesson 33): at most
 ``max_iterators_per_second`` per shard (the service allows 5), and after an expired iterator
@@ -21,9 +26,11 @@ Times are plain floats from the caller's clock, so the policy is tested without 
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["PacingSettings", "ReadPacer"]
+__all__ = ["IdleBudget", "PacingSettings", "ReadPacer"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,13 +44,53 @@ class PacingSettings:
     max_iterators_per_second: float = 5.0
     recovery_initial: float = 0.2
     recovery_max: float = 5.0
+    idle_jitter: float = 0.2
+
+
+class IdleBudget:
+    """The empty reads per second a consumer allows all its idle shards together.
+
+    Written by its owner (the consumer's scheduler: :meth:`set_shards` as shards start and
+    stop), read by every shard's :class:`ReadPacer`. With ``shards`` shards all idle and
+    each waiting :meth:`idle_max` between reads, the consumer makes at most
+    ``reads_per_second`` empty reads a second; ``floor`` (the configured ``idle_max``) is kept
+    for consumers small enough to poll faster.
+    """
+
+    __slots__ = ("_floor", "_reads_per_second", "_shards")
+
+    def __init__(self, reads_per_second: float, floor: float) -> None:
+        if reads_per_second <= 0:
+            raise ValueError(f"reads_per_second must be positive, got {reads_per_second!r}")
+        self._reads_per_second = reads_per_second
+        self._floor = floor
+        self._shards = 0
+
+    @property
+    def shards(self) -> int:
+        return self._shards
+
+    def set_shards(self, count: int) -> None:
+        self._shards = max(0, count)
+
+    def idle_max(self) -> float:
+        """The longest wait after empty reads: the floor, or longer for many shards."""
+        return max(self._floor, self._shards / self._reads_per_second)
 
 
 class ReadPacer:
     """Decides the earliest time of the next read from the outcome of the previous ones."""
 
-    def __init__(self, settings: PacingSettings) -> None:
+    def __init__(
+        self,
+        settings: PacingSettings,
+        budget: IdleBudget | None = None,
+        *,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
         self._settings = settings
+        self._budget = budget
+        self._rng = rng
         self._next_at = float("-inf")
         self._empty_streak = 0
         self._throttle_streak = 0
@@ -70,7 +117,9 @@ class ReadPacer:
         wait = max(1.0 / settings.max_calls_per_second, size / settings.max_bytes_per_second)
         if records == 0:
             idle = settings.idle_initial * 2.0 ** min(self._empty_streak, 32)
-            wait = max(wait, min(settings.idle_max, idle))
+            bound = self._budget.idle_max() if self._budget is not None else settings.idle_max
+            spread = 1.0 - settings.idle_jitter * self._rng()  # never past the bound
+            wait = max(wait, min(bound, idle) * spread)
             self._empty_streak += 1
         else:
             self._empty_streak = 0

@@ -31,7 +31,7 @@ from ._discovery import DiscoveryFailures, list_shards
 from ._efo import EfoReader
 from ._efo_policy import EfoSettings
 from ._group import default_worker_id, lease_event
-from ._pacing import PacingSettings, ReadPacer
+from ._pacing import IdleBudget, PacingSettings, ReadPacer
 from ._pipeline import ShardPipeline
 from ._positions import SavedShard, ShardKey, parse_positions
 from ._reader import PollingReader, ShardReader
@@ -85,6 +85,12 @@ class ShardScheduler:
             idle_max=config.idle_backoff_max,
             throttle_initial=config.throttle_backoff_initial,
             throttle_max=config.throttle_backoff_max,
+        )
+        # Read by every polling reader's pacer; the shard count is written in _start_shard.
+        self._idle_budget = (
+            None
+            if config.idle_reads_per_second is None
+            else IdleBudget(config.idle_reads_per_second, config.idle_backoff_max)
         )
         self._pipelines: dict[ShardKey, ShardPipeline] = {}
         # Shards asked for by another worker: reading stopped, commits still taken.
@@ -196,6 +202,8 @@ class ShardScheduler:
             ):
                 continue
             await self._start_shard(shard)
+        if self._idle_budget is not None:  # shards that ended or were handed over are gone
+            self._idle_budget.set_shards(len(self._pipelines))
         if self._mode == "run":
             for pipeline in list(self._pipelines.values()):
                 await self._start_processor(pipeline)
@@ -338,6 +346,8 @@ class ShardScheduler:
         )
         pipeline.set_mode(self._mode)
         self._pipelines[key] = pipeline
+        if self._idle_budget is not None:
+            self._idle_budget.set_shards(len(self._pipelines))
         if self._group is None:
             log.debug("starting %s/%s from %s", shard.stream, shard.shard_id, saved)
         else:
@@ -371,7 +381,7 @@ class ShardScheduler:
             self._streams[pipeline.stream],
             pipeline.shard_id,
             start,
-            pacer=ReadPacer(self._pacing),
+            pacer=ReadPacer(self._pacing, self._idle_budget),
             metrics=pipeline.metrics,
             limit=self._config.max_records_per_call,
             poison=self._config.poison_records,

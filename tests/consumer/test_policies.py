@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
+import random
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kinesis_actors.consumer import EfoSettings, RecordBatch, ShardRead, StartingPosition
 from kinesis_actors.consumer._efo_policy import HeldShard, SubscribeBackoff
-from kinesis_actors.consumer._pacing import PacingSettings, ReadPacer
+from kinesis_actors.consumer._pacing import IdleBudget, PacingSettings, ReadPacer
 from kinesis_actors.consumer._pipeline import ShardPipeline
 from kinesis_actors.consumer._positions import (
     SavedShard,
@@ -41,7 +42,7 @@ def test_a_large_answer_costs_its_share_of_two_mib_per_second() -> None:
 
 
 def test_empty_reads_back_off_doubling_to_the_maximum_and_data_resets() -> None:
-    pacer = ReadPacer(PacingSettings(idle_initial=0.25, idle_max=2.0))
+    pacer = ReadPacer(PacingSettings(idle_initial=0.25, idle_max=2.0), rng=lambda: 0.0)
     waits = []
     now = 0.0
     for _ in range(6):
@@ -52,6 +53,58 @@ def test_empty_reads_back_off_doubling_to_the_maximum_and_data_resets() -> None:
     pacer.read(now, records=1, size=10)
     assert pacer.next_read_at() - now == pytest.approx(0.2)
     assert pacer.empty_streak == 0
+
+
+def test_idle_waits_are_spread_below_the_bound_never_above() -> None:
+    settings = PacingSettings(idle_initial=0.25, idle_max=2.0, idle_jitter=0.2)
+    for draw, expected in ((0.0, 2.0), (0.5, 1.8), (0.999, 1.6)):
+        pacer = ReadPacer(settings, rng=lambda draw=draw: draw)
+        for _ in range(5):
+            pacer.read(0.0, records=0, size=0)
+        assert pacer.next_read_at() == pytest.approx(expected, abs=1e-3)
+
+
+def test_a_consumer_of_many_shards_waits_longer_on_each_idle_one() -> None:
+    budget = IdleBudget(reads_per_second=100.0, floor=2.0)
+    budget.set_shards(16)
+    assert budget.idle_max() == 2.0  # few shards: the configured idle_max
+    budget.set_shards(1000)
+    assert budget.idle_max() == pytest.approx(10.0)
+    pacer = ReadPacer(PacingSettings(idle_initial=0.25, idle_max=2.0), budget, rng=lambda: 0.0)
+    waits = []
+    for _ in range(8):
+        pacer.read(0.0, records=0, size=0)
+        waits.append(pacer.next_read_at())
+    assert waits == pytest.approx([0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0])
+    pacer.read(0.0, records=1, size=1)  # data: back to polling at once
+    assert pacer.next_read_at() == pytest.approx(0.2)
+
+
+@settings(deadline=None, max_examples=40)  # a simulated 50 minutes each: no wall clock
+@given(
+    shards=st.integers(min_value=1, max_value=3000),
+    rate=st.sampled_from([10.0, 100.0, 250.0]),
+    seed=st.integers(min_value=0, max_value=2**32 - 1),
+)
+def test_idle_shards_together_stay_within_the_budget(shards: int, rate: float, seed: int) -> None:
+    """Every shard idle from the start, each on its own pacer: over a long window the empty
+    reads of all of them stay within the budget (or within idle_max's rate, for few)."""
+    rng = random.Random(seed)
+    budget = IdleBudget(reads_per_second=rate, floor=2.0)
+    budget.set_shards(shards)
+    settings = PacingSettings(idle_initial=0.25, idle_max=2.0)
+    window, reads, sample = 3000.0, 0, min(shards, 10)
+    for _ in range(sample):  # a sample of the shards; each behaves alike
+        pacer, now = ReadPacer(settings, budget, rng=rng.random), 0.0
+        while now < window:
+            pacer.read(now, records=0, size=0)
+            now = pacer.next_read_at()
+            reads += 1
+    per_shard = reads / sample / window
+    allowed = min(rate / shards, 1 / 2.0)  # the budget's share, or idle_max's rate
+    # On top: the backoff's ramp (at most 12 reads, 0.25 s doubling to 300 s) and the
+    # jitter (waits down to 80 % of the bound).
+    assert per_shard <= allowed / 0.8 + 12 / window
 
 
 def test_throttles_back_off_and_a_read_resets_them() -> None:
