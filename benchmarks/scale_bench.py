@@ -9,8 +9,11 @@ TRIM_HORIZON with the default configuration. Figures:
 
 - ``open_s``: from ``Consumer(...)`` to the end of ``async with``'s entry;
 - ``all_read_s``: from the same start until a batch of every shard has been delivered;
-- ``idle_cpu_share``: this process's CPU time over ``idle`` seconds of wall time once every
-  record was read (no new records: every read is empty), a share of one core;
+- ``open_cpu_s`` / ``all_read_cpu_s``: this process's CPU time over the same spans (the wall
+  times depend on what else the machine runs; these much less);
+- ``idle_cpu_share``: this process's CPU time over ``idle`` seconds of wall time, starting
+  ``settle`` seconds after every record was read, once every shard's idle backoff has reached
+  its bound (no new records: every read is empty), a share of one core;
 - ``idle_reads_per_s``: GetRecords calls the target answered in that window, per second.
 
 Run by hand (minutes at 1,000 shards), not by the suite; the test runs a tiny row.
@@ -70,13 +73,16 @@ def _get_records_calls(target: LoadTarget) -> int:
     return int(target.stats()["requests"].get("GetRecords", 0))
 
 
-async def _measure(target: LoadTarget, idle: float, config: ConsumerConfig) -> dict[str, Any]:
+async def _measure(
+    target: LoadTarget, idle: float, settle: float, config: ConsumerConfig
+) -> dict[str, Any]:
     async with target.client() as client:
         shards = await put_one_per_shard(client, target.stream_name)
         seen: set[str] = set()
-        began = time.perf_counter()
+        began, began_cpu = time.perf_counter(), time.process_time()
         async with Consumer(client, target.stream_name, config) as consumer:
             opened = time.perf_counter() - began
+            opened_cpu = time.process_time() - began_cpu
             with anyio.fail_after(READ_ALL_TIMEOUT):
                 async for batch in consumer:
                     seen.add(batch.shard_id)
@@ -84,6 +90,10 @@ async def _measure(target: LoadTarget, idle: float, config: ConsumerConfig) -> d
                     if len(seen) == shards:
                         break
             all_read = time.perf_counter() - began
+            all_read_cpu = time.process_time() - began_cpu
+            with anyio.move_on_after(settle):  # the idle backoff reaches its bound
+                async for batch in consumer:
+                    consumer.commit(batch)
             calls = await anyio.to_thread.run_sync(_get_records_calls, target)
             wall, cpu = time.perf_counter(), time.process_time()
             target_cpu = target.cpu_seconds()
@@ -97,7 +107,10 @@ async def _measure(target: LoadTarget, idle: float, config: ConsumerConfig) -> d
     return {
         "shards": shards,
         "open_s": opened,
+        "open_cpu_s": opened_cpu,
         "all_read_s": all_read,
+        "all_read_cpu_s": all_read_cpu,
+        "settle_s": settle,
         "idle_s": wall,
         "idle_cpu_share": cpu / wall,
         "idle_target_cpu_share": target_cpu / wall,
@@ -107,13 +120,21 @@ async def _measure(target: LoadTarget, idle: float, config: ConsumerConfig) -> d
 
 
 def measure(
-    shards: int, idle: float = IDLE_SECONDS, config: ConsumerConfig | None = None
+    shards: int,
+    idle: float = IDLE_SECONDS,
+    config: ConsumerConfig | None = None,
+    settle: float | None = None,
 ) -> dict[str, Any]:
-    """One row: a fresh target of ``shards`` shards, one record each, one Consumer."""
+    """One row: a fresh target of ``shards`` shards, one record each, one Consumer; the idle
+    window starts ``settle`` seconds after every shard was read (default: twice the idle
+    bound, by when every shard's backoff has reached it)."""
     config = config or ConsumerConfig(start=StartingPosition.trim_horizon())
     load = _load()
     with LoadTarget(shards=shards, retain_records=4, tls=False) as target:
-        row = anyio.run(_measure, target, idle, config)
+        if settle is None:
+            rate, floor = config.idle_reads_per_second, config.idle_backoff_max
+            settle = 2 * (floor if rate is None else max(floor, shards / rate))
+        row = anyio.run(_measure, target, idle, settle, config)
     row["loadavg_before"] = load
     return row
 
@@ -145,7 +166,9 @@ def report(results: dict[str, Any]) -> str:
     columns = [
         ("shards", "shards", _f(0)),
         ("open s", "open_s", _f(2)),
+        ("open CPU s", "open_cpu_s", _f(2)),
         ("all read s", "all_read_s", _f(2)),
+        ("all read CPU s", "all_read_cpu_s", _f(2)),
         ("idle CPU (cores)", "idle_cpu_share", _f(3)),
         ("idle reads/s", "idle_reads_per_s", _f(0)),
         ("idle CPU us/read", "idle_cpu_us_per_read", _f(0)),

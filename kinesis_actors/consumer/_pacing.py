@@ -8,11 +8,11 @@ Three rules, each a lower bound on the time of the next call:
 * backoff: after an empty read the wait doubles from ``idle_initial`` up to a bound, so an
   idle shard is polled a few times a minute rather than hammered (lesson 8, FLINK-36947);
   after a throttle the same with the throttle settings. Any non-empty read resets both.
-  The idle bound is ``idle_max``, raised for a consumer of many shards by its
-  :class:`IdleBudget` so that all its idle shards together make at most
-  ``idle_reads_per_second`` empty reads: 1,000 idle shards polled every 2 s were 500 calls/s,
-  0.96 core measured. An idle wait is shortened by up to ``idle_jitter`` of itself (never
-  lengthened: the bound holds), so shards that went idle together do not poll in step.
+  The bound is ``idle_max``; and a consumer's :class:`IdleBudget` (a calendar of read slots
+  shared by its shards) keeps all its idle shards together to ``idle_reads_per_second``
+  empty reads, ramp included: 1,000 idle shards polled every 2 s were 500 calls/s, 0.96
+  core measured. An idle wait is shortened by up to ``idle_jitter`` of itself (never
+  lengthened), so shards that went idle together do not poll in step.
 
 And one rule for GetShardIterator, the recovery path (lesson 33): at most
 ``max_iterators_per_second`` per shard (the service allows 5), and after an expired iterator
@@ -26,6 +26,8 @@ Times are plain floats from the caller's clock, so the policy is tested without 
 
 from __future__ import annotations
 
+import heapq
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,34 +50,46 @@ class PacingSettings:
 
 
 class IdleBudget:
-    """The empty reads per second a consumer allows all its idle shards together.
+    """The empty reads per second a consumer allows all its idle shards together: a calendar
+    of read slots, ``1 / reads_per_second`` apart, shared by every shard's pacer.
 
-    Written by its owner (the consumer's scheduler: :meth:`set_shards` as shards start and
-    stop), read by every shard's :class:`ReadPacer`. With ``shards`` shards all idle and
-    each waiting :meth:`idle_max` between reads, the consumer makes at most
-    ``reads_per_second`` empty reads a second; ``floor`` (the configured ``idle_max``) is kept
-    for consumers small enough to poll faster.
+    A shard's next read after an empty one takes the first free slot at or after the time
+    its own backoff asks for, so all idle shards together never read more often than
+    ``reads_per_second``, during the backoff's ramp too (a thousand shards opened at once
+    would otherwise poll every 0.25 s, then 0.5 s, ...), and their reads are spread evenly,
+    not in bursts. A shard holds at most one future slot, so with ``n`` idle shards the
+    calendar's wait is at most about ``n / reads_per_second``: the latency the budget adds.
+    Owned by the consumer's scheduler, used by its readers' pacers (one event loop).
     """
 
-    __slots__ = ("_floor", "_reads_per_second", "_shards")
+    __slots__ = ("_gap", "_taken", "_times")
 
-    def __init__(self, reads_per_second: float, floor: float) -> None:
+    def __init__(self, reads_per_second: float) -> None:
         if reads_per_second <= 0:
             raise ValueError(f"reads_per_second must be positive, got {reads_per_second!r}")
-        self._reads_per_second = reads_per_second
-        self._floor = floor
-        self._shards = 0
+        self._gap = 1.0 / reads_per_second
+        # Slot numbers taken, in a set to probe and a heap to forget the past ones; bounded by
+        # the slots ahead of now (about one a shard, plus those of shards that got data).
+        self._taken: set[int] = set()
+        self._times: list[int] = []
+
+    def reserve(self, earliest: float, now: float) -> float:
+        """The time of the first free slot at or after ``earliest`` (taken from now on)."""
+        taken, times = self._taken, self._times
+        past = math.floor(now / self._gap)
+        while times and times[0] < past:
+            taken.discard(heapq.heappop(times))
+        slot = math.ceil(earliest / self._gap)
+        while slot in taken:
+            slot += 1
+        taken.add(slot)
+        heapq.heappush(times, slot)
+        return slot * self._gap
 
     @property
-    def shards(self) -> int:
-        return self._shards
-
-    def set_shards(self, count: int) -> None:
-        self._shards = max(0, count)
-
-    def idle_max(self) -> float:
-        """The longest wait after empty reads: the floor, or longer for many shards."""
-        return max(self._floor, self._shards / self._reads_per_second)
+    def reserved(self) -> int:
+        """Slots taken that are not yet past (for tests and metrics)."""
+        return len(self._taken)
 
 
 class ReadPacer:
@@ -117,10 +131,12 @@ class ReadPacer:
         wait = max(1.0 / settings.max_calls_per_second, size / settings.max_bytes_per_second)
         if records == 0:
             idle = settings.idle_initial * 2.0 ** min(self._empty_streak, 32)
-            bound = self._budget.idle_max() if self._budget is not None else settings.idle_max
-            spread = 1.0 - settings.idle_jitter * self._rng()  # never past the bound
-            wait = max(wait, min(bound, idle) * spread)
+            spread = 1.0 - settings.idle_jitter * self._rng()  # never past idle_max
+            wait = max(wait, min(settings.idle_max, idle) * spread)
             self._empty_streak += 1
+            if self._budget is not None:
+                self._next_at = self._budget.reserve(now + wait, now)
+                return
         else:
             self._empty_streak = 0
         self._next_at = now + wait

@@ -86,11 +86,11 @@ class ShardScheduler:
             throttle_initial=config.throttle_backoff_initial,
             throttle_max=config.throttle_backoff_max,
         )
-        # Read by every polling reader's pacer; the shard count is written in _start_shard.
+        # Shared by every polling reader's pacer (one event loop): their idle reads' slots.
         self._idle_budget = (
             None
             if config.idle_reads_per_second is None
-            else IdleBudget(config.idle_reads_per_second, config.idle_backoff_max)
+            else IdleBudget(config.idle_reads_per_second)
         )
         self._pipelines: dict[ShardKey, ShardPipeline] = {}
         # Shards asked for by another worker: reading stopped, commits still taken.
@@ -202,8 +202,6 @@ class ShardScheduler:
             ):
                 continue
             await self._start_shard(shard)
-        if self._idle_budget is not None:  # shards that ended or were handed over are gone
-            self._idle_budget.set_shards(len(self._pipelines))
         if self._mode == "run":
             for pipeline in list(self._pipelines.values()):
                 await self._start_processor(pipeline)
@@ -346,8 +344,6 @@ class ShardScheduler:
         )
         pipeline.set_mode(self._mode)
         self._pipelines[key] = pipeline
-        if self._idle_budget is not None:
-            self._idle_budget.set_shards(len(self._pipelines))
         if self._group is None:
             log.debug("starting %s/%s from %s", shard.stream, shard.shard_id, saved)
         else:

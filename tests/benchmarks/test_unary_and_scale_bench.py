@@ -32,9 +32,10 @@ def test_a_unary_smoke_run_measures_both_peers_at_each_concurrency() -> None:
 
 
 def test_a_scale_row_reads_every_shard_then_measures_the_idle_window() -> None:
-    row = scale_bench.measure(4, idle=0.5)
+    row = scale_bench.measure(4, idle=0.5, settle=0.1)
     assert row["shards"] == 4
     assert 0 < row["open_s"] <= row["all_read_s"]
+    assert 0 < row["open_cpu_s"] <= row["all_read_cpu_s"]
     assert row["idle_s"] >= 0.5
     assert row["idle_cpu_share"] >= 0 and row["idle_reads_per_s"] >= 0
     results = {"rows": [row], "loadavg_start": [0, 0, 0], "loadavg_end": [0, 0, 0], "seconds": 1}
