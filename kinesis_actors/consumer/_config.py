@@ -166,10 +166,10 @@ class ConsumerConfig:
       the service's 5 calls/s and 2 MiB/s by default.
     - ``idle_backoff_initial`` / ``idle_backoff_max``: the wait after an empty read, doubling
       per consecutive empty read (lesson 8: idle shards are not hammered).
-      ``idle_reads_per_second`` caps the empty reads of all idle shards together: a consumer
-      of more than ``idle_reads_per_second x idle_backoff_max`` shards waits up to
-      ``shards / idle_reads_per_second`` on an idle shard instead (1,000 shards: 10 s), so
-      its idle cost stays flat; None: no cap. See ``docs/consumer.md``.
+      ``idle_reads_per_second`` caps the empty reads of all idle shards together (a shared
+      calendar of read slots), so a large consumer's idle cost stays flat; an idle shard
+      then waits up to ``idle_backoff_max + shards / idle_reads_per_second`` (1,000 shards:
+      12 s). None: no cap. See ``docs/consumer.md``.
     - ``throttle_backoff_initial`` / ``throttle_backoff_max``: the same after a throttle.
     - ``restart_intensity``: (restarts, seconds) allowed to each shard's reader, and, under
       :meth:`Consumer.run`, to the handlers' processors all together, before the consumer
