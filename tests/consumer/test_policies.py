@@ -71,7 +71,7 @@ def test_idle_reads_take_free_slots_of_the_shared_calendar() -> None:
     assert budget.reserve(1.0, now=0.0) == pytest.approx(1.0)
     assert budget.reserve(1.0, now=0.0) == pytest.approx(1.2)  # full: the next tick
     assert budget.reserve(1.05, now=0.0) == pytest.approx(1.2)
-    assert budget.reserve(0.5, now=0.0) == pytest.approx(0.6)  # earlier ticks stay free
+    assert budget.reserve(0.5, now=0.0) == pytest.approx(0.5)  # earlier ticks stay free
     assert budget.reserved == 5
     budget.reserve(3.0, now=2.0)  # the past ticks are forgotten
     assert budget.reserved == 1
@@ -86,10 +86,7 @@ def test_a_shard_on_a_budget_backs_off_as_alone_while_the_calendar_is_free() -> 
         pacer.read(now, records=0, size=0)
         waits.append(pacer.next_read_at() - now)
         now = pacer.next_read_at()
-    # Rounded up to the calendar's ticks (10 slots every 0.1 s at 100 reads/s).
-    expected = [0.25, 0.5, 1.0, 2.0, 2.0, 2.0]
-    for wait, alone in zip(waits, expected, strict=True):
-        assert alone <= wait <= alone + 0.1 + 1e-9
+    assert waits == pytest.approx([0.25, 0.5, 1.0, 2.0, 2.0, 2.0])
     pacer.read(now, records=1, size=1)  # data: no slot, back to 5 reads a second
     assert pacer.next_read_at() - now == pytest.approx(0.2)
 
