@@ -2,11 +2,10 @@
 :class:`~kinesis_actors.client.KinesisClient` and :class:`~kinesis_actors.client.DynamoDBClient`.
 
 The I/O is ``_transport``'s: a lean pool of HTTP/1.1 connections by default (``_http1``),
-httpx when HTTP/2 is asked for. Protocol,
-signing and retry decisions live in sans-IO helpers beside this module; a subclass names its
-service and adds the conveniences of that service. What the caller does not set follows
-botocore's configuration: the endpoint, the credentials, the CA bundle (``_tls``) and the
-proxy (``_proxy``).
+httpx when HTTP/2 is asked for. Protocol, signing and retry decisions live in sans-IO helpers
+beside this module; a subclass names its service and adds the conveniences of that service.
+What the caller does not set follows botocore's configuration: the endpoint, the credentials,
+the CA bundle (``_tls``) and the proxy (``_proxy``).
 """
 
 from __future__ import annotations
