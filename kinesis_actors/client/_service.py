@@ -1,11 +1,11 @@
 """One signed, retried HTTP call per operation, for any AWS JSON service: the base of
 :class:`~kinesis_actors.client.KinesisClient` and :class:`~kinesis_actors.client.DynamoDBClient`.
 
-The I/O is httpx (a pool of HTTP/1.1 connections by default, HTTP/2 on request). Protocol,
-signing and retry decisions live in sans-IO helpers beside this module; a subclass names its
-service and adds the conveniences of that service. What the caller does not set follows
-botocore's configuration: the endpoint, the credentials, the CA bundle (``_tls``) and the
-proxy (``_proxy``).
+The I/O is ``_transport``'s: a lean pool of HTTP/1.1 connections by default (``_http1``),
+httpx when HTTP/2 is asked for. Protocol, signing and retry decisions live in sans-IO helpers
+beside this module; a subclass names its service and adds the conveniences of that service.
+What the caller does not set follows botocore's configuration: the endpoint, the credentials,
+the CA bundle (``_tls``) and the proxy (``_proxy``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from urllib.parse import urlsplit
 
 import anyio
 import botocore.session
-import httpx
 
 from .. import errors
 from .._validate import check_type
@@ -32,11 +31,10 @@ from ._protocol import EncodedRequest, ProtocolCodec
 from ._proxy import Proxy, resolve_proxy
 from ._retry import RetrySettings
 from ._signing import Credentials, Signer, resolve_credentials
-from ._tls import resolve_verify, ssl_contexts, transport_error
+from ._tls import resolve_verify, ssl_contexts
+from ._transport import Transport, new_transport
 
 __all__ = ["ClientCounters", "ClientStats", "ServiceClient", "service_now"]
-
-_READ = httpx.ByteStream(b"")  # what a response's stream becomes once read (see _send)
 
 log = logging.getLogger("kinesis_actors.client")
 
@@ -148,7 +146,7 @@ class ServiceClient:
         self._credentials = credentials
         self._codec: ProtocolCodec | None = None
         self._signer: Signer | None = None
-        self._http: httpx.AsyncClient | None = None
+        self._http: Transport | None = None
         self._network: Network | None = None
         self._url = ""
         # The last reply's Date header and when (monotonic) it arrived: see service_time().
@@ -214,7 +212,9 @@ class ServiceClient:
         self._network = await anyio.to_thread.run_sync(
             _resolve_network, self.endpoint_url, self.verify
         )
-        self._http = self._new_http(self._network)
+        self._http = new_transport(
+            self._url, self.config, self._network.pool_ssl, self._network.proxy
+        )
         return self
 
     async def __aexit__(
@@ -231,30 +231,6 @@ class ServiceClient:
         if http is not None:
             with anyio.move_on_after(_CLOSE_TIMEOUT, shield=True):
                 await http.aclose()
-
-    def _new_http(self, network: Network) -> httpx.AsyncClient:
-        config = self.config
-        proxy = network.proxy
-        return httpx.AsyncClient(
-            http2=config.http2,
-            verify=network.pool_ssl,
-            # Resolved by botocore (trust_env stays off: httpx's reading of the environment
-            # differs from botocore's, and the SDKs agree with botocore).
-            proxy=None if proxy is None else httpx.Proxy(proxy.url, headers=dict(proxy.headers)),
-            limits=httpx.Limits(
-                max_connections=config.max_connections,
-                max_keepalive_connections=min(
-                    config.max_keepalive_connections, config.max_connections
-                ),
-            ),
-            timeout=httpx.Timeout(
-                connect=config.connect_timeout,
-                read=config.read_timeout,
-                write=config.write_timeout,
-                pool=config.pool_timeout,
-            ),
-            trust_env=False,
-        )
 
     @property
     def codec(self) -> ProtocolCodec:
@@ -327,19 +303,19 @@ class ServiceClient:
         headers = await self._signed_headers(request)
         self._counters.add("attempts")
         try:
-            response = await http.post(self._url, content=request.body, headers=headers)
-        except httpx.TransportError as exc:
+            reply = await http.post(headers, request.body, request.operation)
+        except errors.TransportError:
             self._counters.add("transport_errors")
-            raise transport_error(exc, request.operation, self.proxy) from exc
-        date = response.headers.get("date")
+            raise
+        date = reply.headers.get("date")
         if date is not None:  # parsed only when asked for: this runs for every call
             self._service_date, self._service_date_at = date, time.monotonic()
         try:
             return self.codec.decode(
                 request.operation,
-                response.status_code,
-                response.headers,
-                response.content,
+                reply.status,
+                reply.headers,
+                reply.body,
                 record_count=request.record_count,
             )
         except errors.ThrottlingError:
@@ -348,12 +324,6 @@ class ServiceClient:
         except errors.MalformedReplyError:
             self._counters.add("malformed_replies")
             raise
-        finally:
-            # An httpx response and its (read, closed) stream refer to each other, so each
-            # call's request and body (up to 5 MiB) waited for a garbage collection; the
-            # fewer objects a put allocates, the rarer those are (measured: +0.5 MB at the
-            # peak of the throttled-stream test). Without the cycle they go with the call.
-            response.stream = _READ
 
 
 def service_now(client: object) -> datetime:

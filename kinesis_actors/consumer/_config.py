@@ -166,6 +166,10 @@ class ConsumerConfig:
       the service's 5 calls/s and 2 MiB/s by default.
     - ``idle_backoff_initial`` / ``idle_backoff_max``: the wait after an empty read, doubling
       per consecutive empty read (lesson 8: idle shards are not hammered).
+      ``idle_reads_per_second`` caps the empty reads of all idle shards together (a shared
+      calendar of read slots), so a large consumer's idle cost stays flat; an idle shard
+      then waits up to ``idle_backoff_max + shards / idle_reads_per_second`` (1,000 shards:
+      12 s). None: no cap. See ``docs/consumer.md``.
     - ``throttle_backoff_initial`` / ``throttle_backoff_max``: the same after a throttle.
     - ``restart_intensity``: (restarts, seconds) allowed to each shard's reader, and, under
       :meth:`Consumer.run`, to the handlers' processors all together, before the consumer
@@ -207,6 +211,7 @@ class ConsumerConfig:
     max_bytes_per_second: float = 2 * 1024 * 1024
     idle_backoff_initial: float = 0.25
     idle_backoff_max: float = 2.0
+    idle_reads_per_second: float | None = 100.0
     throttle_backoff_initial: float = 0.5
     throttle_backoff_max: float = 5.0
     restart_intensity: tuple[int, float] = (5, 30.0)
@@ -306,6 +311,8 @@ class ConsumerConfig:
             "throttle_backoff_max",
         ):
             check_positive(f"ConsumerConfig.{name}", getattr(self, name))
+        if self.idle_reads_per_second is not None:
+            check_positive("ConsumerConfig.idle_reads_per_second", self.idle_reads_per_second)
         for low, high in (
             ("idle_backoff_initial", "idle_backoff_max"),
             ("throttle_backoff_initial", "throttle_backoff_max"),

@@ -31,7 +31,7 @@ from ._discovery import DiscoveryFailures, list_shards
 from ._efo import EfoReader
 from ._efo_policy import EfoSettings
 from ._group import default_worker_id, lease_event
-from ._pacing import PacingSettings, ReadPacer
+from ._pacing import IdleBudget, PacingSettings, ReadPacer
 from ._pipeline import ShardPipeline
 from ._positions import SavedShard, ShardKey, parse_positions
 from ._reader import PollingReader, ShardReader
@@ -85,6 +85,12 @@ class ShardScheduler:
             idle_max=config.idle_backoff_max,
             throttle_initial=config.throttle_backoff_initial,
             throttle_max=config.throttle_backoff_max,
+        )
+        # Shared by every polling reader's pacer (one event loop): their idle reads' slots.
+        self._idle_budget = (
+            None
+            if config.idle_reads_per_second is None
+            else IdleBudget(config.idle_reads_per_second)
         )
         self._pipelines: dict[ShardKey, ShardPipeline] = {}
         # Shards asked for by another worker: reading stopped, commits still taken.
@@ -376,7 +382,7 @@ class ShardScheduler:
             self._streams[pipeline.stream],
             pipeline.shard_id,
             start,
-            pacer=ReadPacer(self._pacing),
+            pacer=ReadPacer(self._pacing, self._idle_budget),
             metrics=pipeline.metrics,
             limit=self._config.max_records_per_call,
             poison=self._config.poison_records,

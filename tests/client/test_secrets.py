@@ -99,13 +99,10 @@ async def test_no_secret_in_any_repr_log_line_or_error(
     with pytest.raises(errors.ConfigError) as bad:
         KinesisClient(credentials=[ACCESS_KEY, SECRET_KEY])
     texts += [str(bad.value), repr(bad.value)]
-    ours = [_printed(r) for r in caplog.records if not r.name.startswith("botocore.auth")]
+    # Every log line, botocore's too: signing is ours (it logs nothing), so botocore's
+    # DEBUG lines of a canonical request, which carried the session token, are gone.
+    ours = [_printed(r) for r in caplog.records]
     texts += ours
-    # botocore's own DEBUG lines of a signature (CanonicalRequest) carry the session token,
-    # for boto3 as for us: not a line of ours, and the secret key is not among them.
-    signing = [_printed(r) for r in caplog.records if r.name.startswith("botocore.auth")]
-    assert signing
-    assert not [text for text in signing if SECRET_KEY in text or PROXY_PASSWORD in text]
 
     # What was looked at: the proxy saw the password (so it was in play), the errors and the
     # retry were logged or raised as expected.

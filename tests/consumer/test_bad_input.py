@@ -67,6 +67,8 @@ def test_a_timestamp_in_the_future_is_refused() -> None:
         ({"shard_discovery_interval": 0}, "shard_discovery_interval"),
         ({"list_shards_page_size": 0}, "list_shards_page_size"),
         ({"idle_backoff_initial": 2.0, "idle_backoff_max": 1.0}, "idle_backoff_max"),
+        ({"idle_reads_per_second": 0}, "idle_reads_per_second"),
+        ({"idle_reads_per_second": "many"}, "idle_reads_per_second"),
         ({"restart_intensity": (1,)}, "restart_intensity"),
         ({"start": "latest"}, "start"),
         ({"start": StartingPosition.at_sequence_number("1")}, "start"),

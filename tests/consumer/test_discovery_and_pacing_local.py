@@ -80,7 +80,8 @@ async def test_an_idle_shard_is_polled_with_growing_pauses(
     """Lesson 8 (FLINK-36947): empty reads back off, doubling up to ``idle_backoff_max``.
 
     Bounded by events (the 6th GetRecords), and only lower bounds on the gaps are asserted:
-    a slow machine can make gaps longer, never shorter.
+    a slow machine can make gaps longer, never shorter than the backoff less its spread (an
+    idle wait is shortened by up to 20 % so that shards do not poll in step).
     """
     client = RecordingClient(
         region=local_kinesis.region,
@@ -101,7 +102,7 @@ async def test_an_idle_shard_is_polled_with_growing_pauses(
     gaps = [later - earlier for earlier, later in itertools.pairwise(started)]
     expected = [0.2, 0.4, 0.8, 0.8, 0.8]
     for gap, minimum in zip(gaps, expected, strict=True):
-        assert gap >= minimum * 0.95, (gaps, expected)
+        assert gap >= minimum * 0.8 * 0.95, (gaps, expected)
     assert metrics["empty_reads"] == metrics["reads"] >= 5
     # Over the window, far fewer calls than the 5/s the service would allow.
     assert len(started) - 1 <= (started[-1] - started[0]) * 5

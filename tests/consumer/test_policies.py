@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import heapq
 import json
+import random
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kinesis_actors.consumer import EfoSettings, RecordBatch, ShardRead, StartingPosition
 from kinesis_actors.consumer._efo_policy import HeldShard, SubscribeBackoff
-from kinesis_actors.consumer._pacing import PacingSettings, ReadPacer
+from kinesis_actors.consumer._pacing import IdleBudget, PacingSettings, ReadPacer
 from kinesis_actors.consumer._pipeline import ShardPipeline
 from kinesis_actors.consumer._positions import (
     SavedShard,
@@ -41,7 +43,7 @@ def test_a_large_answer_costs_its_share_of_two_mib_per_second() -> None:
 
 
 def test_empty_reads_back_off_doubling_to_the_maximum_and_data_resets() -> None:
-    pacer = ReadPacer(PacingSettings(idle_initial=0.25, idle_max=2.0))
+    pacer = ReadPacer(PacingSettings(idle_initial=0.25, idle_max=2.0), rng=lambda: 0.0)
     waits = []
     now = 0.0
     for _ in range(6):
@@ -52,6 +54,73 @@ def test_empty_reads_back_off_doubling_to_the_maximum_and_data_resets() -> None:
     pacer.read(now, records=1, size=10)
     assert pacer.next_read_at() - now == pytest.approx(0.2)
     assert pacer.empty_streak == 0
+
+
+def test_idle_waits_are_spread_below_the_bound_never_above() -> None:
+    settings = PacingSettings(idle_initial=0.25, idle_max=2.0, idle_jitter=0.2)
+    for draw, expected in ((0.0, 2.0), (0.5, 1.8), (0.999, 1.6)):
+        pacer = ReadPacer(settings, rng=lambda draw=draw: draw)
+        for _ in range(5):
+            pacer.read(0.0, records=0, size=0)
+        assert pacer.next_read_at() == pytest.approx(expected, abs=1e-3)
+
+
+def test_idle_reads_take_free_slots_of_the_shared_calendar() -> None:
+    budget = IdleBudget(reads_per_second=10.0, group=2)  # two slots every 0.2 s
+    assert budget.reserve(1.0, now=0.0) == pytest.approx(1.0)
+    assert budget.reserve(1.0, now=0.0) == pytest.approx(1.0)
+    assert budget.reserve(1.0, now=0.0) == pytest.approx(1.2)  # full: the next tick
+    assert budget.reserve(1.05, now=0.0) == pytest.approx(1.2)
+    assert budget.reserve(0.5, now=0.0) == pytest.approx(0.5)  # earlier ticks stay free
+    assert budget.reserved == 5
+    budget.reserve(3.0, now=2.0)  # the past ticks are forgotten
+    assert budget.reserved == 1
+
+
+def test_a_shard_on_a_budget_backs_off_as_alone_while_the_calendar_is_free() -> None:
+    pacer = ReadPacer(
+        PacingSettings(idle_initial=0.25, idle_max=2.0), IdleBudget(100.0), rng=lambda: 0.0
+    )
+    now, waits = 0.0, []
+    for _ in range(6):
+        pacer.read(now, records=0, size=0)
+        waits.append(pacer.next_read_at() - now)
+        now = pacer.next_read_at()
+    assert waits == pytest.approx([0.25, 0.5, 1.0, 2.0, 2.0, 2.0])
+    pacer.read(now, records=1, size=1)  # data: no slot, back to 5 reads a second
+    assert pacer.next_read_at() - now == pytest.approx(0.2)
+
+
+@settings(deadline=None, max_examples=20)  # simulated time: no wall clock
+@given(
+    shards=st.integers(min_value=1, max_value=200),
+    rate=st.sampled_from([5.0, 50.0, 100.0]),
+    seed=st.integers(min_value=0, max_value=2**32 - 1),
+)
+def test_idle_shards_together_stay_within_the_budget_and_the_wait_is_bounded(
+    shards: int, rate: float, seed: int
+) -> None:
+    """Every shard idle from the same moment (a consumer just opened), each on its own pacer
+    and one shared calendar: in no second are there more empty reads than the budget, and no
+    shard waits longer than its own bound plus a slot for every shard (shards / rate)."""
+    rng = random.Random(seed)
+    budget = IdleBudget(reads_per_second=rate)
+    settings_ = PacingSettings(idle_initial=0.25, idle_max=2.0)
+    pacers = [ReadPacer(settings_, budget, rng=rng.random) for _ in range(shards)]
+    due = [(0.0, index) for index in range(shards)]
+    heapq.heapify(due)
+    per_second: dict[int, int] = {}
+    longest = 0.0
+    while due[0][0] < 60.0:
+        now, index = heapq.heappop(due)
+        if now > 0:
+            per_second[int(now)] = per_second.get(int(now), 0) + 1
+        pacers[index].read(now, records=0, size=0)
+        following = pacers[index].next_read_at()
+        longest = max(longest, following - now)
+        heapq.heappush(due, (following, index))
+    assert max(per_second.values()) <= rate + 10  # a tick of 10 at each end of a second
+    assert longest <= 2.0 + (shards + 10) / rate
 
 
 def test_throttles_back_off_and_a_read_resets_them() -> None:
