@@ -349,6 +349,11 @@ class ShardScheduler:
         if supervisor is None:
             raise RuntimeError("the readers' supervisor is not running")
         spec = reader_spec(pipeline, self._make_reader, self._fail, self._config.mode)
+        with contextlib.suppress(KeyError):
+            # The reader of this shard's previous pipeline, dropped when its lease was lost
+            # or handed over, may not have ended yet when the lease comes back: it stops
+            # now (it has nothing left to do), else the new reader could not take its name.
+            await supervisor.stop_child(spec.name)
         await supervisor.start_child(spec)
 
     def _make_reader(self, pipeline: ShardPipeline, start: StartingPosition) -> ShardReader:
