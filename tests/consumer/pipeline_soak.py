@@ -74,6 +74,8 @@ class PipelineSettings:
     rate: float = 150.0  # user records a second
     shards: int = 2
     reshard_every: float = 6.0  # one split or merge this often
+    reshards_at_least: int = 3  # a midpoint split, an off-midpoint one, a merge (a busy
+    # machine may take longer than ``seconds`` for them: the writes go on until they are done)
     kill_every: float = 8.0  # a group worker SIGKILLed and restarted this often
     spark_kill_every: float = 0.0  # 0: one driver kill, half way; else this often
     efo_reset_every: float = 0.0  # 0: one reset of the EFO tunnel, a third of the way
@@ -259,6 +261,8 @@ async def run_soak(
             started = time.time()
             chaos = _Chaos(settings, started, tunnel, workers, spark, resharder, report)
             await chaos.run()
+            while resharder.step < settings.reshards_at_least:  # still under writes
+                await resharder.next()
             log.info("writes end: %d puts", len(writer.handles))
             report.rss_mib = (report.rss_mib[0], _rss_mib())
             report.fds = (report.fds[0], _fds())
