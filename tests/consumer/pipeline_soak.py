@@ -77,7 +77,7 @@ class PipelineSettings:
     reshards_at_least: int = 3  # a midpoint split, an off-midpoint one, a merge (a busy
     # machine may take longer than ``seconds`` for them: the writes go on until they are done)
     kill_every: float = 8.0  # a group worker SIGKILLed and restarted this often
-    spark_kill_every: float = 0.0  # 0: one driver kill, half way; else this often
+    spark_kill_every: float = 0.0  # 0: one driver kill, half way or after its first commit
     efo_reset_every: float = 0.0  # 0: one reset of the EFO tunnel, a third of the way
     efo_fallback_after: float = 3.0
     spark_catch_up: float = 600.0  # once the writes end, Spark gets this long to commit all
