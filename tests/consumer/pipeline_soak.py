@@ -411,7 +411,7 @@ class _Chaos:
                 self.spark.kill()
                 self.spark.start()
             else:
-                self.tunnel.reset()
+                await anyio.to_thread.run_sync(self.tunnel.reset)  # it waits for its thread
                 self.report.efo_resets += 1
             if self.once.get(action):
                 return
