@@ -438,6 +438,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", help="a folder to keep the logs in")
     parser.add_argument("--short", action="store_true", help="the suite's settings")
+    parser.add_argument(
+        "--efo-reset-every", type=float, default=200.0, help="seconds; 0 for no TCP resets"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     log.setLevel(logging.INFO)
@@ -455,7 +458,7 @@ def main() -> None:
             reshard_every=20.0,
             kill_every=30.0,
             spark_kill_every=150.0,
-            efo_reset_every=200.0,
+            efo_reset_every=args.efo_reset_every or float("inf"),
             efo_fallback_after=30.0,
             spark_catch_up=max(600.0, args.seconds),
         )
