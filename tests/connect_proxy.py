@@ -76,14 +76,18 @@ class ConnectProxy:
 
         def abort_all() -> None:
             nonlocal aborted
-            for writer in list(self._writers):
-                sock = writer.get_extra_info("socket")
-                if sock is not None:
-                    linger = struct.pack("ii", 1, 0)
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
-                writer.transport.abort()
-                aborted += 1
-            done.set()
+            try:
+                for writer in list(self._writers):
+                    sock = writer.get_extra_info("socket")
+                    if sock is not None:
+                        linger = struct.pack("ii", 1, 0)
+                        # A tunnel whose end closed on its own has no socket left to reset.
+                        with contextlib.suppress(OSError):
+                            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+                    writer.transport.abort()
+                    aborted += 1
+            finally:
+                done.set()
 
         loop.call_soon_threadsafe(abort_all)
         if not done.wait(10):

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 import anyio
+import anyio.lowlevel
 
 from .. import errors
 from ..runtime import Actor, ActorContext
@@ -90,6 +91,12 @@ class ReaderActor(Actor[None]):
                     raise
                 pipeline.pin_start(reader.start)
                 pipeline.accept(read, skip, generation)
+                if pipeline.generation != generation:
+                    # A rewind or a drop while the read was out: it cancelled ``scope`` and
+                    # ignored the read, which may have met the shard's end. Reading this
+                    # reader again would fail; the cancellation ends it here instead.
+                    await anyio.lowlevel.checkpoint()
+                    raise AssertionError("a new generation without cancelling the old one")
                 if read.records:
                     skip = None
         finally:

@@ -355,10 +355,10 @@ class ShardScheduler:
         if supervisor is None:
             raise RuntimeError("the readers' supervisor is not running")
         spec = reader_spec(pipeline, self._make_reader, self._fail, self._config.mode)
-        # A reader of an earlier tenure (its lease lost, its pipeline dropped) may still be
-        # winding down when the lease comes back: it is stopped first, or the new one could
-        # not start under its name (seen when leases expired and were won back at once).
         with contextlib.suppress(KeyError):
+            # The reader of this shard's previous pipeline, dropped when its lease was lost
+            # or handed over, may not have ended yet when the lease comes back: it stops
+            # now (it has nothing left to do), else the new reader could not take its name.
             await supervisor.stop_child(spec.name)
         await supervisor.start_child(spec)
 

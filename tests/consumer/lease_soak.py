@@ -127,7 +127,7 @@ class _Incarnation:
     paused: list[tuple[float, float]] = field(default_factory=list)
 
 
-class _Workers:
+class Workers:
     """The group's processes, each worker id's incarnations, and what happened to them."""
 
     def __init__(self, group: Group, ids: list[str], skew: float) -> None:
@@ -343,7 +343,7 @@ async def run_soak(
                 {"dynamodb": proxy.endpoint_url, "start": "latest"},
             )
             ids = [f"w{n}" for n in range(1, settings.workers + 1)]
-            workers = _Workers(group, ids, settings.skew)
+            workers = Workers(group, ids, settings.skew)
             try:
                 started = time.time()
                 for worker in ids:

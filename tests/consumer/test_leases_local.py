@@ -20,7 +20,9 @@ import pytest
 from kinesis_actors import KinesisClient, LocalDynamoDB, LocalKinesis, errors
 from kinesis_actors.client import DynamoDBClient
 from kinesis_actors.consumer import Consumer, ConsumerConfig, RecordBatch, StartingPosition
+from kinesis_actors.consumer._positions import SavedShard
 from kinesis_actors.leases import LeaseConfig, LeaseTableError, WorkerIdConflictError
+from kinesis_actors.records import Position
 from tests.faults import Cut, FaultProxy, Request
 
 from .helpers import Row, aggregate_per_shard, put_aggregated, put_plain, rows, shard_map
@@ -429,3 +431,38 @@ async def test_a_stream_given_by_arn_shares_its_leases_with_one_given_by_name(
         assert set(await items(dynamodb, table)) == keys_by_name  # no second set of leases
     assert sorted(row.data for row in before) == sorted(f"a{i}".encode() for i in range(100))
     assert sorted(row.data for row in after) == sorted(f"b{i}".encode() for i in range(100))
+
+
+async def test_a_lease_lost_and_taken_back_before_its_reader_ended_is_read_again(
+    reading: tuple[Literal["polling", "efo"], KinesisClient],
+    local_dynamodb: LocalDynamoDB,
+    stream_name: str,
+    table: str,
+) -> None:
+    """Seen in the pipeline soak: a worker whose lease expired under load and that took it
+    back at once died with "'readers' already has a child named ..." - the dropped reader
+    had not ended yet when the shard was scheduled again. Here the two events come back to
+    back (no await between them: the old reader cannot have ended); the shard is read on
+    from the lease's checkpoint."""
+    mode, client = reading
+    await client.create_stream(stream_name, 1)
+    first = [(f"a{i}".encode(), "k") for i in range(10)]
+    then = [(f"b{i}".encode(), "k") for i in range(10)]
+    await put_plain(client, stream_name, first)
+    config = leased(local_dynamodb, table, "w", mode=mode)
+    async with Consumer(client, stream_name, config) as consumer:
+        with anyio.fail_after(30):
+            seen = await read_until(consumer, len(first))
+            key = (stream_name, seen[0].shard_id)
+            await consumer._lease_lost(key, "expired")
+            last = Position(seen[-1].sequence_number, seen[-1].sub_sequence_number)
+            consumer._lease_acquired(key, SavedShard(committed=last), ())
+            await consumer._schedule()
+            await put_plain(client, stream_name, then)
+            after: list[Row] = []
+            while not after or after[-1].data != then[-1][0]:
+                after += await read_until(consumer, 1)
+    # Read on from the lease's checkpoint: what it had not written yet comes again, in order.
+    assert [row.data for row in after][-len(then) :] == [data for data, _ in then]
+    assert {row.data for row in seen + after} == {data for data, _ in first + then}
+    assert sorted(after, key=lambda row: row.order) == after

@@ -8,11 +8,13 @@ import random
 from datetime import UTC, datetime
 from typing import Any
 
+import anyio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kinesis_actors.consumer import EfoSettings, RecordBatch, ShardRead, StartingPosition
+from kinesis_actors.consumer._actors import ReaderActor
 from kinesis_actors.consumer._efo_policy import HeldShard, SubscribeBackoff
 from kinesis_actors.consumer._pacing import IdleBudget, PacingSettings, ReadPacer
 from kinesis_actors.consumer._pipeline import ShardPipeline
@@ -392,3 +394,41 @@ async def test_under_run_a_shard_is_released_only_once_committed() -> None:
     assert not pipeline.released
     pipeline.commit(batch.last_position)
     assert pipeline.released and pipeline.children == ("c",)
+
+
+class _EndingReader:
+    """A reader whose first read meets the shard's end while ``meanwhile`` runs (a rewind or a
+    lease lost); like the real readers, it refuses to be read again once it ended."""
+
+    def __init__(self, meanwhile: Any) -> None:
+        self.meanwhile = meanwhile
+        self.reads = 0
+        self.start = StartingPosition.trim_horizon()
+
+    async def read(self) -> ShardRead:
+        self.reads += 1
+        if self.reads > 1:
+            raise RuntimeError("finished; nothing to read")
+        self.meanwhile()
+        return ShardRead(_records([1]), finished=True, child_shards=("c",))
+
+    async def aclose(self) -> None:
+        pass
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("meanwhile", ["rewind", "drop"])
+async def test_a_rewind_or_a_lost_lease_while_a_read_meets_the_end_does_not_read_it_again(
+    meanwhile: str,
+) -> None:
+    """Seen in the pipeline soak: a group worker's reader crashed with "is finished; nothing
+    to read" (restarted by its supervisor) when its lease was lost, or the shard rewound,
+    while the read that met the shard's end was out. The read is ignored (a new generation)
+    and the old generation's reading ends with its cancellation, not a second read."""
+    pipeline = ShardPipeline(("s", "shard"), SavedShard(), 2)
+    reader = _EndingReader(getattr(pipeline, meanwhile))
+    actor = ReaderActor(pipeline, lambda _pipeline, _start: reader)
+    with anyio.fail_after(5), anyio.CancelScope() as scope:
+        await actor._read_to_end(pipeline, scope)
+    assert scope.cancelled_caught and reader.reads == 1
+    assert not pipeline.end_reached and pipeline.depth == 0  # the read was ignored

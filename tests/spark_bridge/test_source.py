@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,7 @@ import pytest
 from kinesis_actors import LocalKinesis, ProducerConfig, errors
 from kinesis_actors.sync import SyncProducer
 from tests.boto import create_stream
+from tests.spark_bridge._query_job import launch
 
 pytestmark = pytest.mark.local_kinesis
 
@@ -313,23 +312,6 @@ def test_bad_options_fail_at_query_start_naming_the_option(
             query.stop()
 
 
-def _job(options: dict[str, str], output: Path, checkpoint: Path, mode: str) -> Any:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.spark_bridge._query_job",
-            json.dumps(options),
-            str(output),
-            str(checkpoint),
-            mode,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # its own process group: the JVM and the Python workers
-    )
-
-
 @pytest.mark.slow
 def test_killing_the_driver_mid_stream_loses_and_repeats_nothing(
     spark: Any, local_kinesis: LocalKinesis, stream_name: str, tmp_path: Path
@@ -338,7 +320,7 @@ def test_killing_the_driver_mid_stream_loses_and_repeats_nothing(
     _produce(local_kinesis, stream_name, 4000)
     options = _options(local_kinesis, stream_name, maxRecordsPerTrigger="300")
     output, checkpoint = tmp_path / "out", tmp_path / "cp"
-    first = _job(options, output, checkpoint, "continuous")
+    first = launch(options, output, checkpoint, "continuous")
     try:
         commits = checkpoint / "commits"
         deadline = time.monotonic() + 120
@@ -354,7 +336,7 @@ def test_killing_the_driver_mid_stream_loses_and_repeats_nothing(
     offsets = [p for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()]
     assert len(offsets) < 4000 // 300, "the first run read everything before the kill"
 
-    second = _job(options, output, checkpoint, "available-now")
+    second = launch(options, output, checkpoint, "available-now")
     assert second.wait(180) == 0
     rows = spark.read.parquet(str(output)).collect()
     keys = [(r.shardId, r.sequenceNumber, r.subSequenceNumber) for r in rows]
