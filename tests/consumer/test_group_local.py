@@ -178,7 +178,10 @@ async def test_three_workers_share_fail_over_rebalance_and_hand_over(
     counts = Counter(d.record for d in deliveries)
     lost_at = defaultdict(list)
     for event in events:
-        if event["ev"] == "stop" and event.get("reason") == "taken":
+        # A lease taken, or one a live worker let expire (a loaded machine delays its
+        # renewals past the failover time): either way its reader's uncommitted records are
+        # read again by the next owner, which is the at-least-once promise, not the crash.
+        if event["ev"] == "stop" and event.get("reason") in ("taken", "expired"):
             lost_at[(event["w"], event["shard"])].append(event["t"])
     after_kill = after_steal = 0
     for record, count in counts.items():
