@@ -60,7 +60,7 @@ FATAL: tuple[type[KinesisError], ...] = (*PERMANENT_FAULTS, WorkerIdConflictErro
 _LOOP_RESTARTS = 3
 _LOOP_PERIOD = 60.0
 #: Takes, asks and pins of one round run this many at a time: a dead worker's 250 leases are
-#: taken in about 16 round trips, not 250, and the table sees a bounded burst.
+#: about 16 waves of writes, not 250 one after another, and the table sees a bounded burst.
 _ROUND_CONCURRENCY = 16
 
 
