@@ -17,6 +17,7 @@ __all__ = [
     "ConditionalCheckFailedError",
     "ConfigError",
     "ConsumerClosedError",
+    "EndpointUnreachableError",
     "ExpiredIteratorError",
     "KMSError",
     "KinesisError",
@@ -244,6 +245,20 @@ class TransportError(KinesisError):
 class CertificateError(TransportError):
     """The server's TLS certificate failed verification. Never retried: another attempt
     meets the same certificate. Check ``verify`` / ``AWS_CA_BUNDLE`` and the endpoint."""
+
+
+class EndpointUnreachableError(TransportError):
+    """The client never reached its endpoint: every attempt since it opened failed to connect
+    or got no answer, for ``ClientConfig.open_timeout`` seconds (or for the operation's
+    retries, when those ran out first). ``endpoint`` is the URL, ``cause`` the reason in
+    words ("connection refused", "no answer within 3 s", "DNS name not found", a TLS
+    failure). Once a client has had one reply from its endpoint, a later outage is retried
+    as before and raises plain :class:`TransportError`."""
+
+    def __init__(self, message: str, *, endpoint: str, cause: str, operation: str | None) -> None:
+        super().__init__(message, operation=operation)
+        self.endpoint = endpoint
+        self.cause = cause
 
 
 class ShardUnreadableError(KinesisError):

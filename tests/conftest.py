@@ -21,6 +21,7 @@ from hypothesis import settings
 from kinesis_actors import DynamoDBClient, KinesisClient, LocalDynamoDB, LocalKinesis
 from tests.faults import FaultProxy
 from tests.sts import LocalSTS
+from tests.unreachable import Unreachable, unreachable
 
 # No per-example deadline: Hypothesis's default (200 ms) measures the machine's load, not
 # the code (25 of 27 property tests kept it, and a loaded 2-core machine exceeds it with no
@@ -97,3 +98,11 @@ def proxy(local_kinesis: LocalKinesis) -> Iterator[FaultProxy]:
 def stream_name() -> str:
     """A stream name no other test uses (the server lives for the whole run)."""
     return f"test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(params=["refusing_port", "blackhole"])
+def unreachable_endpoint(request: pytest.FixtureRequest) -> Iterator[Unreachable]:
+    """An endpoint that cannot be reached, once per fault: a port that refuses connections,
+    and a blackhole (a listener that accepts and never answers)."""
+    with unreachable(str(request.param)) as endpoint:
+        yield endpoint

@@ -20,6 +20,7 @@ __all__ = [
     "describe",
     "first_call",
     "open_client",
+    "unreachable_cause",
 ]
 
 #: The first call of every command fails fast: a wrong endpoint should not take the library's
@@ -63,6 +64,12 @@ async def open_client(client: _Client) -> _Client:
     return client
 
 
+def unreachable_cause(exc: errors.TransportError) -> str:
+    """Why the endpoint was not reached, in the client's words ("connection refused", "no
+    answer within 3 s") when it gave up before first contact, else the error's message."""
+    return exc.cause if isinstance(exc, errors.EndpointUnreachableError) else exc.message
+
+
 async def first_call(client: KinesisClient, call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
     """``call``'s result, or a one-line usage error when the endpoint cannot be reached or
     refuses the credentials (the failures of a command's first call, which a person fixes)."""
@@ -75,7 +82,7 @@ async def first_call(client: KinesisClient, call: Awaitable[dict[str, Any]]) -> 
             else "is the server running? check --endpoint-url"
         )
         raise UsageError(
-            f"cannot reach Kinesis at {client.endpoint_url} ({exc.message}); {hint}"
+            f"cannot reach Kinesis at {client.endpoint_url} ({unreachable_cause(exc)}); {hint}"
         ) from None
     except errors.AccessDeniedError as exc:
         raise UsageError(

@@ -37,7 +37,14 @@ import anyio
 from .. import errors
 from ..client import DynamoDBClient, KinesisClient, RetrySettings
 from ..leases import LATEST, SHARD_END, TRIM_HORIZON, decode_lease
-from ._common import CONNECTION_HELP, PROBE_RETRY, UsageError, connection_flags, open_client
+from ._common import (
+    CONNECTION_HELP,
+    PROBE_RETRY,
+    UsageError,
+    connection_flags,
+    open_client,
+    unreachable_cause,
+)
 
 __all__ = [
     "LeaseRow",
@@ -295,8 +302,8 @@ async def run_leases_command(args: argparse.Namespace) -> int:
             ) from None
         except errors.TransportError as exc:
             raise UsageError(
-                f"cannot reach DynamoDB at {endpoint} ({exc.message}); is the server running? "
-                "check --dynamodb-endpoint-url"
+                f"cannot reach DynamoDB at {endpoint} ({unreachable_cause(exc)}); is the server "
+                "running? check --dynamodb-endpoint-url"
             ) from None
         options = {"table": args.table, "stream": args.stream, "as_json": args.json}
         if args.no_lag:

@@ -365,6 +365,12 @@ class _ToStderr(logging.Handler):
             self.handleError(record)
 
 
+def _said_by_the_error(record: logging.LogRecord) -> bool:
+    """False for the client's "cannot reach" warning: every command's first call fails fast
+    and says the same in its one-line error."""
+    return not getattr(record, "first_contact", False)
+
+
 def _quiet_logging() -> None:
     """Send the library's warnings to stderr, one line each, unless logging is set up."""
     library = logging.getLogger("kinesis_actors")
@@ -372,6 +378,7 @@ def _quiet_logging() -> None:
         return  # the application (or pytest) decides
     handler = _ToStderr()
     handler.setFormatter(_OneLine())
+    handler.addFilter(_said_by_the_error)
     library.addHandler(handler)
     library.setLevel(logging.WARNING)
 

@@ -81,16 +81,19 @@ class KinesisClient(ServiceClient):
             raise self._not_open()
         self._counters.add("attempts")
         try:
-            response = await H2Stream.open(
-                self._url,
-                headers,
-                request.body,
-                ssl_context=network.subscription_ssl,
-                connect_timeout=self.config.connect_timeout,
-                read_timeout=self.config.subscribe_read_timeout,
-                window=self.config.subscribe_window,
-                operation=request.operation,
-                proxy=network.proxy,
+            response = await self._first_contact(
+                lambda: H2Stream.open(
+                    self._url,
+                    headers,
+                    request.body,
+                    ssl_context=network.subscription_ssl,
+                    connect_timeout=self.config.connect_timeout,
+                    read_timeout=self.config.subscribe_read_timeout,
+                    window=self.config.subscribe_window,
+                    operation=request.operation,
+                    proxy=network.proxy,
+                ),
+                request.operation,
             )
         except errors.TransportError:
             self._counters.add("transport_errors")

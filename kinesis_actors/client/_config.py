@@ -31,6 +31,13 @@ class ClientConfig:
       HTTP/1.1 connections keeps a slow GetRecords from sharing a window with PutRecords, and
       httpcore's HTTP/2 stalls after 49,152 bytes of a response on peers that ignore
       WINDOW_UPDATE (the local test server does). SubscribeToShard always uses HTTP/2.
+    - ``open_timeout`` bounds how long calls keep trying an endpoint that has never answered
+      this client (a wrong URL, a server that is not running, a port that accepts and never
+      replies): the first failure is a WARNING at once, each attempt waits at most 3 s until
+      the first reply, and ``open_timeout`` seconds after the first attempt a call raises
+      :class:`~kinesis_actors.errors.EndpointUnreachableError` naming the endpoint and the
+      cause. After the first reply (any status) it no longer applies: an outage later is
+      retried by ``retry`` as before.
     - ``retry`` decides which failures are retried and how long to back off.
     """
 
@@ -43,6 +50,7 @@ class ClientConfig:
     subscribe_read_timeout: float = 60.0
     subscribe_window: int = 2**30
     http2: bool = False
+    open_timeout: float = 30.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
     def __post_init__(self) -> None:
@@ -56,6 +64,7 @@ class ClientConfig:
             "write_timeout",
             "pool_timeout",
             "subscribe_read_timeout",
+            "open_timeout",
         ):
             check_positive(f"ClientConfig.{name}", getattr(self, name))
         check_positive("ClientConfig.subscribe_window", self.subscribe_window, integer=True)

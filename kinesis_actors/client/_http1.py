@@ -336,8 +336,17 @@ class Http1Pool:
         self._idle: list[_Connection] = []
         self._closed = False
 
-    async def post(self, headers: Mapping[str, str], body: bytes, operation: str) -> Reply:
-        """Send one POST and return its whole reply; failures are typed TransportErrors."""
+    async def post(
+        self,
+        headers: Mapping[str, str],
+        body: bytes,
+        operation: str,
+        *,
+        patience: float | None = None,
+    ) -> Reply:
+        """Send one POST and return its whole reply; failures are typed TransportErrors.
+        ``patience``, if given, also bounds the connect and each wait for the reply's bytes
+        (the client's bound before its endpoint first answers)."""
         if self._closed:
             raise RuntimeError("the connection pool is closed")
         gate = self._gate
@@ -355,11 +364,13 @@ class Http1Pool:
                     operation=operation,
                 )
         try:
-            return await self._post(headers, body, operation)
+            return await self._post(headers, body, operation, patience)
         finally:
             gate.release()
 
-    async def _post(self, headers: Mapping[str, str], body: bytes, operation: str) -> Reply:
+    async def _post(
+        self, headers: Mapping[str, str], body: bytes, operation: str, patience: float | None
+    ) -> Reply:
         parts = [self._head]
         for name, value in headers.items():
             parts += (name.encode("latin-1"), b": ", value.encode("latin-1"), b"\r\n")
@@ -368,13 +379,19 @@ class Http1Pool:
         if not separate:
             parts.append(body)
         request = b"".join(parts)
-        connection = await self._checkout(operation)
+        read_timeout, connect_timeout = self._read_timeout, self._connect_timeout
+        if patience is not None:
+            read_timeout, connect_timeout = (
+                min(read_timeout, patience),
+                min(connect_timeout, patience),
+            )
+        connection = await self._checkout(operation, connect_timeout)
         try:
             reply, reusable = await connection.exchange(
                 request,
                 body if separate else b"",
                 write_timeout=self._write_timeout,
-                read_timeout=self._read_timeout,
+                read_timeout=read_timeout,
             )
         except BaseException as exc:
             await connection.close()
@@ -392,7 +409,7 @@ class Http1Pool:
             await connection.close()
         return reply
 
-    async def _checkout(self, operation: str) -> _Connection:
+    async def _checkout(self, operation: str, connect_timeout: float) -> _Connection:
         """The most recently used idle connection that can still be used, or a new one."""
         idle = self._idle
         if idle:
@@ -402,14 +419,14 @@ class Http1Pool:
                 if connection.reusable(now):
                     return connection
                 await connection.close()
-        return await self._connect(operation)
+        return await self._connect(operation, connect_timeout)
 
-    async def _connect(self, operation: str) -> _Connection:
+    async def _connect(self, operation: str, connect_timeout: float) -> _Connection:
         try:
-            with anyio.fail_after(self._connect_timeout):
+            with anyio.fail_after(connect_timeout):
                 stream = await self._open_stream(operation)
         except TimeoutError as exc:
-            message = f"ConnectTimeout: no connection within {self._connect_timeout} s"
+            message = f"ConnectTimeout: no connection within {connect_timeout:g} s"
             raise self._error(message, operation) from exc
         except Exception as exc:
             if isinstance(exc, errors.KinesisError) or certificate_failure(exc) is not None:

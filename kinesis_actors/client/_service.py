@@ -27,6 +27,7 @@ import botocore.session
 from .. import errors
 from .._validate import check_type
 from ._config import ClientConfig
+from ._contact import FirstContact
 from ._protocol import EncodedRequest, ProtocolCodec
 from ._proxy import Proxy, resolve_proxy
 from ._retry import RetrySettings
@@ -149,6 +150,7 @@ class ServiceClient:
         self._http: Transport | None = None
         self._network: Network | None = None
         self._url = ""
+        self._contact = FirstContact("", self.SERVICE, config.open_timeout)
         # The last reply's Date header and when (monotonic) it arrived: see service_time().
         self._service_date: str | None = None
         self._service_date_at = 0.0
@@ -203,6 +205,7 @@ class ServiceClient:
                 _resolve_endpoint, service, self.region
             )
         self._url = self.endpoint_url.rstrip("/") + "/"
+        self._contact = FirstContact(self.endpoint_url, service, self.config.open_timeout)
         credentials = await anyio.to_thread.run_sync(resolve_credentials, self._credentials)
         self._signer = Signer(credentials, self.region, service)
         if self._signer.needs_refresh():
@@ -281,6 +284,12 @@ class ServiceClient:
                 delay = policy.next_delay(
                     operation, exc, retry, settings=settings, service=self.SERVICE
                 )
+                verdict = self._contact.failed(exc, operation, delay, time.monotonic())
+                if verdict.warning is not None:
+                    log.warning("%s", verdict.warning, extra={"first_contact": True})
+                if verdict.give_up is not None:
+                    raise verdict.give_up from exc
+                delay = verdict.delay
                 if delay is None:
                     raise
                 self._counters.add("retries")
@@ -296,6 +305,21 @@ class ServiceClient:
             await anyio.to_thread.run_sync(signer.refresh)
         return signer.sign(self._url, request.headers, request.body)
 
+    async def _first_contact(self, attempt: Callable[[], Awaitable[_T]], operation: str) -> _T:
+        """``attempt``'s result (an attempt that ends with the reply's head, like opening a
+        subscription); until the endpoint has answered once, bounded by the first contact's
+        attempt timeout (a silent listener is "no answer" within seconds), and its success
+        marks the endpoint reached (see ``_contact``)."""
+        contact = self._contact
+        limit = contact.attempt_timeout(time.monotonic())
+        if limit is None:
+            return await attempt()
+        with anyio.move_on_after(limit):
+            result = await attempt()
+            contact.answered()
+            return result
+        raise errors.TransportError(f"NoAnswer: no answer within {limit:g} s", operation=operation)
+
     async def _send(self, request: EncodedRequest) -> dict[str, Any]:
         http = self._http
         if http is None:
@@ -303,7 +327,11 @@ class ServiceClient:
         headers = await self._signed_headers(request)
         self._counters.add("attempts")
         try:
-            reply = await http.post(headers, request.body, request.operation)
+            contact = self._contact
+            patience = contact.attempt_timeout(time.monotonic())
+            reply = await http.post(headers, request.body, request.operation, patience=patience)
+            if patience is not None:
+                contact.answered()
         except errors.TransportError:
             self._counters.add("transport_errors")
             raise

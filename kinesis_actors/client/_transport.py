@@ -34,7 +34,14 @@ _CLOSE_TIMEOUT = 5.0
 
 
 class Transport(Protocol):
-    async def post(self, headers: Mapping[str, str], body: bytes, operation: str) -> Reply: ...
+    async def post(
+        self,
+        headers: Mapping[str, str],
+        body: bytes,
+        operation: str,
+        *,
+        patience: float | None = None,
+    ) -> Reply: ...
 
     async def aclose(self) -> None: ...
 
@@ -50,8 +57,21 @@ class HttpxPool:
         self._proxy = proxy
         self._gate = anyio.Semaphore(config.max_connections)
         self._pool_timeout = config.pool_timeout
+        self._timeout = httpx.Timeout(
+            connect=config.connect_timeout,
+            read=config.read_timeout,
+            write=config.write_timeout,
+            pool=config.pool_timeout,
+        )
 
-    async def post(self, headers: Mapping[str, str], body: bytes, operation: str) -> Reply:
+    async def post(
+        self,
+        headers: Mapping[str, str],
+        body: bytes,
+        operation: str,
+        *,
+        patience: float | None = None,
+    ) -> Reply:
         # The gate's wait and httpx's own pool wait share one pool_timeout in spirit: each
         # is bounded by it (httpx's is now short: the gate lets in no more than it holds).
         with anyio.move_on_after(self._pool_timeout) as waited:
@@ -62,7 +82,19 @@ class HttpxPool:
                 operation=operation,
             )
         try:
-            response = await self._client.post(self._url, content=body, headers=headers)
+            timeout = self._timeout
+            if patience is not None:  # before first contact: see ``_contact``
+                timeout = httpx.Timeout(
+                    connect=min(patience, timeout.connect or patience),
+                    read=min(patience, timeout.read or patience),
+                    write=timeout.write,
+                    pool=timeout.pool,
+                )
+            response = await self._client.post(
+                self._url, content=body, headers=headers, timeout=timeout
+            )
+        except httpx.TimeoutException as exc:  # httpx says nothing more than the kind
+            raise errors.TransportError(_timed_out(exc, timeout), operation=operation) from exc
         except httpx.TransportError as exc:
             raise transport_error(exc, operation, self._proxy) from exc
         finally:
@@ -77,6 +109,17 @@ class HttpxPool:
     async def aclose(self) -> None:
         with anyio.move_on_after(_CLOSE_TIMEOUT, shield=True):
             await self._client.aclose()
+
+
+def _timed_out(exc: httpx.TimeoutException, timeout: httpx.Timeout) -> str:
+    """The timeout in the words of ``_http1``'s (which ``_contact`` reads)."""
+    if isinstance(exc, httpx.ConnectTimeout):
+        return f"ConnectTimeout: no connection within {timeout.connect:g} s"
+    if isinstance(exc, httpx.ReadTimeout):
+        return f"ReadTimeout: no reply bytes for {timeout.read:g} s"
+    if isinstance(exc, httpx.WriteTimeout):
+        return f"WriteTimeout: the request was not sent within {timeout.write:g} s"
+    return f"PoolTimeout: no connection free within {timeout.pool:g} s"
 
 
 def new_transport(

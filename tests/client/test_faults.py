@@ -94,6 +94,7 @@ async def test_a_refused_connection_is_a_transport_error_after_retries(
         credentials=local_kinesis.credentials,
         config=ClientConfig(retry=RetryPolicy(overrides={"ListStreams": FAST})),
     ) as kinesis:
-        with pytest.raises(errors.TransportError, match="ConnectError"):
+        # Never reached: the retries end in EndpointUnreachableError, a TransportError.
+        with pytest.raises(errors.EndpointUnreachableError, match="connection refused"):
             await kinesis.call("ListStreams", {})
     assert kinesis.stats.attempts == FAST.max_retries + 1
