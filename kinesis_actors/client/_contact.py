@@ -127,7 +127,7 @@ class FirstContact:
     """
 
     __slots__ = (
-        "_deadline",
+        "_cause",
         "_started",
         "_warned",
         "endpoint",
@@ -143,6 +143,7 @@ class FirstContact:
         self.reached = False
         self._started: float | None = None
         self._warned = False
+        self._cause: str | None = None
 
     def attempt_timeout(self, now: float) -> float | None:
         """How long an attempt starting ``now`` may wait for a connection and for each of
@@ -181,6 +182,10 @@ class FirstContact:
             return ContactVerdict(delay=delay)
         started = now if self._started is None else self._started
         cause = cause_in_words(error)
+        if self._cause is None:
+            self._cause = cause
+        elif cause.partition(" within ")[0] == self._cause.partition(" within ")[0]:
+            cause = self._cause  # the same silence, said with the attempt's full bound
         left = started + self.open_timeout - now
         if delay is None or left <= 0:
             spent = now - started

@@ -201,7 +201,7 @@ class _Connection:
         self._scope = None
         if scope.cancelled_caught:
             timeout = read_timeout if phase.startswith("Read") else write_timeout
-            raise ExchangeTimeout(f"{phase} {timeout} s")
+            raise ExchangeTimeout(f"{phase} {timeout:.3g} s")
         return result
 
     async def _read_reply(self) -> tuple[Reply, bool]:
@@ -426,7 +426,7 @@ class Http1Pool:
             with anyio.fail_after(connect_timeout):
                 stream = await self._open_stream(operation)
         except TimeoutError as exc:
-            message = f"ConnectTimeout: no connection within {connect_timeout:g} s"
+            message = f"ConnectTimeout: no connection within {connect_timeout:.3g} s"
             raise self._error(message, operation) from exc
         except Exception as exc:
             if isinstance(exc, errors.KinesisError) or certificate_failure(exc) is not None:

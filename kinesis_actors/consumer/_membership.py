@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 
-from ..client import DynamoDBClient, KinesisClient
+from ..client import ClientConfig, DynamoDBClient, KinesisClient
 from ..leases import (
     LeaseAcquired,
     LeaseConfig,
@@ -90,6 +90,9 @@ class LeaseMembership:
             verify=self._client.verify,
             # The Kinesis client's own credentials (resolved or given): one identity for both.
             credentials=self._client._credentials,
+            # The same bound on an endpoint never reached: a table that cannot be reached
+            # fails the open like a stream that cannot.
+            config=ClientConfig(open_timeout=self._client.config.open_timeout),
         )
         await stack.enter_async_context(dynamodb)
         coordinator = LeaseCoordinator(

@@ -128,3 +128,14 @@ def test_causes_are_said_in_words(error: BaseException, words: str) -> None:
 def test_a_bad_open_timeout_is_refused_naming_it(bad: object) -> None:
     with pytest.raises(errors.ConfigError, match="open_timeout"):
         ClientConfig(open_timeout=bad)  # type: ignore[arg-type]
+
+
+def test_a_silence_is_said_with_the_full_bound_of_an_attempt_when_given_up() -> None:
+    """The last attempt before the deadline is shorter; the cause keeps the first's words."""
+    contact = FirstContact(URL, "kinesis", open_timeout=30.0)
+    contact.attempt_timeout(0.0)
+    first = errors.TransportError("ReadTimeout: no reply bytes for 3 s")
+    assert contact.failed(first, "ListShards", 1.0, 3.0).warning is not None
+    last = errors.TransportError("ReadTimeout: no reply bytes for 1 s")
+    unreachable = contact.failed(last, "ListShards", 1.0, 31.0).give_up
+    assert unreachable is not None and unreachable.cause == "no answer within 3 s"
