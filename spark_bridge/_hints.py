@@ -2,7 +2,8 @@
 
 The client's errors speak Python: a certificate that fails verification says to check
 ``verify``, the argument of ``KinesisClient``. A Spark user sets the option ``verifySsl``, and
-a ``partition_writer`` user the keyword ``verify``; and a missing stream should say which
+a ``partition_writer`` user the keyword ``verify`` (likewise ``endpointUrl`` and
+``openTimeout`` for an endpoint never reached); and a missing stream should say which
 stream and where, in the first line, since Spark prints the Python traceback under its own
 and a user reads the first line. :func:`said_for` turns a client error into one that says so
 (the same type, so ``except`` clauses still match); :func:`spoken` applies it at an edge.
@@ -26,6 +27,13 @@ _HINTS = {
     "through AWS_CA_BUNDLE)",
     "verify": "the keyword verify= (False for a self-signed local server, or a CA bundle "
     "through AWS_CA_BUNDLE)",
+}
+#: What the client's EndpointUnreachableError says about the endpoint and its bound
+#: (kinesis_actors.client._contact), and the settings of each caller.
+_CLIENT_URL = "is the endpoint URL right?"
+_UNREACHABLE = {
+    "verifySsl": ("is the option endpointUrl right?", "(option openTimeout="),
+    "verify": ("is the keyword endpoint_url= right?", "(keyword open_timeout="),
 }
 
 
@@ -56,6 +64,14 @@ def said_for(
             return errors.CertificateError(
                 f"{where(connection)}: {reworded}", operation=current.operation, code=current.code
             )
+        if isinstance(current, errors.EndpointUnreachableError):
+            url, bound = _UNREACHABLE[hint]
+            return errors.EndpointUnreachableError(
+                current.message.replace(_CLIENT_URL, url).replace("(open_timeout=", bound),
+                endpoint=current.endpoint,
+                cause=current.cause,
+                operation=current.operation,
+            )
         if isinstance(current, errors.ResourceNotFoundError) and current.operation in (
             "DescribeStreamSummary",
             "PutRecords",
@@ -72,8 +88,8 @@ def said_for(
 
 @contextmanager
 def spoken(*, stream: str, connection: Connection, hint: str) -> Iterator[None]:
-    """Re-raise a certificate or missing-stream error from the block reworded (see
-    :func:`said_for`), chained to the original; anything else as it is."""
+    """Re-raise a certificate, unreachable-endpoint or missing-stream error from the block
+    reworded (see :func:`said_for`), chained to the original; anything else as it is."""
     try:
         yield
     except Exception as exc:

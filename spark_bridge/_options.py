@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from kinesis_actors.client import StreamRef
+from kinesis_actors.client import ClientConfig, StreamRef
 from kinesis_actors.errors import ConfigError
 
 from ._role import ROLE_OPTIONS, RoleOptions, assumed_role, parse_role
@@ -33,7 +33,7 @@ _TRUE = {"true", "1", "yes"}
 _FALSE = {"false", "0", "no"}
 
 CONNECTION_OPTIONS = frozenset(
-    {"streamname", "path", "region", "endpointurl", "verifyssl"}
+    {"streamname", "path", "region", "endpointurl", "verifyssl", "opentimeout"}
     | {"awsaccesskeyid", "awssecretkey", "sessiontoken"}
     | ROLE_OPTIONS
 )
@@ -69,6 +69,7 @@ SPELLING = {
         "region",
         "endpointUrl",
         "verifySsl",
+        "openTimeout",
         "awsAccessKeyId",
         "awsSecretKey",
         "sessionToken",
@@ -122,8 +123,12 @@ class Connection:
     verify: bool = True
     credentials: tuple[str, str] | tuple[str, str, str] | None = field(default=None, repr=False)
     role: RoleOptions | None = None
+    #: ``ClientConfig.open_timeout``: how long an endpoint never reached is tried.
+    open_timeout: float = 30.0
 
     def client_kwargs(self) -> dict[str, Any]:
+        """``KinesisClient``'s keyword arguments (``config`` is ``SyncProducer``'s
+        ``client_config``)."""
         credentials: Any = self.credentials
         if self.role is not None:
             credentials = assumed_role(self.role, self.credentials, self.region)
@@ -132,6 +137,7 @@ class Connection:
             "endpoint_url": self.endpoint_url,
             "verify": self.verify,
             "credentials": credentials,
+            "config": ClientConfig(open_timeout=self.open_timeout),
         }
 
 
@@ -313,8 +319,14 @@ def parse_connection(options: Mapping[str, str]) -> Connection:
     endpoint = options.get("endpointurl")
     if endpoint is not None and not endpoint.startswith(("http://", "https://")):
         raise ConfigError(f"option endpointUrl must start with http:// or https://: {endpoint!r}")
+    open_timeout = _positive_float(options, "openTimeout")
     return Connection(
-        region, endpoint, _bool(options, "verifySsl", True), credentials, parse_role(options)
+        region,
+        endpoint,
+        _bool(options, "verifySsl", True),
+        credentials,
+        parse_role(options),
+        30.0 if open_timeout is None else open_timeout,
     )
 
 

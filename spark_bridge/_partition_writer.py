@@ -33,6 +33,7 @@ _PYTHON = (
     "aggregation",
     "queue_limit_records",
     "flush_timeout",
+    "open_timeout",
     "role_arn",
     "role_session_name",
     "role_external_id",
@@ -51,6 +52,7 @@ _SPARK = (
     "aggregation",
     "queueLimitRecords",
     "flushTimeout",
+    "openTimeout",
     "roleArn",
     "roleSessionName",
     "roleExternalId",
@@ -76,11 +78,12 @@ def partition_writer(stream: str, **options: Any) -> Callable[[Iterator[Any]], N
     Keywords as ``KinesisClient`` and ``ProducerConfig`` name them: ``region``,
     ``endpoint_url``, ``verify`` (bool), ``credentials`` (``(access_key, secret_key)`` or
     ``(access_key, secret_key, token)``), ``aggregation`` (bool), ``queue_limit_records``
-    (int), ``flush_timeout`` (seconds), and the role to assume (``role_arn``,
+    (int), ``flush_timeout`` (seconds), ``open_timeout`` (seconds, ``ClientConfig``'s: how
+    long an endpoint never reached is tried), and the role to assume (``role_arn``,
     ``role_session_name``, ``role_external_id``, ``sts_endpoint``, ``sts_region``: assumed
     once per Python worker process, not per task). The Spark sink's option names
     (``endpointUrl``, ``verifySsl``, ``awsAccessKeyId``, ``awsSecretKey``, ``sessionToken``,
-    ``queueLimitRecords``, ``flushTimeout``, ``roleArn``, ``roleSessionName``,
+    ``queueLimitRecords``, ``flushTimeout``, ``openTimeout``, ``roleArn``, ``roleSessionName``,
     ``roleExternalId``, ``stsEndpoint``, ``stsRegion``; strings, numbers or bools) are
     accepted too, for a job that passes its sink's options dict as it is; one call uses one
     style. They are
@@ -182,18 +185,19 @@ def _from_python(options: dict[str, Any]) -> dict[str, str]:
                 f"partition_writer: queue_limit_records must be a positive int, got {limit!r}"
             )
         out["queueLimitRecords"] = str(limit)
-    timeout = options.get("flush_timeout")
-    if timeout is not None:
+    for name, option in (("flush_timeout", "flushTimeout"), ("open_timeout", "openTimeout")):
+        timeout = options.get(name)
+        if timeout is None:
+            continue
         if (
             isinstance(timeout, bool)
             or not isinstance(timeout, int | float)
             or not 0 < timeout < math.inf
         ):
             raise ConfigError(
-                f"partition_writer: flush_timeout must be a positive number of seconds, "
-                f"got {timeout!r}"
+                f"partition_writer: {name} must be a positive number of seconds, got {timeout!r}"
             )
-        out["flushTimeout"] = repr(float(timeout))
+        out[option] = repr(float(timeout))
     for name, option in _ROLE.items():
         value = options.get(name)
         if value is not None:

@@ -46,6 +46,7 @@ from kinesis_actors import KinesisClient, ProducerConfig
 from kinesis_actors.errors import (
     CertificateError,
     ConfigError,
+    EndpointUnreachableError,
     ProducerFailedError,
     RecordExpiredError,
     ResourceNotFoundError,
@@ -141,11 +142,12 @@ def describe_target(options: SinkOptions, *, hint: str = "verifySsl") -> StreamI
     """DescribeStreamSummary for the sink's stream, once, on the driver.
 
     Raises ResourceNotFoundError ("stream X not found at <endpoint>") if it does not exist,
-    before any task; a certificate that fails verification names ``hint``, the setting the
-    caller has (``verifySsl``, or ``verify`` for ``partition_writer``). Both are raised from
-    the client's error with its traceback left out (``from None``): Spark prints the whole
-    chain under its own, and the cause belongs in the first lines, not after the client's
-    frames.
+    before any task, and EndpointUnreachableError (naming ``endpointUrl`` and ``openTimeout``)
+    if the endpoint is not reached within ``openTimeout``; a certificate that fails
+    verification names ``hint``, the setting the caller has (``verifySsl``, or ``verify`` for
+    ``partition_writer``). All are raised from the client's error with its traceback left out
+    (``from None``): Spark prints the whole chain under its own, and the cause belongs in the
+    first lines, not after the client's frames.
     """
 
     async def describe() -> StreamInfo:
@@ -157,7 +159,7 @@ def describe_target(options: SinkOptions, *, hint: str = "verifySsl") -> StreamI
     try:
         with start_blocking_portal() as portal:
             return portal.call(describe)
-    except (ResourceNotFoundError, CertificateError) as exc:
+    except (ResourceNotFoundError, CertificateError, EndpointUnreachableError) as exc:
         better = said_for(exc, stream=options.stream, connection=options.connection, hint=hint)
         if better is None:
             raise
@@ -210,9 +212,11 @@ def write_records(
                 if not batch:
                     continue
                 if producer is None:
+                    connection = options.connection.client_kwargs()
                     producer = SyncProducer(
                         options.stream,
-                        **options.connection.client_kwargs(),
+                        client_config=connection.pop("config"),
+                        **connection,
                         config=producer_config(options),
                         batch_size=_HOP_BATCH,
                         stream_info=stream_info,

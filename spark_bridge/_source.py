@@ -97,7 +97,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._planner
 
     def _spoken(self) -> AbstractContextManager[None]:
-        """A certificate or missing-stream error said for a Spark user (``verifySsl``)."""
+        """A certificate, unreachable-endpoint or missing-stream error said for a Spark user
+        (``verifySsl``, ``endpointUrl``, ``openTimeout``)."""
         options = self._options
         return spoken(
             stream=", ".join(options.streams), connection=options.connection, hint="verifySsl"

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pyarrow as pa
 import pytest
 
+from kinesis_actors.client import ClientConfig
 from kinesis_actors.errors import ConfigError
 from kinesis_actors.records import RECORD_SCHEMA, Aggregator, build_record_batch
 from spark_bridge._options import (
@@ -209,6 +210,7 @@ def test_connection_defaults_and_client_kwargs() -> None:
         "endpoint_url": None,
         "verify": True,
         "credentials": None,
+        "config": ClientConfig(open_timeout=30.0),
     }
     custom = parse_connection(
         {
@@ -224,6 +226,7 @@ def test_connection_defaults_and_client_kwargs() -> None:
         "endpoint_url": "https://localhost:4567",
         "verify": False,
         "credentials": ("k", "s"),
+        "config": ClientConfig(open_timeout=30.0),
     }
 
 
@@ -659,3 +662,27 @@ def test_no_secret_in_the_repr_of_any_options_object() -> None:
         connection = options if isinstance(options, Connection) else options.connection
         assert connection.credentials == ("AKIDEXAMPLE", secret, token)  # kept, just not shown
         assert pickle.loads(pickle.dumps(options)) == options  # still shipped to executors
+
+
+# --- openTimeout ---------------------------------------------------------------------------
+
+
+def test_open_timeout_reaches_the_clients_of_the_source_and_the_sink() -> None:
+    assert source().connection.open_timeout == 30.0
+    for options in (source(openTimeout="2.5"), sink(opentimeout="2.5")):
+        assert options.connection.open_timeout == 2.5
+        assert options.connection.client_kwargs()["config"].open_timeout == 2.5
+    assert pickle.loads(pickle.dumps(source(openTimeout="5"))).connection.open_timeout == 5.0
+
+
+@pytest.mark.parametrize("raw", BAD_FLOATS)
+def test_open_timeout_must_be_a_positive_number(raw: str) -> None:
+    with fails("openTimeout"):
+        source(openTimeout=raw)
+    with fails("openTimeout"):
+        sink(openTimeout=raw)
+
+
+def test_a_misspelt_open_timeout_is_pointed_at_the_right_name() -> None:
+    with fails("did you mean 'openTimeout'"):
+        source(openTimeot="5")
