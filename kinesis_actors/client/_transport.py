@@ -22,6 +22,7 @@ import httpx
 from .. import errors
 from ._config import ClientConfig
 from ._http1 import Http1Pool, Reply
+from ._httpx_log import OUR_REQUEST, quiet_httpx
 from ._proxy import Proxy
 from ._tls import transport_error
 
@@ -52,6 +53,7 @@ class HttpxPool:
     def __init__(
         self, url: str, client: httpx.AsyncClient, config: ClientConfig, proxy: Proxy | None
     ) -> None:
+        quiet_httpx()
         self._url = url
         self._client = client
         self._proxy = proxy
@@ -90,9 +92,13 @@ class HttpxPool:
                     write=timeout.write,
                     pool=timeout.pool,
                 )
-            response = await self._client.post(
-                self._url, content=body, headers=headers, timeout=timeout
-            )
+            ours = OUR_REQUEST.set(True)  # httpx's line for it goes to DEBUG (_httpx_log)
+            try:
+                response = await self._client.post(
+                    self._url, content=body, headers=headers, timeout=timeout
+                )
+            finally:
+                OUR_REQUEST.reset(ours)
         except httpx.TimeoutException as exc:  # httpx says nothing more than the kind
             raise errors.TransportError(_timed_out(exc, timeout), operation=operation) from exc
         except httpx.TransportError as exc:

@@ -43,6 +43,7 @@ from ._actors import Handler
 from ._batch import RecordBatch
 from ._config import ConsumerConfig, stream_names
 from ._identity import StreamIdentity, open_identities, parse_identities
+from ._lifecycle import closed_line, opened_line
 from ._pipeline import ShardPipeline
 from ._positions import encode_positions
 from ._registration import (
@@ -133,6 +134,7 @@ class Consumer(ShardScheduler):
                 # Runs after the task group has stopped every reader (the stack is LIFO).
                 stack.push_async_callback(self._hand_over)
             await self._discover()
+            self._say_opened()
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             await self._tg.start(self._supervise_readers)
             await self._schedule()
@@ -149,6 +151,18 @@ class Consumer(ShardScheduler):
             raise
         self._state = "open"
         return self
+
+    def _say_opened(self) -> None:
+        """The INFO line of an open: the streams with their shard counts, the mode, the
+        lease table (``_lifecycle``)."""
+        counts = dict.fromkeys(self._streams, 0)
+        listed = self._graph.keys()  # every shard listed, whoever reads it
+        for stream, _ in listed:
+            counts[stream] += 1
+        group, config = self._group, self._config
+        worker = None if group is None else group.worker_id
+        line = opened_line(counts, config.mode, lease_table=config.lease_table, worker_id=worker)
+        log.info("%s", line)
 
     async def __aexit__(
         self,
@@ -182,6 +196,8 @@ class Consumer(ShardScheduler):
         if clean and self._failure is None and deregisters_on_close(self._config):
             with anyio.move_on_after(_DEREGISTER_TIMEOUT, shield=True):
                 await deregister_consumers(self._client, self._consumer_arns)
+        shards = [pipeline.snapshot() for pipeline in self._pipelines.values()]
+        log.info("%s", closed_line(shards, clean=clean and self._failure is None))
 
     def stop(self) -> None:
         """Ask :meth:`run` and the iterator to end (from any task of this loop)."""

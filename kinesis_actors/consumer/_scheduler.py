@@ -31,6 +31,7 @@ from ._discovery import DiscoveryFailures, list_shards
 from ._efo import EfoReader
 from ._efo_policy import EfoSettings
 from ._group import default_worker_id, lease_event
+from ._lifecycle import start_line
 from ._pacing import IdleBudget, PacingSettings, ReadPacer
 from ._pipeline import ShardPipeline
 from ._positions import SavedShard, ShardKey, parse_positions
@@ -333,7 +334,8 @@ class ShardScheduler:
 
     async def _start_shard(self, shard: ShardInfo) -> None:
         key = shard.key
-        saved = self._saved.get(key) or SavedShard(start=self._start_for(shard))
+        kept = self._saved.get(key)
+        saved = kept or SavedShard(start=self._start_for(shard))
         pipeline = ShardPipeline(
             key,
             saved,
@@ -344,10 +346,17 @@ class ShardScheduler:
         )
         pipeline.set_mode(self._mode)
         self._pipelines[key] = pipeline
-        if self._group is None:
-            log.debug("starting %s/%s from %s", shard.stream, shard.shard_id, saved)
-        else:
-            log.info("reading %s/%s from %s", *key, saved, extra=lease_event("start", key))
+        line = start_line(
+            key,
+            kept,
+            saved.start or StartingPosition.trim_horizon(),
+            configured=self._config.start.type,
+            from_lease=self._group is not None,
+            known_at_open=self._initial is not None and key in self._initial,
+            resumed=self._config.positions is not None,
+        )
+        extra = None if self._group is None else lease_event("start", key)
+        log.info("%s", line, extra=extra)
         if pipeline.end_reached:
             self._reschedule_soon()
             return
