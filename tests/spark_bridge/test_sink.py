@@ -24,6 +24,7 @@ from spark_bridge._options import parse_sink_options
 from spark_bridge._sink import write_records
 from tests.boto import create_stream
 from tests.faults import FaultProxy, RejectRecords, Request
+from tests.unreachable import refusing_port
 
 pytestmark = pytest.mark.local_kinesis
 
@@ -247,6 +248,19 @@ def test_partition_writer_checks_its_options_at_once() -> None:
         partition_writer("s", endpointUrl="localhost:4567")
     with pytest.raises(errors.ConfigError, match="exactly one stream"):
         partition_writer("a,b")
+    with pytest.raises(errors.ConfigError, match="option openTimeout must be a positive"):
+        partition_writer("s", openTimeout="0")
+    with pytest.raises(errors.ConfigError, match="open_timeout must be a positive number"):
+        partition_writer("s", open_timeout=-1.0)
+
+
+def test_partition_writer_names_an_unreachable_endpoint_in_its_keywords() -> None:
+    """Described on the driver at once: the error names the keywords the caller has."""
+    with refusing_port() as url, pytest.raises(errors.EndpointUnreachableError) as raised:
+        partition_writer("s", endpoint_url=url, credentials=("a", "b"), open_timeout=1.0)
+    first = str(raised.value).splitlines()[0]
+    assert f"cannot reach Kinesis at {url} (connection refused)" in first
+    assert "keyword open_timeout=1" in first and "keyword endpoint_url=" in first
 
 
 def test_partition_writer_takes_python_keywords_and_names_them_in_its_errors(
