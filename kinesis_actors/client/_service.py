@@ -318,7 +318,8 @@ class ServiceClient:
             result = await attempt()
             contact.answered()
             return result
-        raise errors.TransportError(f"NoAnswer: no answer within {limit:g} s", operation=operation)
+        message = f"NoAnswer: no answer within {limit:.3g} s"
+        raise errors.TransportError(message, operation=operation)
 
     async def _send(self, request: EncodedRequest) -> dict[str, Any]:
         http = self._http
@@ -328,7 +329,7 @@ class ServiceClient:
         self._counters.add("attempts")
         try:
             contact = self._contact
-            patience = contact.attempt_timeout(time.monotonic())
+            patience = None if contact.reached else contact.attempt_timeout(time.monotonic())
             reply = await http.post(headers, request.body, request.operation, patience=patience)
             if patience is not None:
                 contact.answered()

@@ -12,8 +12,8 @@ import logging
 import pytest
 
 from kinesis_actors import DynamoDBClient, KinesisClient, LocalKinesis, errors
-from kinesis_actors.client import ClientConfig
-from tests.unreachable import Unreachable, warnings_naming
+from kinesis_actors.client import ClientConfig, RetrySettings
+from tests.unreachable import Blackhole, Unreachable, warnings_naming
 
 pytestmark = pytest.mark.anyio
 
@@ -58,8 +58,6 @@ async def test_an_unreachable_dynamodb_endpoint_is_warned_then_raised_as_unreach
 
 async def test_a_blackhole_over_http2_is_unreachable_too(caplog: pytest.LogCaptureFixture) -> None:
     """httpx's path (``http2=True``) has the same bound before first contact."""
-    from tests.unreachable import Blackhole
-
     caplog.set_level(logging.WARNING, "kinesis_actors")
     with Blackhole() as hole:
         config = ClientConfig(open_timeout=OPEN_TIMEOUT, http2=True)
@@ -74,8 +72,6 @@ async def test_after_first_contact_a_stopped_server_is_retried_as_before() -> No
     """Once the endpoint has answered, the client's patience is the retry policy's again:
     the failure is a plain TransportError after the operation's retries, not an
     EndpointUnreachableError, however small ``open_timeout`` is."""
-    from kinesis_actors.client import RetrySettings
-
     with LocalKinesis() as server:
         async with KinesisClient(
             region=server.region,
@@ -88,3 +84,25 @@ async def test_after_first_contact_a_stopped_server_is_retried_as_before() -> No
             with pytest.raises(errors.TransportError) as caught:
                 await client.call("ListStreams", {}, retry=RetrySettings(3, 0.01, 0.05))
     assert not isinstance(caught.value, errors.EndpointUnreachableError)
+
+
+async def test_a_blackhole_fails_a_subscription_before_first_contact_as_unreachable(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """SubscribeToShard's own transport has the same bound: the TLS handshake with a silent
+    listener is "no answer" within the first contact's attempt bound."""
+    caplog.set_level(logging.WARNING, "kinesis_actors")
+    with Blackhole() as hole:
+        url = hole.url.replace("http://", "https://")
+        config = ClientConfig(open_timeout=OPEN_TIMEOUT)
+        async with KinesisClient(
+            endpoint_url=url, verify=False, credentials=("a", "b"), config=config
+        ) as client:
+            with pytest.raises(errors.EndpointUnreachableError) as caught:
+                async with client.subscribe_to_shard(
+                    "arn", "shardId-000000000000", {"Type": "LATEST"}
+                ):
+                    pass  # pragma: no cover - the connection fails first
+    assert caught.value.operation == "SubscribeToShard"
+    assert "no answer within" in caught.value.cause
+    assert warnings_naming(caplog.records, url)
