@@ -388,3 +388,27 @@ def test_the_source_names_a_missing_stream_and_its_endpoint_first(
         reader.stop()
     first = str(raised.value).splitlines()[0]
     assert first.startswith(f"stream 'no-such-stream' not found at {local_kinesis.endpoint_url}")
+
+
+def test_a_5_mib_record_goes_through_the_sink_and_comes_back_through_the_source(
+    spark: Any, local_kinesis: LocalKinesis, stream_name: str, tmp_path: Path
+) -> None:
+    """On a stream whose ``MaxRecordSizeInKiB`` is 10240, the sink writes a 5 MiB row (alone
+    in its call) and the source reads it back whole. One row: the local server takes about
+    0.7 s a MiB to store a large record (boto3 alike); the producer and the consumers carry
+    10 MiB records in tests/producer/test_large_records_local.py."""
+    kinesis = create_stream(local_kinesis, stream_name, 1)
+    arn = kinesis.describe_stream_summary(StreamName=stream_name)["StreamDescriptionSummary"][
+        "StreamARN"
+    ]
+    kinesis.update_max_record_size(StreamARN=arn, MaxRecordSizeInKiB=10240)
+    mib = 1024 * 1024
+    rows = [(bytes([1]) * (5 * mib), "five"), (b"small", "small")]
+    options = _options(local_kinesis, stream_name)
+    frame = spark.createDataFrame(rows, "data binary, partitionKey string").coalesce(1)
+    frame.write.format("kinesis").mode("append").options(**options).save()
+    _drain(spark, options, tmp_path / "cp", "large")
+    read = spark.table("large").select("partitionKey", "data").collect()
+    assert sorted((row.partitionKey, bytes(row.data)) for row in read) == sorted(
+        (key, data) for data, key in rows
+    )
