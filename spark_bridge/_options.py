@@ -399,6 +399,14 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     """Check every sink option; the first bad one raises a ConfigError naming it."""
+    if not options:
+        # Spark hands a Python data source no options from SQL's INSERT INTO a table created
+        # USING kinesis (the table's OPTIONS stay in the catalog): say so, not "streamName".
+        raise ConfigError(
+            "the kinesis sink got no options at all (streamName is required): Spark SQL's "
+            "INSERT INTO a table created USING kinesis passes a Python data source none; "
+            'write with df.write.format("kinesis").option("streamName", ...) or writeStream'
+        )
     options = _lower(options)
     _unknown(options, SINK_OPTIONS, "sink")
     connection = parse_connection(options)
