@@ -16,7 +16,9 @@ from typing import Any
 from kinesis_actors.client import StreamRef
 from kinesis_actors.errors import ConfigError
 
+from ._offsets import ShardEntry
 from ._role import ROLE_OPTIONS, RoleOptions, assumed_role, parse_role
+from ._starts import parse_starting_positions
 
 __all__ = [
     "Connection",
@@ -42,6 +44,7 @@ SOURCE_OPTIONS = CONNECTION_OPTIONS | {
     "consumername",
     "registration",
     "initialposition",
+    "startingpositions",
     "maxrecordspertrigger",
     "maxbytespertrigger",
     "maxstagedrecords",
@@ -81,6 +84,7 @@ SPELLING = {
         "consumerName",
         "registration",
         "initialPosition",
+        "startingPositions",
         "maxRecordsPerTrigger",
         "maxBytesPerTrigger",
         "maxStagedRecords",
@@ -161,6 +165,8 @@ class SourceOptions:
     settle_ms: int = 1_000
     read_path: str = "executors"
     refs: tuple[str, ...] = ()
+    starting_positions: Mapping[tuple[str, str], ShardEntry] = field(default_factory=dict)
+    """``startingPositions``: a new query's start for the shards it names."""
 
     def ref(self, stream: str) -> str:
         """What the calls for ``stream`` (one of ``streams``) name: its ARN if given by one."""
@@ -371,6 +377,10 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     if name is not None and not name.strip():
         raise ConfigError("option consumerName must not be empty")
     position, stamp = _initial_position(options)
+    starts = parse_starting_positions(options.get("startingpositions"), tuple(refs))
+    read_path = _choice(options, "readPath", ("executors", "driver"), "executors")
+    if starts and read_path == "driver":
+        raise ConfigError("option startingPositions needs readPath=executors (the default)")
     max_records = _positive_int(options, "maxRecordsPerTrigger")
     max_bytes = _positive_int(options, "maxBytesPerTrigger")
     staged_records = _positive_int(options, "maxStagedRecords")
@@ -385,6 +395,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         registration=registration,
         initial_position=position,
         initial_timestamp=stamp,
+        starting_positions=starts,
         max_records_per_trigger=max_records,
         max_bytes_per_trigger=max_bytes,
         max_staged_records=staged_records or max(100_000, 2 * (max_records or 0)),
@@ -393,7 +404,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         deregister_consumer=_bool(options, "deregisterConsumer", False),
         window_ms=_duration_ms(options, "arrivalWindowPerTrigger", 10_000),
         settle_ms=_duration_ms(options, "settleLag", 1_000),
-        read_path=_choice(options, "readPath", ("executors", "driver"), "executors"),
+        read_path=read_path,
     )
 
 

@@ -40,6 +40,7 @@ from ._options import Connection, SourceOptions
 from ._planner import Planner
 from ._range import read_range
 from ._schema import to_spark_batch
+from ._starts import initial_entries
 
 __all__ = ["KinesisPartition", "KinesisStreamReader"]
 
@@ -106,17 +107,19 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- offsets -------------------------------------------------------------------------------
 
     def initialOffset(self) -> dict[str, Any]:
-        """Where a new query starts: every shard at ``initialPosition`` (TRIM_HORIZON shards
-        are found by the first plan; the others are listed now, at the start time)."""
+        """Where a new query starts: the shards ``startingPositions`` names where it says,
+        every other shard at ``initialPosition`` (TRIM_HORIZON shards are found by the first
+        plan; the others are listed now, at the start time)."""
         options = self._options
         offset = Offset()
+        default: StartingPosition | None = None
         if options.initial_position != "trim_horizon":
             when = options.initial_timestamp or datetime.now(UTC)
-            start = StartingPosition("AT_TIMESTAMP", timestamp=when)
+            default = StartingPosition("AT_TIMESTAMP", timestamp=when)
+        if default is not None or options.starting_positions:
             with self._spoken():
                 listed = self._get_planner().list_now()
-            for key in sorted(listed):
-                offset.shards[key] = ShardEntry(start=start)
+            offset.shards.update(initial_entries(options.starting_positions, listed, default))
         document = offset.to_json(options.streams)
         self._initial = canonical(document)
         return document

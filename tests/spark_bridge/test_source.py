@@ -412,3 +412,40 @@ def test_a_5_mib_record_goes_through_the_sink_and_comes_back_through_the_source(
     assert sorted((row.partitionKey, bytes(row.data)) for row in read) == sorted(
         (key, data) for data, key in rows
     )
+
+
+def test_starting_positions_resume_a_named_shard_mid_aggregate_and_the_rest_at_the_initial_position(
+    spark: Any, local_kinesis: LocalKinesis, stream_name: str, tmp_path: Path
+) -> None:
+    """A consumer's positions document (here cut inside a KPL aggregate of shard 0) starts a
+    new query exactly after that user record; shard 1, not named, starts at TRIM_HORIZON."""
+    create_stream(local_kinesis, stream_name, 2)
+    _produce(local_kinesis, stream_name, 600)
+    options = _options(local_kinesis, stream_name)
+    _drain(spark, options, tmp_path / "all", "every_row")
+    every = sorted(
+        (row.shardId, int(row.sequenceNumber), row.subSequenceNumber, bytes(row.data))
+        for row in spark.table("every_row").collect()
+    )
+    first = [row for row in every if row[0] == "shardId-000000000000"]
+    cut = next(row for row in first[len(first) // 2 :] if row[2] > 0)  # inside an aggregate
+    positions = {
+        "version": 1,
+        "streams": {
+            stream_name: {
+                "shardId-000000000000": {
+                    "sequence_number": str(cut[1]),
+                    "sub_sequence_number": cut[2],
+                }
+            }
+        },
+    }
+    resumed = dict(options, startingPositions=json.dumps(positions))
+    _drain(spark, resumed, tmp_path / "resumed", "resumed_rows")
+    got = sorted(
+        (row.shardId, int(row.sequenceNumber), row.subSequenceNumber, bytes(row.data))
+        for row in spark.table("resumed_rows").collect()
+    )
+    expected = [row for row in every if row[0] != cut[0] or row[1:3] > cut[1:3]]
+    assert got == expected
+    assert 0 < len([row for row in got if row[0] == cut[0]]) < len(first)
