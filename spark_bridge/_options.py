@@ -51,6 +51,7 @@ SOURCE_OPTIONS = CONNECTION_OPTIONS | {
     "arrivalwindowpertrigger",
     "settlelag",
     "readpath",
+    "shardspertask",
 }
 SINK_OPTIONS = CONNECTION_OPTIONS | {
     "aggregation",
@@ -90,6 +91,7 @@ SPELLING = {
         "arrivalWindowPerTrigger",
         "settleLag",
         "readPath",
+        "shardsPerTask",
         "aggregation",
         "queueLimitRecords",
         "flushTimeout",
@@ -161,6 +163,8 @@ class SourceOptions:
     settle_ms: int = 1_000
     read_path: str = "executors"
     refs: tuple[str, ...] = ()
+    shards_per_task: int | None = None
+    """Shards one Spark task reads; None: automatic (``_grouping``)."""
 
     def ref(self, stream: str) -> str:
         """What the calls for ``stream`` (one of ``streams``) name: its ARN if given by one."""
@@ -394,6 +398,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         window_ms=_duration_ms(options, "arrivalWindowPerTrigger", 10_000),
         settle_ms=_duration_ms(options, "settleLag", 1_000),
         read_path=_choice(options, "readPath", ("executors", "driver"), "executors"),
+        shards_per_task=_positive_int(options, "shardsPerTask"),
     )
 
 

@@ -371,3 +371,37 @@ def test_a_sequence_number_of_another_shard_is_an_error_naming_the_shard_never_a
             read_all(reader, mixed, end)
     finally:
         reader.stop()
+
+
+def test_many_moved_shards_share_tasks_idle_ones_get_none_and_a_replay_regroups_the_same(
+    local_kinesis: LocalKinesis, stream_name: str
+) -> None:
+    kinesis = create_stream(local_kinesis, stream_name, 40)
+    shards = kinesis.list_shards(StreamName=stream_name)["Shards"]
+    busy = shards[:36]  # four shards stay idle
+    kinesis.put_records(
+        StreamName=stream_name,
+        Records=[
+            {
+                "Data": shard["ShardId"].encode(),
+                "PartitionKey": "k",
+                "ExplicitHashKey": shard["HashKeyRange"]["StartingHashKey"],
+            }
+            for shard in busy
+        ],
+    )
+    expected = sorted(shard["ShardId"].encode() for shard in busy)
+    for extra, tasks in (({}, 18), ({"shardsPerTask": "10"}, 4)):
+        reader = make_reader(local_kinesis.endpoint_url, stream_name, **extra)
+        try:
+            start = reader.initialOffset()
+            reader.prepareForTriggerAvailableNow()
+            end = reader.latestOffset(start, ReadAllAvailable())
+            parts = reader.partitions(start, end)
+            again = pickle.loads(pickle.dumps(reader)).partitions(start, end)
+            rows = read_all(reader, start, end)
+        finally:
+            reader.stop()
+        assert len(parts) == tasks, extra
+        assert [p.ranges for p in again] == [p.ranges for p in parts]  # type: ignore[attr-defined]
+        assert sorted(row[3] for row in rows) == expected
