@@ -275,32 +275,29 @@ async def _read_all(
     with the error that names the shard.
     """
     limiter = anyio.CapacityLimiter(_SHARDS_AT_ONCE)
-
-    async def one(shard: ShardRange, out: MemoryObjectSendStream[pa.RecordBatch]) -> None:
-        async with out, limiter:
-            reader = RangeReader(
-                client,
-                shard.stream,
-                shard.shard_id,
-                shard.start,
-                shard.end,
-                wait_timeout=wait_timeout,
-            )
-            while (batch := await reader.next_batch()) is not None:
-                await out.send(batch)
-
     failures: list[BaseException] = []
 
-    async def guarded(shard: ShardRange, out: MemoryObjectSendStream[pa.RecordBatch]) -> None:
+    async def one(shard: ShardRange) -> None:
         try:
-            await one(shard, out)
+            async with limiter:
+                reader = RangeReader(
+                    client,
+                    shard.stream,
+                    shard.shard_id,
+                    shard.start,
+                    shard.end,
+                    wait_timeout=wait_timeout,
+                )
+                while (batch := await reader.next_batch()) is not None:
+                    await send.send(batch)
         except Exception as exc:
             failures.append(exc)
             group.cancel_scope.cancel()
 
+    # ``send`` is closed once every reader is done (or cancelled): the task's end of stream.
     async with send, anyio.create_task_group() as group:
         for shard in ranges:
-            group.start_soon(guarded, shard, send.clone())
+            group.start_soon(one, shard)
     if failures:
         raise failures[0]
 
