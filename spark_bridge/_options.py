@@ -54,6 +54,7 @@ SOURCE_OPTIONS = CONNECTION_OPTIONS | {
     "arrivalwindowpertrigger",
     "settlelag",
     "readpath",
+    "shardspertask",
 }
 SINK_OPTIONS = CONNECTION_OPTIONS | {
     "aggregation",
@@ -94,6 +95,7 @@ SPELLING = {
         "arrivalWindowPerTrigger",
         "settleLag",
         "readPath",
+        "shardsPerTask",
         "aggregation",
         "queueLimitRecords",
         "flushTimeout",
@@ -167,6 +169,8 @@ class SourceOptions:
     refs: tuple[str, ...] = ()
     starting_positions: Mapping[tuple[str, str], ShardEntry] = field(default_factory=dict)
     """``startingPositions``: a new query's start for the shards it names."""
+    shards_per_task: int | None = None
+    """Shards one Spark task reads; None: automatic (``_grouping``)."""
 
     def ref(self, stream: str) -> str:
         """What the calls for ``stream`` (one of ``streams``) name: its ARN if given by one."""
@@ -405,6 +409,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         window_ms=_duration_ms(options, "arrivalWindowPerTrigger", 10_000),
         settle_ms=_duration_ms(options, "settleLag", 1_000),
         read_path=read_path,
+        shards_per_task=_positive_int(options, "shardsPerTask"),
     )
 
 

@@ -342,6 +342,7 @@ SOURCE_INTS = {
     "maxBytesPerTrigger": "max_bytes_per_trigger",
     "maxStagedRecords": "max_staged_records",
     "maxStagedBytes": "max_staged_bytes",
+    "shardsPerTask": "shards_per_task",
 }
 BAD_INTS = ["0", "-1", "", "abc", "1.5", "1e3", "nan"]
 BAD_FLOATS = ["0", "-0.5", "", "abc", "nan", "inf", "-inf"]
@@ -357,6 +358,10 @@ def test_source_limits_must_be_positive_integers(option: str, raw: str) -> None:
 @pytest.mark.parametrize(("option", "field"), sorted(SOURCE_INTS.items()))
 def test_source_limits_accept_positive_integers(option: str, field: str) -> None:
     assert getattr(source(**{option: " 7 "}), field) == 7
+
+
+def test_shards_per_task_is_automatic_unless_given() -> None:
+    assert source().shards_per_task is None
 
 
 @pytest.mark.parametrize("raw", BAD_FLOATS)
@@ -470,6 +475,7 @@ def test_unknown_options_are_checked_before_the_stream_name() -> None:
         ("maxRecordsPerBatch", "maxRecordsPerTrigger"),
         ("endpoint_url", "endpointUrl"),
         ("verify", "verifySsl"),
+        ("shardPerTask", "shardsPerTask"),
     ],
 )
 def test_an_unknown_source_option_gets_the_closest_name_as_documented(

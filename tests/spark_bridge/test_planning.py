@@ -7,6 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import anyio
+import pyarrow as pa
 import pytest
 
 from kinesis_actors.errors import ConfigError, MalformedReplyError, PositionsMismatchError
@@ -34,7 +36,7 @@ from spark_bridge._policy import (
     eligible,
     shares,
 )
-from spark_bridge._range import RangeReader, RangeReadError
+from spark_bridge._range import RangeReader, RangeReadError, ShardRange, _read_all
 
 S = "orders"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -335,3 +337,21 @@ async def test_a_range_that_does_not_match_the_shard_fails_instead_of_yielding_o
         await read(shard, ShardEntry(), ShardEntry(bound=Bound(2, AFTER)))
     with pytest.raises(RangeReadError, match="trimmed"):
         await read(shard, ShardEntry(bound=Bound(2, BEFORE)), ShardEntry(bound=Bound(4, AFTER)))
+
+
+@pytest.mark.anyio
+async def test_a_group_of_ranges_fails_with_its_failing_range_s_own_error_and_ends_the_stream() -> (
+    None
+):
+    shard = FakeShard([plain(1), plain(3)])
+    good = ShardRange("s", "a", ShardEntry(), ShardEntry(bound=Bound(3, AFTER)))
+    bad = ShardRange("s", "b", ShardEntry(), ShardEntry(bound=Bound(2, BEFORE)))
+    send, receive = anyio.create_memory_object_stream[pa.RecordBatch](10)
+    with pytest.raises(RangeReadError, match="ends at record 2"):
+        await _read_all(shard, [good, bad], send, 1.0)  # type: ignore[arg-type]
+    async with receive:
+        while True:  # whatever was read before the failure, then the end: no hang
+            try:
+                receive.receive_nowait()
+            except anyio.EndOfStream:
+                break
