@@ -55,6 +55,7 @@ SOURCE_OPTIONS = CONNECTION_OPTIONS | {
     "settlelag",
     "readpath",
     "shardspertask",
+    "maxfetchrate",
 }
 SINK_OPTIONS = CONNECTION_OPTIONS | {
     "aggregation",
@@ -96,6 +97,7 @@ SPELLING = {
         "settleLag",
         "readPath",
         "shardsPerTask",
+        "maxFetchRate",
         "aggregation",
         "queueLimitRecords",
         "flushTimeout",
@@ -171,6 +173,9 @@ class SourceOptions:
     """``startingPositions``: a new query's start for the shards it names."""
     shards_per_task: int | None = None
     """Shards one Spark task reads; None: automatic (``_grouping``)."""
+    max_fetch_rate: float | None = None
+    """``maxFetchRate`` in bytes a second per shard a task reads (None: the service's 2 MiB/s
+    is the only bound)."""
 
     def ref(self, stream: str) -> str:
         """What the calls for ``stream`` (one of ``streams``) name: its ARN if given by one."""
@@ -249,6 +254,12 @@ def _positive_float(options: Mapping[str, str], name: str) -> float | None:
     if not value > 0 or value == float("inf"):
         raise ConfigError(f"option {name} must be a positive number, got {raw!r}")
     return value
+
+
+def _mb_per_second(options: Mapping[str, str], name: str) -> float | None:
+    """A rate given in MB/s (Databricks' unit for ``maxFetchRate``), as bytes a second."""
+    value = _positive_float(options, name)
+    return None if value is None else value * 1_000_000
 
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -410,6 +421,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         settle_ms=_duration_ms(options, "settleLag", 1_000),
         read_path=read_path,
         shards_per_task=_positive_int(options, "shardsPerTask"),
+        max_fetch_rate=_mb_per_second(options, "maxFetchRate"),
     )
 
 

@@ -70,10 +70,12 @@ class RangeReader:
         end: ShardEntry,
         *,
         wait_timeout: float,
+        max_bytes_per_second: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
     ) -> None:
         self._client = client
+        self._max_bytes_per_second = max_bytes_per_second
         ref = StreamRef.parse(stream)
         self._stream = ref.name  # the rows' stream column, whichever way it was given
         self._params = stream_params(stream)
@@ -92,7 +94,7 @@ class RangeReader:
         if bound is not None and BEFORE < bound.sub < AFTER:
             self._skip = (str(bound.sequence), bound.sub)
         self._done = start.finished
-        self._last_call = -1e9
+        self._next_call_at = -1e9
         self.calls = 0
         self.rows = 0
 
@@ -115,6 +117,16 @@ class RangeReader:
             )
         return iterator
 
+    def _charged(self, started: float, page: Any) -> Any:
+        """``page``, its bytes charged to ``maxFetchRate``: a page of *b* bytes is worth
+        *b* / rate seconds of the shard's reading, from the call's start (as the consumer's
+        pacer counts)."""
+        rate = self._max_bytes_per_second
+        if rate is not None:
+            size = sum(len(record["Data"]) for record in page.records)
+            self._next_call_at = max(self._next_call_at, started + size / rate)
+        return page
+
     async def _page(self) -> Any:
         """One checked GetRecords reply, retrying what a second look may cure."""
         failures = 0
@@ -122,16 +134,17 @@ class RangeReader:
             try:
                 if self._iterator is None:
                     self._iterator = await self._get_iterator()
-                wait = self._last_call + _MIN_CALL_INTERVAL - self._clock()
+                wait = self._next_call_at - self._clock()
                 if wait > 0:
                     await self._sleep(wait)
-                self._last_call = self._clock()
+                started = self._clock()
+                self._next_call_at = started + _MIN_CALL_INTERVAL
                 self.calls += 1
                 reply = await self._client.call(
                     "GetRecords",
                     {"ShardIterator": self._iterator, "Limit": _PAGE, **self._records_params},
                 )
-                return check_records_reply(reply, where=self._where)
+                return self._charged(started, check_records_reply(reply, where=self._where))
             except ExpiredIteratorError:
                 self._iterator = None  # a new one from the last record read
                 failures += 1
@@ -268,6 +281,7 @@ async def _read_all(
     ranges: Sequence[ShardRange],
     send: MemoryObjectSendStream[pa.RecordBatch],
     wait_timeout: float,
+    max_bytes_per_second: float | None = None,
 ) -> None:
     """Read every range concurrently (at most ``_SHARDS_AT_ONCE`` at a time) into ``send``.
 
@@ -287,6 +301,7 @@ async def _read_all(
                     shard.start,
                     shard.end,
                     wait_timeout=wait_timeout,
+                    max_bytes_per_second=max_bytes_per_second,
                 )
                 while (batch := await reader.next_batch()) is not None:
                     await send.send(batch)
@@ -303,7 +318,11 @@ async def _read_all(
 
 
 def read_ranges(
-    connection: Connection, ranges: Sequence[ShardRange], *, timeout: float
+    connection: Connection,
+    ranges: Sequence[ShardRange],
+    *,
+    timeout: float,
+    max_bytes_per_second: float | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the rows of every range (sync, for ``read`` on an executor): the shards are read
     concurrently on the process's shared loop (``_worker``), each shard's pages in order.
@@ -317,7 +336,9 @@ def read_ranges(
     loop = shared_loop(connection)
     portal = loop.portal
     send, receive = anyio.create_memory_object_stream[pa.RecordBatch](0)
-    future = portal.start_task_soon(_read_all, loop.client, todo, send, timeout)
+    future = portal.start_task_soon(
+        _read_all, loop.client, todo, send, timeout, max_bytes_per_second
+    )
     try:
         while True:
             try:

@@ -256,7 +256,12 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 ranges[-1].start.describe(),
                 ranges[-1].end.describe(),
             )
-        for batch in read_ranges(partition.connection, ranges, timeout=partition.wait_timeout):
+        for batch in read_ranges(
+            partition.connection,
+            ranges,
+            timeout=partition.wait_timeout,
+            max_bytes_per_second=self._options.max_fetch_rate,
+        ):
             yield to_spark_batch(batch)
 
     def commit(self, end: dict[str, Any]) -> None:

@@ -375,6 +375,17 @@ def test_replay_timeout_accepts_positive_numbers(raw: str, expected: float) -> N
     assert source(replayTimeout=raw).replay_timeout == expected
 
 
+@pytest.mark.parametrize("raw", BAD_FLOATS)
+def test_max_fetch_rate_must_be_a_positive_number(raw: str) -> None:
+    with fails("maxFetchRate"):
+        source(maxFetchRate=raw)
+
+
+def test_max_fetch_rate_is_in_mb_a_second_and_off_by_default() -> None:
+    assert source().max_fetch_rate is None
+    assert source(maxFetchRate="1.5").max_fetch_rate == 1_500_000
+
+
 def test_staged_limits_default_to_twice_the_trigger_limits_when_larger() -> None:
     small = source(maxRecordsPerTrigger="10", maxBytesPerTrigger="10")
     assert (small.max_staged_records, small.max_staged_bytes) == (100_000, 64 * 1024 * 1024)
