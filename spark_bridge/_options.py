@@ -16,7 +16,9 @@ from typing import Any
 from kinesis_actors.client import ClientConfig, StreamRef
 from kinesis_actors.errors import ConfigError
 
+from ._offsets import ShardEntry
 from ._role import ROLE_OPTIONS, RoleOptions, assumed_role, parse_role
+from ._starts import parse_starting_positions
 
 __all__ = [
     "Connection",
@@ -42,6 +44,7 @@ SOURCE_OPTIONS = CONNECTION_OPTIONS | {
     "consumername",
     "registration",
     "initialposition",
+    "startingpositions",
     "maxrecordspertrigger",
     "maxbytespertrigger",
     "maxstagedrecords",
@@ -51,6 +54,8 @@ SOURCE_OPTIONS = CONNECTION_OPTIONS | {
     "arrivalwindowpertrigger",
     "settlelag",
     "readpath",
+    "shardspertask",
+    "maxfetchrate",
 }
 SINK_OPTIONS = CONNECTION_OPTIONS | {
     "aggregation",
@@ -82,6 +87,7 @@ SPELLING = {
         "consumerName",
         "registration",
         "initialPosition",
+        "startingPositions",
         "maxRecordsPerTrigger",
         "maxBytesPerTrigger",
         "maxStagedRecords",
@@ -91,6 +97,8 @@ SPELLING = {
         "arrivalWindowPerTrigger",
         "settleLag",
         "readPath",
+        "shardsPerTask",
+        "maxFetchRate",
         "aggregation",
         "queueLimitRecords",
         "flushTimeout",
@@ -167,6 +175,13 @@ class SourceOptions:
     settle_ms: int = 1_000
     read_path: str = "executors"
     refs: tuple[str, ...] = ()
+    starting_positions: Mapping[tuple[str, str], ShardEntry] = field(default_factory=dict)
+    """``startingPositions``: a new query's start for the shards it names."""
+    shards_per_task: int | None = None
+    """Shards one Spark task reads; None: automatic (``_grouping``)."""
+    max_fetch_rate: float | None = None
+    """``maxFetchRate`` in bytes a second per shard a task reads (None: the service's 2 MiB/s
+    is the only bound)."""
 
     def ref(self, stream: str) -> str:
         """What the calls for ``stream`` (one of ``streams``) name: its ARN if given by one."""
@@ -245,6 +260,12 @@ def _positive_float(options: Mapping[str, str], name: str) -> float | None:
     if not value > 0 or value == float("inf"):
         raise ConfigError(f"option {name} must be a positive number, got {raw!r}")
     return value
+
+
+def _mb_per_second(options: Mapping[str, str], name: str) -> float | None:
+    """A rate given in MB/s (Databricks' unit for ``maxFetchRate``), as bytes a second."""
+    value = _positive_float(options, name)
+    return None if value is None else value * 1_000_000
 
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -383,6 +404,10 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     if name is not None and not name.strip():
         raise ConfigError("option consumerName must not be empty")
     position, stamp = _initial_position(options)
+    starts = parse_starting_positions(options.get("startingpositions"), tuple(refs))
+    read_path = _choice(options, "readPath", ("executors", "driver"), "executors")
+    if starts and read_path == "driver":
+        raise ConfigError("option startingPositions needs readPath=executors (the default)")
     max_records = _positive_int(options, "maxRecordsPerTrigger")
     max_bytes = _positive_int(options, "maxBytesPerTrigger")
     staged_records = _positive_int(options, "maxStagedRecords")
@@ -397,6 +422,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         registration=registration,
         initial_position=position,
         initial_timestamp=stamp,
+        starting_positions=starts,
         max_records_per_trigger=max_records,
         max_bytes_per_trigger=max_bytes,
         max_staged_records=staged_records or max(100_000, 2 * (max_records or 0)),
@@ -405,12 +431,22 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         deregister_consumer=_bool(options, "deregisterConsumer", False),
         window_ms=_duration_ms(options, "arrivalWindowPerTrigger", 10_000),
         settle_ms=_duration_ms(options, "settleLag", 1_000),
-        read_path=_choice(options, "readPath", ("executors", "driver"), "executors"),
+        read_path=read_path,
+        shards_per_task=_positive_int(options, "shardsPerTask"),
+        max_fetch_rate=_mb_per_second(options, "maxFetchRate"),
     )
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     """Check every sink option; the first bad one raises a ConfigError naming it."""
+    if not options:
+        # Spark hands a Python data source no options from SQL's INSERT INTO a table created
+        # USING kinesis (the table's OPTIONS stay in the catalog): say so, not "streamName".
+        raise ConfigError(
+            "the kinesis sink got no options at all (streamName is required): Spark SQL's "
+            "INSERT INTO a table created USING kinesis passes a Python data source none; "
+            'write with df.write.format("kinesis").option("streamName", ...) or writeStream'
+        )
     options = _lower(options)
     _unknown(options, SINK_OPTIONS, "sink")
     connection = parse_connection(options)

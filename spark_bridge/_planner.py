@@ -6,8 +6,11 @@ portal. Per trigger it lists shards when due, checks each stream's identity once
 every eligible shard concurrently (the calls for one shard are in ``_shard_reads``):
 
 * **anchor mode** (no row or byte limit): probe, anchor, and a tail read only when there is
-  no anchor (``_policy`` has the why). A busy shard costs three calls, an idle one one call:
-  iterators that end exactly at a cut are kept for the next trigger (they live 5 minutes);
+  no anchor (``_policy`` has the why). A busy shard costs two calls (its cut is before the
+  record it anchored on, so no probe), a quiet one two or one, an idle one one call:
+  iterators that end exactly at a cut are kept for the next trigger (they live 5 minutes).
+  Outside ``Trigger.AvailableNow``, idle shards past a few dozen share a budget of probes
+  (``_idle``); AvailableNow probes every shard, every trigger;
 * **limits mode** (``maxRecordsPerTrigger`` / ``maxBytesPerTrigger``, or a ``ReadMaxRows`` /
   ``ReadMaxBytes`` from the engine): the limits count user records, which only reading
   tells, so the driver reads pages from the start, deaggregates and cuts at the limit, even
@@ -44,6 +47,7 @@ from kinesis_actors.errors import (
     ValidationError,
 )
 
+from ._idle import IdleProbes
 from ._offsets import Offset, ShardEntry, StreamIdentity, check_identity
 from ._options import SourceOptions
 from ._policy import (
@@ -104,6 +108,7 @@ class Planner:
         self._portal.call(self._client.__aenter__)
         self.behind_ms: dict[ShardKey, int] = {}
         self.calls: Counter[str] = Counter()
+        self._idle = IdleProbes()
         self._reads = ShardReads(
             self._call,
             self._settings,
@@ -246,6 +251,10 @@ class Planner:
             if not entry.finished and eligible(key, state.listing, end)
         ]
         outcomes: dict[ShardKey, Outcome | BaseException] = {}
+        pace_idle = target_ms is None and max_rows is None and max_bytes is None
+        if pace_idle:
+            skipped = self._idle.skipped(todo, self._clock())
+            todo = [key for key in todo if key not in skipped]
         if max_rows is None and max_bytes is None:
             limiter = anyio.CapacityLimiter(_CONCURRENCY)
 
@@ -291,6 +300,11 @@ class Planner:
                     ) from outcome
                 continue
             state.failures.pop(key, None)
+            if pace_idle:
+                if outcome.idle:
+                    self._idle.found_idle(key, self._clock())
+                else:
+                    self._idle.found_busy(key)
             self.behind_ms[key] = outcome.behind_ms
             plan.final = plan.final and outcome.final
             plan.rows += outcome.rows

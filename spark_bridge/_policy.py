@@ -175,17 +175,6 @@ def after_tail(entry: ShardEntry, last: Seen) -> ShardEntry | None:
     return ShardEntry(bound=bound, arrival_ms=last.arrival_ms)
 
 
-def first_is_new(entry: ShardEntry, first: Seen) -> bool:
-    """Whether ``first`` (the probe's record) is past the start's cut at all.
-
-    It is not when the start is a cut inside an aggregate at ``first`` itself and the planner
-    cannot tell without deaggregating; then it counts as new (a range of zero rows at worst).
-    """
-    if entry.bound is None:
-        return True
-    return Bound(first.sequence, AFTER) > entry.bound
-
-
 def eligible(
     key: tuple[str, str], listing: Mapping[tuple[str, str], ShardInfo], offset: Offset
 ) -> bool:

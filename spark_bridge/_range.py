@@ -15,13 +15,14 @@ Why GetRecords in both consumer modes: see docs/spark.md ("EFO").
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import pyarrow as pa
 import pyarrow.compute as pc
-from anyio.from_thread import start_blocking_portal
+from anyio.streams.memory import MemoryObjectSendStream
 
 from kinesis_actors import KinesisClient
 from kinesis_actors.client import StreamRef, stream_params
@@ -38,13 +39,16 @@ from kinesis_actors.records import build_record_batch
 from ._offsets import AFTER, BEFORE, ShardEntry
 from ._options import Connection
 from ._policy import check_records_reply
+from ._worker import shared_loop
 
-__all__ = ["RangeReadError", "RangeReader", "read_range"]
+__all__ = ["RangeReadError", "RangeReader", "ShardRange", "read_ranges"]
 
 _PAGE = 10_000
 _MIN_CALL_INTERVAL = 0.2
 """At most 5 GetRecords a second per reader, the service's budget for a shard."""
 _IDLE_INITIAL, _IDLE_MAX = 0.05, 0.5
+_SHARDS_AT_ONCE = 64
+"""Shards of one task read at once (a task holds at most this many pages)."""
 _RETRIES = 5
 """Replies retried after the client's own retries gave up: a garbled reply or a passing
 ResourceNotFound must not fail a task that a second look would complete."""
@@ -66,10 +70,12 @@ class RangeReader:
         end: ShardEntry,
         *,
         wait_timeout: float,
+        max_bytes_per_second: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
     ) -> None:
         self._client = client
+        self._max_bytes_per_second = max_bytes_per_second
         ref = StreamRef.parse(stream)
         self._stream = ref.name  # the rows' stream column, whichever way it was given
         self._params = stream_params(stream)
@@ -88,7 +94,7 @@ class RangeReader:
         if bound is not None and BEFORE < bound.sub < AFTER:
             self._skip = (str(bound.sequence), bound.sub)
         self._done = start.finished
-        self._last_call = -1e9
+        self._next_call_at = -1e9
         self.calls = 0
         self.rows = 0
 
@@ -111,6 +117,16 @@ class RangeReader:
             )
         return iterator
 
+    def _charged(self, started: float, page: Any) -> Any:
+        """``page``, its bytes charged to ``maxFetchRate``: a page of *b* bytes is worth
+        *b* / rate seconds of the shard's reading, from the call's start (as the consumer's
+        pacer counts)."""
+        rate = self._max_bytes_per_second
+        if rate is not None:
+            size = sum(len(record["Data"]) for record in page.records)
+            self._next_call_at = max(self._next_call_at, started + size / rate)
+        return page
+
     async def _page(self) -> Any:
         """One checked GetRecords reply, retrying what a second look may cure."""
         failures = 0
@@ -118,16 +134,17 @@ class RangeReader:
             try:
                 if self._iterator is None:
                     self._iterator = await self._get_iterator()
-                wait = self._last_call + _MIN_CALL_INTERVAL - self._clock()
+                wait = self._next_call_at - self._clock()
                 if wait > 0:
                     await self._sleep(wait)
-                self._last_call = self._clock()
+                started = self._clock()
+                self._next_call_at = started + _MIN_CALL_INTERVAL
                 self.calls += 1
                 reply = await self._client.call(
                     "GetRecords",
                     {"ShardIterator": self._iterator, "Limit": _PAGE, **self._records_params},
                 )
-                return check_records_reply(reply, where=self._where)
+                return self._charged(started, check_records_reply(reply, where=self._where))
             except ExpiredIteratorError:
                 self._iterator = None  # a new one from the last record read
                 failures += 1
@@ -245,28 +262,92 @@ class RangeReader:
         return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
 
 
-def read_range(
-    connection: Connection,
-    *,
-    stream: str,
-    shard_id: str,
-    start: ShardEntry,
-    end: ShardEntry,
-    timeout: float,
-) -> Iterator[pa.RecordBatch]:
-    """Yield the range's rows page by page, from a loop thread of its own (sync, for
-    ``read`` on an executor); the client is closed when the iterator is."""
-    if start.finished or (end.bound is None and not end.finished):
-        return
-    with start_blocking_portal() as portal:
-        client = KinesisClient(**connection.client_kwargs())
-        portal.call(client.__aenter__)
+@dataclass(frozen=True, slots=True)
+class ShardRange:
+    """One shard's range of a micro-batch: what a task reads of it."""
+
+    stream: str
+    """The stream's name or ARN, as the calls send it."""
+    shard_id: str
+    start: ShardEntry
+    end: ShardEntry
+
+    def empty(self) -> bool:
+        return self.start.finished or (self.end.bound is None and not self.end.finished)
+
+
+async def _read_all(
+    client: KinesisClient,
+    ranges: Sequence[ShardRange],
+    send: MemoryObjectSendStream[pa.RecordBatch],
+    wait_timeout: float,
+    max_bytes_per_second: float | None = None,
+) -> None:
+    """Read every range concurrently (at most ``_SHARDS_AT_ONCE`` at a time) into ``send``.
+
+    One failure cancels the rest and is raised as itself, not in a group: the task fails
+    with the error that names the shard.
+    """
+    limiter = anyio.CapacityLimiter(_SHARDS_AT_ONCE)
+    failures: list[BaseException] = []
+
+    async def one(shard: ShardRange) -> None:
         try:
-            reader = RangeReader(client, stream, shard_id, start, end, wait_timeout=timeout)
-            while True:
-                batch = portal.call(reader.next_batch)
-                if batch is None:
-                    return
-                yield batch
-        finally:
-            portal.call(client.aclose)
+            async with limiter:
+                reader = RangeReader(
+                    client,
+                    shard.stream,
+                    shard.shard_id,
+                    shard.start,
+                    shard.end,
+                    wait_timeout=wait_timeout,
+                    max_bytes_per_second=max_bytes_per_second,
+                )
+                while (batch := await reader.next_batch()) is not None:
+                    await send.send(batch)
+        except Exception as exc:
+            failures.append(exc)
+            group.cancel_scope.cancel()
+
+    # ``send`` is closed once every reader is done (or cancelled): the task's end of stream.
+    async with send, anyio.create_task_group() as group:
+        for shard in ranges:
+            group.start_soon(one, shard)
+    if failures:
+        raise failures[0]
+
+
+def read_ranges(
+    connection: Connection,
+    ranges: Sequence[ShardRange],
+    *,
+    timeout: float,
+    max_bytes_per_second: float | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Yield the rows of every range (sync, for ``read`` on an executor): the shards are read
+    concurrently on the process's shared loop (``_worker``), each shard's pages in order.
+
+    Memory: the batches go through an unbuffered channel, so each shard being read holds at
+    most one page while it waits for the task to take it (``_SHARDS_AT_ONCE`` pages).
+    """
+    todo = [shard for shard in ranges if not shard.empty()]
+    if not todo:
+        return
+    loop = shared_loop(connection)
+    portal = loop.portal
+    send, receive = anyio.create_memory_object_stream[pa.RecordBatch](0)
+    future = portal.start_task_soon(
+        _read_all, loop.client, todo, send, timeout, max_bytes_per_second
+    )
+    try:
+        while True:
+            try:
+                batch = portal.call(receive.receive)
+            except anyio.EndOfStream:
+                break
+            yield batch
+        future.result()
+    finally:
+        if not future.done():
+            future.cancel()  # the task was stopped early (a limit, a failure elsewhere)
+        portal.call(receive.aclose)

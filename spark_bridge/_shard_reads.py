@@ -19,6 +19,7 @@ from kinesis_actors.records import build_record_batch, deaggregate
 
 from ._offsets import AFTER, BEFORE, Bound, ShardEntry
 from ._policy import (
+    CutTime,
     PlannerSettings,
     Records,
     Seen,
@@ -43,6 +44,8 @@ _HOPS = 3
 _TAIL_PAGES = 10
 _TAIL_PEEK = 5
 """Records read after the first one before searching: a quiet shard's tail ends there."""
+_PROBE = _TAIL_PEEK + 1
+"""The probe reads the first record and the tail's first step in one call."""
 _TAIL_SPAN_MS = 100
 _SEARCH_STEPS = 8
 _LIMIT_PAGES = 20
@@ -59,6 +62,8 @@ class Outcome:
     rows: int = 0
     nbytes: int = 0
     stop: bool = False
+    idle: bool = False
+    """The probe found nothing after the start, at the tip (``_idle`` paces the next one)."""
 
 
 @dataclass(slots=True)
@@ -68,6 +73,26 @@ class _Kept:
     entry: str
     iterator: str
     since: float
+
+
+def _known_first(entry: ShardEntry) -> Seen | None:
+    """The first record after ``entry`` when the entry says it: a cut just before a record
+    the driver saw (an anchor), whose arrival time it kept."""
+    bound = entry.bound
+    if bound is None or bound.sub != BEFORE or entry.arrival_ms is None:
+        return None
+    return Seen(bound.sequence, entry.arrival_ms)
+
+
+def _whole_tail(page: Records) -> bool:
+    """Whether a probe page holds every record from the cut to the tip: fewer than asked,
+    and the service says it is not behind (as the tail search decides a quiet shard's end)."""
+    return (
+        not page.ended
+        and page.next_iterator is not None
+        and len(page.records) < _PROBE
+        and page.millis_behind == 0
+    )
 
 
 def _consumed(entry: ShardEntry, cut: ShardEntry, first: dict[str, Any]) -> bool:
@@ -144,30 +169,39 @@ class ShardReads:
         iterator = await self.iterator(key, entry.iterator_params())
         return iterator, await self.records(key, iterator, limit)
 
-    async def first(self, key: ShardKey, iterator: str, page: Records) -> tuple[str, Records]:
+    async def first(
+        self, key: ShardKey, iterator: str, page: Records, limit: int = 1
+    ) -> tuple[str, Records]:
         """Follow empty pages that are behind the tip, to the first record (bounded)."""
         hops = 0
         while not page.records and not page.ended and page.millis_behind > 0 and hops < _HOPS:
             assert page.next_iterator is not None
             iterator = page.next_iterator
-            page = await self.records(key, iterator, 1)
+            page = await self.records(key, iterator, limit)
             hops += 1
         return iterator, page
 
     async def anchor_mode(
         self, key: ShardKey, entry: ShardEntry, now_ms: int, target_ms: int | None
     ) -> Outcome:
-        iterator, probe = await self.from_(key, entry, 1)
-        iterator, probe = await self.first(key, iterator, probe)
+        known = _known_first(entry)
+        if known is not None:
+            outcome = await self.from_known(key, entry, known, now_ms, target_ms)
+            if outcome is not None:
+                return outcome
+        iterator, probe = await self.from_(key, entry, _PROBE)
+        iterator, probe = await self.first(key, iterator, probe, _PROBE)
         if not probe.records:
             if probe.ended:
                 return Outcome(ShardEntry(finished=True))
             if probe.millis_behind > 0:
                 return Outcome(final=False)  # empty pages past the hops: look again next time
             self.keep(key, entry, probe.next_iterator)  # idle: one call next time too
-            return Outcome()
+            return Outcome(idle=True)
         first = seen(probe.records[0])
         when = cut_time(self._settings, now_ms=now_ms, first=first, target_ms=target_ms)
+        if _whole_tail(probe):
+            return self.cut_in_page(key, entry, first, iterator=iterator, probe=probe, when=when)
         anchor, anchor_iterator, ended, behind = await self.anchor(key, when.ms)
         if anchor is not None:
             cut = anchor_cut(entry, first, anchor)
@@ -182,6 +216,53 @@ class ShardReads:
         elif ended:
             return Outcome(ShardEntry(finished=True), when.final)
         cut, following = await self.tail(key, entry, first, probe, when.ms)
+        if cut is not None and _consumed(entry, cut, probe.records[0]):
+            return Outcome(None, when.final)
+        self.keep(key, cut or entry, following)
+        return Outcome(cut, when.final)
+
+    async def from_known(
+        self, key: ShardKey, entry: ShardEntry, first: Seen, now_ms: int, target_ms: int | None
+    ) -> Outcome | None:
+        """A cut just before a record the driver saw (``first``, the previous anchor) needs
+        no probe: that record is the first after it. Only the anchor is asked for (two
+        calls); None when the answer needs the probe after all (no anchor: the tail)."""
+        when = cut_time(self._settings, now_ms=now_ms, first=first, target_ms=target_ms)
+        anchor, anchor_iterator, ended, behind = await self.anchor(key, when.ms)
+        if anchor is None:
+            return Outcome(ShardEntry(finished=True), when.final) if ended else None
+        cut = anchor_cut(entry, first, anchor)
+        if cut is not None:
+            self.keep(key, cut, anchor_iterator)
+            return Outcome(cut, when.final, behind)
+        if when.final and anchor.sequence == first.sequence:
+            # The anchor is the cut's own record (it arrived within the settle lag): its
+            # iterator starts at the cut.
+            self.keep(key, entry, anchor_iterator)
+            return Outcome(None, True, behind)
+        return None
+
+    def cut_in_page(
+        self,
+        key: ShardKey,
+        entry: ShardEntry,
+        first: Seen,
+        *,
+        iterator: str,
+        probe: Records,
+        when: CutTime,
+    ) -> Outcome:
+        """The probe read the shard to its tip (``_whole_tail``): the cut is in the page, before
+        its first record at or after ``T`` or after its last; no anchor, no tail search."""
+        if first.arrival_ms >= when.ms:
+            # Nothing before T: as an anchor on the first record (it arrived within the lag).
+            self.keep(key, entry, iterator)
+            return Outcome(None, when.final)
+        rest = Records(probe.records[1:], probe.next_iterator, probe.millis_behind, probe.ended)
+        last, cut = self.scan(entry, first, first, rest, when.ms)
+        following = None
+        if cut is None:
+            cut, following = after_tail(entry, last), probe.next_iterator
         if cut is not None and _consumed(entry, cut, probe.records[0]):
             return Outcome(None, when.final)
         self.keep(key, cut or entry, following)
@@ -222,7 +303,8 @@ class ShardReads:
         if probe.ended:
             return ShardEntry(finished=True), None
         assert probe.next_iterator is not None
-        page = await self.records(key, probe.next_iterator, _TAIL_PEEK)
+        # The probe read ``_TAIL_PEEK`` records past the first: they are the first step.
+        page = Records(probe.records[1:], probe.next_iterator, probe.millis_behind, probe.ended)
         last, cut = self.scan(entry, first, first, page, when_ms)
         if cut is not None:
             return cut, None

@@ -5,10 +5,12 @@ executors read.
   they live in Spark's offset log only (lesson 24).
 * **The driver plans** (``_planner`` over ``_policy``): per shard and trigger a few small
   calls find an exact end without reading the data; with read limits it reads to count.
-* **Partitions carry only a range**: stream, shard, start and end entries, the connection
-  (a few hundred bytes, whatever the rows).
-* **Executors read the range** (``_range``): first runs, retries, speculative tasks and
-  replays after a restart are the same code reading the same records.
+* **Partitions carry only ranges**: per shard its stream, id, start and end entries, and the
+  connection (a few hundred bytes a shard, whatever the rows). A task reads a group of the
+  moved shards (``_grouping``, the ``shardsPerTask`` option); idle shards get no task.
+* **Executors read the ranges** (``_range``), concurrently, on a client kept per Python worker
+  process (``_worker``): first runs, retries, speculative tasks and replays after a restart
+  are the same code reading the same records.
 
 docs/spark.md has the long form, with figures.
 """
@@ -34,12 +36,14 @@ from pyspark.sql.streaming.datasource import (
 
 from kinesis_actors import StartingPosition
 
+from ._grouping import group, shards_per_task
 from ._hints import spoken
 from ._offsets import OFFSET_VERSION, Offset, ShardEntry, canonical, changed_shards, parse_offset
 from ._options import Connection, SourceOptions
 from ._planner import Planner
-from ._range import read_range
+from ._range import ShardRange, read_ranges
 from ._schema import to_spark_batch
+from ._starts import initial_entries
 
 __all__ = ["KinesisPartition", "KinesisStreamReader"]
 
@@ -48,29 +52,35 @@ log = logging.getLogger("spark_bridge.source")
 _MIN_PLAN_INTERVAL = 0.5
 """Seconds after a plan that found nothing before the next one. Spark asks for the latest
 offset every 10 ms while a query is idle; planning at most twice a second then keeps an idle
-shard at two GetRecords a second from the driver, inside the service's 5 per shard."""
+shard at two GetRecords a second from the driver at most, inside the service's 5 per shard
+(past a few dozen idle shards, ``_idle`` probes each less often)."""
 
 
 class KinesisPartition(InputPartition):
-    """One shard's part of a micro-batch: the range to read, nothing else."""
+    """One Spark task's part of a micro-batch: the ranges of a group of shards (``_grouping``),
+    nothing else. ``ranges`` are ``(stream, shard_id, start, end)`` with the entries in their
+    offset JSON form (``start`` None: from where the shard begins)."""
 
     def __init__(
         self,
         *,
-        stream: str,
-        shard_id: str,
-        start: dict[str, Any] | None,
-        end: dict[str, Any],
+        ranges: list[tuple[str, str, dict[str, Any] | None, dict[str, Any]]],
         connection: Connection,
         wait_timeout: float,
     ) -> None:
-        super().__init__(f"{stream}/{shard_id}")
-        self.stream = stream
-        self.shard_id = shard_id
-        self.start = start
-        self.end = end
+        stream, shard_id = ranges[0][0], ranges[0][1]
+        more = f"+{len(ranges) - 1}" if len(ranges) > 1 else ""
+        super().__init__(f"{stream}/{shard_id}{more}")
+        self.ranges = ranges
         self.connection = connection
         self.wait_timeout = wait_timeout
+
+
+def _entry(stream: str, shard_id: str, entry: dict[str, Any] | None) -> ShardEntry:
+    if entry is None:
+        return ShardEntry()
+    document = {"version": 1, "streams": {stream: {shard_id: entry}}}
+    return parse_offset(document, (stream,)).shards[(stream, shard_id)]
 
 
 class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -107,17 +117,19 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- offsets -------------------------------------------------------------------------------
 
     def initialOffset(self) -> dict[str, Any]:
-        """Where a new query starts: every shard at ``initialPosition`` (TRIM_HORIZON shards
-        are found by the first plan; the others are listed now, at the start time)."""
+        """Where a new query starts: the shards ``startingPositions`` names where it says,
+        every other shard at ``initialPosition`` (TRIM_HORIZON shards are found by the first
+        plan; the others are listed now, at the start time)."""
         options = self._options
         offset = Offset()
+        default: StartingPosition | None = None
         if options.initial_position != "trim_horizon":
             when = options.initial_timestamp or datetime.now(UTC)
-            start = StartingPosition("AT_TIMESTAMP", timestamp=when)
+            default = StartingPosition("AT_TIMESTAMP", timestamp=when)
+        if default is not None or options.starting_positions:
             with self._spoken():
                 listed = self._get_planner().list_now()
-            for key in sorted(listed):
-                offset.shards[key] = ShardEntry(start=start)
+            offset.shards.update(initial_entries(options.starting_positions, listed, default))
         document = offset.to_json(options.streams)
         self._initial = canonical(document)
         return document
@@ -164,8 +176,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         while True:
             wait = self._last_plan + _MIN_PLAN_INTERVAL - time.monotonic()
             if wait > 0:
-                if self._target_ms is None:
-                    return start
+                # Waiting here, not returning ``start`` at once: each of Spark's calls carries
+                # the whole offset (about 60 bytes a shard) both ways, 100 times a second.
                 time.sleep(wait)
             with self._spoken():
                 plan = planner.plan(
@@ -203,52 +215,53 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         }
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """The moved shards' ranges, grouped into tasks (``_grouping``): a pure function of
+        ``start``, ``end`` and the options, so a replay regroups exactly."""
         streams = self._options.streams
-        parts: list[InputPartition] = []
+        moved: list[tuple[str, str, dict[str, Any] | None, dict[str, Any]]] = []
         for (stream, shard_id), before, after in changed_shards(
             parse_offset(start, streams), parse_offset(end, streams)
         ):
             if after.bound is None and not after.finished:
                 continue  # a shard just discovered: nothing to read yet
-            parts.append(
-                KinesisPartition(
-                    stream=stream,
-                    shard_id=shard_id,
-                    start=None if before is None else before.to_json(),
-                    end=after.to_json(),
-                    connection=self._options.connection,
-                    wait_timeout=self._options.replay_timeout,
-                )
+            moved.append(
+                (stream, shard_id, None if before is None else before.to_json(), after.to_json())
             )
-        return parts
+        per_task = shards_per_task(len(moved), self._options.shards_per_task)
+        return [
+            KinesisPartition(
+                ranges=ranges,
+                connection=self._options.connection,
+                wait_timeout=self._options.replay_timeout,
+            )
+            for ranges in group(moved, per_task)
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Executor side: the partition's range, page by page, as Spark Arrow batches."""
+        """Executor side: the partition's ranges, page by page, as Spark Arrow batches."""
         assert isinstance(partition, KinesisPartition)
-        where = f"{partition.stream}/{partition.shard_id}"
-        start = (
-            ShardEntry()
-            if partition.start is None
-            else parse_offset(
-                {
-                    "version": 1,
-                    "streams": {partition.stream: {partition.shard_id: partition.start}},
-                },
-                (partition.stream,),
-            ).shards[(partition.stream, partition.shard_id)]
-        )
-        end = parse_offset(
-            {"version": 1, "streams": {partition.stream: {partition.shard_id: partition.end}}},
-            (partition.stream,),
-        ).shards[(partition.stream, partition.shard_id)]
-        log.debug("reading %s from %s to %s", where, start.describe(), end.describe())
-        for batch in read_range(
+        ranges = []
+        for stream, shard_id, start, end in partition.ranges:
+            ranges.append(
+                ShardRange(
+                    stream=self._options.ref(stream),  # an ARN's calls send StreamARN
+                    shard_id=shard_id,
+                    start=_entry(stream, shard_id, start),
+                    end=_entry(stream, shard_id, end),
+                )
+            )
+            log.debug(
+                "reading %s/%s from %s to %s",
+                stream,
+                shard_id,
+                ranges[-1].start.describe(),
+                ranges[-1].end.describe(),
+            )
+        for batch in read_ranges(
             partition.connection,
-            stream=self._options.ref(partition.stream),  # an ARN's calls send StreamARN
-            shard_id=partition.shard_id,
-            start=start,
-            end=end,
+            ranges,
             timeout=partition.wait_timeout,
+            max_bytes_per_second=self._options.max_fetch_rate,
         ):
             yield to_spark_batch(batch)
 

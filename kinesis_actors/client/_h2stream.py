@@ -114,7 +114,7 @@ class H2Stream:
         headers: Mapping[str, str],
         body: bytes,
         *,
-        ssl_context: ssl.SSLContext,
+        ssl_context: ssl.SSLContext | None,
         connect_timeout: float,
         read_timeout: float,
         window: int,
@@ -128,6 +128,8 @@ class H2Stream:
             raise errors.ConfigError(
                 f"{operation} needs an https:// endpoint (HTTP/2 over TLS), got {url!r}"
             )
+        if ssl_context is None:
+            raise errors.ConfigError(f"{operation}: no TLS context for {url!r}")
         port = parts.port or 443
         try:
             with anyio.fail_after(connect_timeout):

@@ -301,7 +301,7 @@ class Http1Pool:
         self,
         url: str,
         *,
-        ssl_context: ssl.SSLContext,
+        ssl_context: ssl.SSLContext | None,
         proxy: Proxy | None,
         max_connections: int,
         max_idle: int,
@@ -312,6 +312,8 @@ class Http1Pool:
     ) -> None:
         parts = urlsplit(url)
         self._tls = parts.scheme == "https"
+        if self._tls and ssl_context is None:
+            raise errors.ConfigError(f"an https:// endpoint needs a TLS context: {url!r}")
         self._host = parts.hostname or ""
         self._port = parts.port or (443 if self._tls else 80)
         authority = signed_host(url)  # the Host the signature covers
@@ -443,6 +445,7 @@ class Http1Pool:
         proxy, host, port = self._proxy, self._host, self._port
         if proxy is None:
             if self._tls:
+                assert self._ssl is not None  # checked at construction
                 return await anyio.connect_tcp(
                     host, port, ssl_context=self._ssl, tls_standard_compatible=False
                 )

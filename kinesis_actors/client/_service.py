@@ -88,17 +88,25 @@ def _resolve_endpoint(service: str, region: str) -> str:
 @dataclass(frozen=True, slots=True)
 class Network:
     """What botocore's configuration decides about the connections (see ``_tls``,
-    ``_proxy``): the TLS contexts and the proxy, if any."""
+    ``_proxy``): the TLS contexts (None for an ``http://`` endpoint) and the proxy, if any."""
 
-    pool_ssl: ssl.SSLContext
-    subscription_ssl: ssl.SSLContext
+    pool_ssl: ssl.SSLContext | None
+    subscription_ssl: ssl.SSLContext | None
     proxy: Proxy | None
 
 
 def _resolve_network(endpoint_url: str, verify: bool | str) -> Network:
-    """Blocking (config files, CA files): run it in a worker thread."""
+    """Blocking (config files, CA files): run it in a worker thread.
+
+    An ``http://`` endpoint gets no TLS contexts: building the two (and loading the CA
+    bundle into each) took about 40 ms of CPU, which every short-lived client paid for
+    nothing (a Spark task opening a client to a local server spent a third of its time here).
+    """
+    proxy = resolve_proxy(endpoint_url)
+    if urlsplit(endpoint_url).scheme == "http":
+        return Network(None, None, proxy)
     pool_ssl, subscription_ssl = ssl_contexts(resolve_verify(verify))
-    return Network(pool_ssl, subscription_ssl, resolve_proxy(endpoint_url))
+    return Network(pool_ssl, subscription_ssl, proxy)
 
 
 class ServiceClient:

@@ -131,7 +131,7 @@ def _timed_out(exc: httpx.TimeoutException, timeout: httpx.Timeout) -> str:
 def new_transport(
     url: str,
     config: ClientConfig,
-    pool_ssl: ssl.SSLContext,
+    pool_ssl: ssl.SSLContext | None,
     proxy: Proxy | None,
 ) -> Transport:
     """The transport for ``config``: the lean HTTP/1.1 pool, or gated httpx for HTTP/2."""
@@ -150,7 +150,8 @@ def new_transport(
         )
     client = httpx.AsyncClient(
         http2=True,
-        verify=pool_ssl,
+        # No context for an http:// endpoint: httpx would build (and load a bundle into) one.
+        verify=pool_ssl if pool_ssl is not None else False,
         # Resolved by botocore (trust_env stays off: httpx's reading of the environment
         # differs from botocore's, and the SDKs agree with botocore).
         proxy=None if proxy is None else httpx.Proxy(proxy.url, headers=dict(proxy.headers)),

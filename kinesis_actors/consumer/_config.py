@@ -171,6 +171,11 @@ class ConsumerConfig:
       then waits up to ``idle_backoff_max + shards / idle_reads_per_second`` (1,000 shards:
       12 s). None: no cap. See ``docs/consumer.md``.
     - ``throttle_backoff_initial`` / ``throttle_backoff_max``: the same after a throttle.
+    - ``caught_up_millis_behind`` (None: off) and ``caught_up_read_interval``: a polled shard
+      less than that many milliseconds behind its tip is read at most once per that interval
+      (the KCL 3.1's ``millisBehindLatestThresholdForReducedTps``): fewer calls for a
+      trickling shard, that much more latency. ``max_bytes_per_second`` is the read-rate cap
+      for a shard shared with other readers.
     - ``restart_intensity``: (restarts, seconds) allowed to each shard's reader, and, under
       :meth:`Consumer.run`, to the handlers' processors all together, before the consumer
       gives up (``_supervision`` says why: a burst on many shards must not fail it).
@@ -212,6 +217,8 @@ class ConsumerConfig:
     idle_backoff_initial: float = 0.25
     idle_backoff_max: float = 2.0
     idle_reads_per_second: float | None = 100.0
+    caught_up_millis_behind: int | None = None
+    caught_up_read_interval: float = 1.5
     throttle_backoff_initial: float = 0.5
     throttle_backoff_max: float = 5.0
     restart_intensity: tuple[int, float] = (5, 30.0)
@@ -313,6 +320,11 @@ class ConsumerConfig:
             check_positive(f"ConsumerConfig.{name}", getattr(self, name))
         if self.idle_reads_per_second is not None:
             check_positive("ConsumerConfig.idle_reads_per_second", self.idle_reads_per_second)
+        if self.caught_up_millis_behind is not None:
+            check_positive(
+                "ConsumerConfig.caught_up_millis_behind", self.caught_up_millis_behind, integer=True
+            )
+        check_positive("ConsumerConfig.caught_up_read_interval", self.caught_up_read_interval)
         for low, high in (
             ("idle_backoff_initial", "idle_backoff_max"),
             ("throttle_backoff_initial", "throttle_backoff_max"),

@@ -316,8 +316,6 @@ class Consumer(ShardScheduler):
         if pipeline is None or (group is not None and not pipeline.delivered_through(position)):
             # Read under a lease lost since (a pipeline of a re-taken lease has not delivered
             # it): the new owner delivers these records again.
-            if group is not None:
-                group.stale_commit()
             log.debug("%s/%s: commit after the lease was lost, ignored", *key)
             return
         pipeline.commit(position)

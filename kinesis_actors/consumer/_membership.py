@@ -68,16 +68,6 @@ class LeaseMembership:
         self._initial = config.start.type
         self._coordinator: LeaseCoordinator | None = None
         self._finished: set[ShardKey] = set()
-        self._stale_commits = 0
-
-    @property
-    def stale_commits(self) -> int:
-        """Commits of shards whose lease was lost first: not written (see ``note``)."""
-        return self._stale_commits
-
-    def stale_commit(self) -> None:
-        """A commit of a batch read under a lease lost since: nothing is written."""
-        self._stale_commits += 1
 
     @property
     def config(self) -> LeaseConfig:
@@ -167,14 +157,12 @@ class LeaseMembership:
         is delivered again to the lease's new owner (at-least-once).
         """
         if not self.assignment.owns(key):
-            self._stale_commits += 1
             return False
         try:
             self._running().note_checkpoint(
                 key[0], key[1], position.sequence_number, position.sub_sequence_number
             )
         except LeaseLostError:
-            self._stale_commits += 1
             return False
         return True
 

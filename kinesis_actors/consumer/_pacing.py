@@ -8,6 +8,10 @@ Three rules, each a lower bound on the time of the next call:
 * backoff: after an empty read the wait doubles from ``idle_initial`` up to a bound, so an
   idle shard is polled a few times a minute rather than hammered (lesson 8, FLINK-36947);
   after a throttle the same with the throttle settings. Any non-empty read resets both.
+* caught up (off by default): a read that returned records while the shard was less than
+  ``caught_up_millis`` behind its tip waits at least ``caught_up_interval``, so a trickling
+  shard is read once per interval, not up to five times a second (as the KCL 3.1 does near
+  the tip: ``millisBehindLatestThresholdForReducedTps``), at the cost of that latency.
   The bound is ``idle_max``; and a consumer's :class:`IdleBudget` (a calendar of read slots
   shared by its shards) keeps all its idle shards together to ``idle_reads_per_second``
   empty reads, ramp included: 1,000 idle shards polled every 2 s were 500 calls/s, 0.96
@@ -47,6 +51,8 @@ class PacingSettings:
     recovery_initial: float = 0.2
     recovery_max: float = 5.0
     idle_jitter: float = 0.2
+    caught_up_millis: int | None = None
+    caught_up_interval: float = 1.5
 
 
 class IdleBudget:
@@ -135,8 +141,9 @@ class ReadPacer:
         """Seconds to wait from ``now`` before the next read (0 if it may go now)."""
         return max(0.0, self._next_at - now)
 
-    def read(self, now: float, records: int, size: int) -> None:
-        """A GetRecords that started at ``now`` returned ``records`` records of ``size`` bytes."""
+    def read(self, now: float, records: int, size: int, millis_behind: int | None = None) -> None:
+        """A GetRecords that started at ``now`` returned ``records`` records of ``size`` bytes,
+        ``millis_behind`` the shard's tip."""
         settings = self._settings
         self._throttle_streak = 0
         self._expired_streak = 0
@@ -151,6 +158,9 @@ class ReadPacer:
                 return
         else:
             self._empty_streak = 0
+            near = settings.caught_up_millis
+            if near is not None and millis_behind is not None and millis_behind < near:
+                wait = max(wait, settings.caught_up_interval)
         self._next_at = now + wait
 
     def throttled(self, now: float) -> None:

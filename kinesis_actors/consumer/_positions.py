@@ -104,63 +104,70 @@ def encode_positions(
     return out
 
 
-def _fail(message: str) -> ConfigError:
-    return ConfigError(f"ConsumerConfig.positions: {message}")
+_OPTION = "ConsumerConfig.positions"
 
 
-def _parse_entry(stream: str, shard_id: str, entry: Any) -> SavedShard:
+def _fail(message: str, option: str = _OPTION) -> ConfigError:
+    return ConfigError(f"{option}: {message}")
+
+
+def _parse_entry(stream: str, shard_id: str, entry: Any, option: str = _OPTION) -> SavedShard:
     where = f"{stream}/{shard_id}"
     if not isinstance(entry, Mapping):
-        raise _fail(f"{where} must be a dict, got {entry!r}")
+        raise _fail(f"{where} must be a dict, got {entry!r}", option)
     if entry.get("finished") is True:
         return SavedShard(finished=True)
     if "sequence_number" in entry:
         sequence = entry["sequence_number"]
         sub = entry.get("sub_sequence_number", 0)
         try:
-            check_sequence_number(f"ConsumerConfig.positions {where}: sequence_number", sequence)
+            check_sequence_number(f"{option} {where}: sequence_number", sequence)
         except ConfigError as exc:
             raise ConfigError(exc.message) from None
         if isinstance(sub, bool) or not isinstance(sub, int) or sub < 0:
-            raise _fail(f"{where}: sub_sequence_number must be an integer >= 0, got {sub!r}")
+            raise _fail(
+                f"{where}: sub_sequence_number must be an integer >= 0, got {sub!r}", option
+            )
         return SavedShard(committed=Position(sequence, sub))
     if "start" in entry:
         try:
-            start = StartingPosition.from_dict(
-                entry["start"], option=f"ConsumerConfig.positions {where}"
-            )
+            start = StartingPosition.from_dict(entry["start"], option=f"{option} {where}")
         except ConfigError as exc:
-            raise _fail(f"{where}: {exc.message}") from None
+            raise _fail(f"{where}: {exc.message}", option) from None
         return SavedShard(start=start)
-    raise _fail(f"{where} has neither a position, a start nor finished=true: {entry!r}")
+    raise _fail(f"{where} has neither a position, a start nor finished=true: {entry!r}", option)
 
 
 def parse_positions(
-    data: Mapping[str, Any], streams: Collection[str]
+    data: Mapping[str, Any], streams: Collection[str], *, option: str = _OPTION
 ) -> dict[ShardKey, SavedShard]:
     """Validate a positions document for a consumer of ``streams`` and return its entries.
 
     Raises :class:`ConfigError` for the wrong version or shape, and for a document that names
-    a stream this consumer does not read (most likely it belongs to another consumer).
+    a stream this consumer does not read (most likely it belongs to another consumer); its
+    message starts with ``option``, the setting the document came from.
     """
     if not isinstance(data, Mapping):
-        raise _fail(f"must be what positions() returned, got {type(data).__name__}")
+        raise _fail(f"must be what positions() returned, got {type(data).__name__}", option)
     if data.get("version") != POSITIONS_VERSION:
-        raise _fail(f"unsupported version {data.get('version')!r} (expected {POSITIONS_VERSION})")
+        raise _fail(
+            f"unsupported version {data.get('version')!r} (expected {POSITIONS_VERSION})", option
+        )
     document = data.get("streams")
     if not isinstance(document, Mapping):
-        raise _fail("'streams' must be a dict of stream name to shards")
+        raise _fail("'streams' must be a dict of stream name to shards", option)
     unknown = sorted(set(document) - set(streams))
     if unknown:
         raise _fail(
-            f"names streams this consumer does not read: {unknown} (reading {sorted(streams)})"
+            f"names streams this consumer does not read: {unknown} (reading {sorted(streams)})",
+            option,
         )
     entries: dict[ShardKey, SavedShard] = {}
     for stream, shards in document.items():
         if not isinstance(shards, Mapping):
-            raise _fail(f"streams[{stream!r}] must be a dict of shard id to position")
+            raise _fail(f"streams[{stream!r}] must be a dict of shard id to position", option)
         for shard_id, entry in shards.items():
             if not isinstance(shard_id, str) or not shard_id:
-                raise _fail(f"bad shard id {shard_id!r} in {stream!r}")
-            entries[(stream, shard_id)] = _parse_entry(stream, shard_id, entry)
+                raise _fail(f"bad shard id {shard_id!r} in {stream!r}", option)
+            entries[(stream, shard_id)] = _parse_entry(stream, shard_id, entry, option)
     return entries

@@ -258,7 +258,7 @@ class PollingReader:
         ):
             self._resumed_at = None
         size = sum(len(record["Data"]) for record in records)
-        self._pacer.read(started, len(records), size)
+        self._pacer.read(started, len(records), size, reply.millis_behind_latest)
         if last is not None:
             self._position = StartingPosition.after_sequence_number(last)
         self._iterator = reply.next_iterator

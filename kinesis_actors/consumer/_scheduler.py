@@ -86,6 +86,8 @@ class ShardScheduler:
             idle_max=config.idle_backoff_max,
             throttle_initial=config.throttle_backoff_initial,
             throttle_max=config.throttle_backoff_max,
+            caught_up_millis=config.caught_up_millis_behind,
+            caught_up_interval=config.caught_up_read_interval,
         )
         # Shared by every polling reader's pacer (one event loop): their idle reads' slots.
         self._idle_budget = (

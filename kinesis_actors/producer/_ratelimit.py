@@ -313,14 +313,6 @@ class ShardRateLimiter:
             nbytes.time_until(min(nbytes.capacity, nbytes.rate_per_s * seconds), now),
         )
 
-    def available_bytes(self, shard_id: str, now: float) -> float:
-        """Bytes the shard's byte bucket holds at ``now``: the most one record may take now.
-
-        The producer caps an aggregate at this, so a full aggregate is built only when it can
-        also be sent.
-        """
-        return self._shard(shard_id).bytes.tokens(now)
-
     def on_throttled(self, shard_id: str, now: float) -> None:
         """A record to ``shard_id`` was throttled: slow this shard, and only this shard."""
         shard = self._shard(shard_id)

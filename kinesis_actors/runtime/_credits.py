@@ -164,10 +164,6 @@ class CreditGate:
         self._credits.consumed(n)
         self._notify()
 
-    async def wait_available(self) -> None:
-        """Return once at least one credit is available (without taking it)."""
-        await wait_any((self,))
-
     async def _wait_for_change(self) -> None:
         event = anyio.Event()
         self._listeners.add(event)

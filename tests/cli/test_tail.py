@@ -303,7 +303,17 @@ def test_ctrl_c_exits_130_quietly_and_deregisters(
             assert process.poll() is None, process.communicate()
             assert time.monotonic() < deadline, "the tail never registered its consumer"
             time.sleep(0.1)
-        time.sleep(0.5)  # let it subscribe
+        # Subscribed and reading once a record put now (it starts at LATEST) is printed.
+        assert process.stdout is not None
+        printed: list[bytes] = []
+        reader = threading.Thread(target=lambda: printed.append(process.stdout.readline()))
+        reader.start()
+        sent = 0
+        while reader.is_alive():
+            assert time.monotonic() < deadline, "the tail never printed a record"
+            kinesis.put_record(StreamName=stream_name, Data=b"ping-%d" % sent, PartitionKey="k")
+            sent += 1
+            reader.join(0.5)
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=30)
     finally:
@@ -311,5 +321,7 @@ def test_ctrl_c_exits_130_quietly_and_deregisters(
             process.kill()
             process.communicate()
     assert process.returncode == 130
-    assert err == b"" and out == b""
+    assert err == b""
+    lines = _lines((printed[0] + out).decode())
+    assert lines and all(line["data"].startswith("ping-") for line in lines)
     assert _consumer_names(kinesis, stream_name) == []

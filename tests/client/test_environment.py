@@ -15,6 +15,7 @@ from kinesis_actors.client._proxy import (
     parse_connect_reply,
     resolve_proxy,
 )
+from kinesis_actors.client._service import _resolve_network
 from kinesis_actors.client._tls import resolve_verify, ssl_contexts
 
 ENDPOINT = "https://kinesis.us-east-1.amazonaws.com"
@@ -64,6 +65,19 @@ def test_a_missing_bundle_file_is_a_config_error_naming_it(tmp_path: Path) -> No
     missing = tmp_path / "nowhere.pem"
     with pytest.raises(errors.ConfigError, match=r"nowhere\.pem"):
         ssl_contexts(str(missing))
+
+
+def test_an_http_endpoint_builds_no_tls_context(tmp_path: Path) -> None:
+    # Not even the CA bundle is read: a missing one is no error where TLS is never spoken.
+    network = _resolve_network("http://localhost:4567", str(tmp_path / "nowhere.pem"))
+    assert network.pool_ssl is None
+    assert network.subscription_ssl is None
+
+
+def test_an_https_endpoint_gets_both_tls_contexts() -> None:
+    network = _resolve_network(ENDPOINT, True)
+    assert network.pool_ssl is not None
+    assert network.subscription_ssl is not None
 
 
 def test_no_proxy_set_means_direct(clean_environment: pytest.MonkeyPatch) -> None:

@@ -44,6 +44,32 @@ def test_a_large_answer_costs_its_share_of_two_mib_per_second() -> None:
     assert pacer.next_read_at() == pytest.approx(5.0)  # as the service itself enforces
 
 
+def test_a_read_cap_paces_a_backlog_at_the_cap() -> None:
+    """``max_bytes_per_second`` caps a shard shared with other readers: a backlog read in
+    1 MiB answers under a 0.5 MiB/s cap goes at 0.5 MiB/s, not at the service's 2 MiB/s."""
+    pacer = ReadPacer(PacingSettings(max_bytes_per_second=512 * 1024))
+    now, read = 0.0, 0
+    for _ in range(20):
+        pacer.read(now, records=1000, size=1024 * 1024)
+        read += 1024 * 1024
+        now = pacer.next_read_at()
+    assert read / now == pytest.approx(512 * 1024)
+
+
+def test_a_caught_up_shard_is_read_once_per_interval_and_a_lagging_one_at_full_rate() -> None:
+    settings = PacingSettings(caught_up_millis=1_000, caught_up_interval=1.5)
+    pacer = ReadPacer(settings)
+    pacer.read(0.0, records=3, size=300, millis_behind=200)  # near the tip
+    assert pacer.next_read_at() == pytest.approx(1.5)
+    pacer.read(1.5, records=3, size=300, millis_behind=60_000)  # a backlog: full rate
+    assert pacer.next_read_at() == pytest.approx(1.7)
+    pacer.read(1.7, records=3, size=300, millis_behind=None)  # not said: full rate
+    assert pacer.next_read_at() == pytest.approx(1.9)
+    off = ReadPacer(PacingSettings())  # the default changes nothing
+    off.read(0.0, records=3, size=300, millis_behind=0)
+    assert off.next_read_at() == pytest.approx(0.2)
+
+
 def test_empty_reads_back_off_doubling_to_the_maximum_and_data_resets() -> None:
     pacer = ReadPacer(PacingSettings(idle_initial=0.25, idle_max=2.0), rng=lambda: 0.0)
     waits = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import sys
 import threading
+from collections import Counter
 
 import anyio
 import pytest
@@ -109,6 +110,7 @@ class MixedFaults:
     def __init__(self, seed: int) -> None:
         self._random = random.Random(seed)
         self._lock = threading.Lock()
+        self.fired: Counter[str] = Counter()
 
     def __call__(self, request: Request) -> Fault:
         if request.target != "PutRecords":
@@ -117,15 +119,18 @@ class MixedFaults:
             roll = self._random.random()
             count = len(request.json()["Records"])  # type: ignore[arg-type]
             rejected = frozenset(i for i in range(count) if self._random.random() < 0.3)
+        fault: Fault = None
         if roll < 0.35:
-            return RejectRecords(rejected)
-        if roll < 0.45:
-            return Rewrite(lambda body: b"")
-        if roll < 0.52:
-            return Cut()
-        if roll < 0.57:
-            return Reply.error("InternalFailure", status=500)
-        return None
+            fault = RejectRecords(rejected)
+        elif roll < 0.45:
+            fault = Rewrite(lambda body: b"")
+        elif roll < 0.52:
+            fault = Cut()
+        elif roll < 0.57:
+            fault = Reply.error("InternalFailure", status=500)
+        with self._lock:
+            self.fired[type(fault).__name__] += 1
+        return fault
 
 
 @pytest.mark.anyio
@@ -138,7 +143,8 @@ async def test_every_handle_names_its_own_record_through_recycled_entries_and_fa
     tasks, some cancelled while they wait for room; and batches. Every acknowledged handle's
     position holds its own record, no position twice, every handle settles, and the spares
     stay within the queue's bound."""
-    proxy.decide = MixedFaults(7)
+    faults = MixedFaults(7)
+    proxy.decide = faults
     config = ProducerConfig(
         queue_limit_records=24,
         linger=0.002,
@@ -178,6 +184,8 @@ async def test_every_handle_names_its_own_record_through_recycled_entries_and_fa
                 retries = producer.metrics.retries
     written = await anyio.to_thread.run_sync(positions, local_kinesis, stream_name)
     assert retries > 0
+    # Each kind of fault the docstring names was met at least once.
+    assert {"RejectRecords", "Rewrite", "Cut", "Reply"} <= set(faults.fired), faults.fired
     acknowledged: set[tuple[str, str, int]] = set()
     for data, handle in put:
         assert handle.done()

@@ -116,12 +116,14 @@ async def test_leaving_on_a_key_error_under_permanent_throttling_takes_the_grace
                 elapsed = anyio.current_time() - started
     assert 0.5 <= elapsed < 3.0, elapsed
     assert len(blocked) == 1 and isinstance(blocked[0], errors.ProducerClosedError)
-    assert all(isinstance(h.exception(), errors.ProducerClosedError) for h in handles)
+    # Each handle's outcome in full, so a failure says which record settled how.
+    outcomes = [repr(h.exception()) for h in handles]
+    assert all(isinstance(h.exception(), errors.ProducerClosedError) for h in handles), outcomes
     # Waiting ones name the exit, in-flight ones say they may or may not have been written.
     assert all(
         "left its block on KeyError" in str(h.exception()) or "in flight" in str(h.exception())
         for h in handles
-    )
+    ), outcomes
     assert producer.metrics.records_sent == 0
     assert producer.metrics.outstanding_records == 0
 

@@ -345,6 +345,7 @@ SOURCE_INTS = {
     "maxBytesPerTrigger": "max_bytes_per_trigger",
     "maxStagedRecords": "max_staged_records",
     "maxStagedBytes": "max_staged_bytes",
+    "shardsPerTask": "shards_per_task",
 }
 BAD_INTS = ["0", "-1", "", "abc", "1.5", "1e3", "nan"]
 BAD_FLOATS = ["0", "-0.5", "", "abc", "nan", "inf", "-inf"]
@@ -362,6 +363,10 @@ def test_source_limits_accept_positive_integers(option: str, field: str) -> None
     assert getattr(source(**{option: " 7 "}), field) == 7
 
 
+def test_shards_per_task_is_automatic_unless_given() -> None:
+    assert source().shards_per_task is None
+
+
 @pytest.mark.parametrize("raw", BAD_FLOATS)
 def test_replay_timeout_must_be_a_positive_number(raw: str) -> None:
     with fails("replayTimeout"):
@@ -371,6 +376,17 @@ def test_replay_timeout_must_be_a_positive_number(raw: str) -> None:
 @pytest.mark.parametrize(("raw", "expected"), [("2.5", 2.5), ("30", 30.0), (" 1e-3 ", 0.001)])
 def test_replay_timeout_accepts_positive_numbers(raw: str, expected: float) -> None:
     assert source(replayTimeout=raw).replay_timeout == expected
+
+
+@pytest.mark.parametrize("raw", BAD_FLOATS)
+def test_max_fetch_rate_must_be_a_positive_number(raw: str) -> None:
+    with fails("maxFetchRate"):
+        source(maxFetchRate=raw)
+
+
+def test_max_fetch_rate_is_in_mb_a_second_and_off_by_default() -> None:
+    assert source().max_fetch_rate is None
+    assert source(maxFetchRate="1.5").max_fetch_rate == 1_500_000
 
 
 def test_staged_limits_default_to_twice_the_trigger_limits_when_larger() -> None:
@@ -473,6 +489,7 @@ def test_unknown_options_are_checked_before_the_stream_name() -> None:
         ("maxRecordsPerBatch", "maxRecordsPerTrigger"),
         ("endpoint_url", "endpointUrl"),
         ("verify", "verifySsl"),
+        ("shardPerTask", "shardsPerTask"),
     ],
 )
 def test_an_unknown_source_option_gets_the_closest_name_as_documented(

@@ -7,6 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import anyio
+import pyarrow as pa
 import pytest
 
 from kinesis_actors.errors import ConfigError, MalformedReplyError, PositionsMismatchError
@@ -34,7 +36,7 @@ from spark_bridge._policy import (
     eligible,
     shares,
 )
-from spark_bridge._range import RangeReader, RangeReadError
+from spark_bridge._range import RangeReader, RangeReadError, ShardRange, _read_all
 
 S = "orders"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -278,6 +280,7 @@ async def read(shard: FakeShard, start: ShardEntry, end: ShardEntry, **kw: Any) 
         start,
         end,
         wait_timeout=kw.pop("timeout", 30.0),
+        max_bytes_per_second=kw.pop("max_bytes_per_second", None),
         clock=clock,
         sleep=clock.sleep,
     )
@@ -299,6 +302,25 @@ async def test_a_range_starts_and_ends_inside_aggregates_exactly() -> None:
     assert before == [("2", 0), ("2", 1), ("2", 2), ("2", 3), ("3", 0)]
     whole = await read(shard, ShardEntry(), ShardEntry(bound=Bound(5, AFTER)))
     assert len(whole) == 1 + 4 + 1 + 3 + 1
+
+
+def sized(sequence: int, size: int) -> dict[str, Any]:
+    return {**plain(sequence), "Data": b"x" * size}
+
+
+@pytest.mark.anyio
+async def test_max_fetch_rate_paces_a_backlog_at_the_cap_and_without_it_at_five_calls() -> None:
+    """``maxFetchRate``: pages of 300 kB under a 100 kB/s cap are 3 s apart (the shard read
+    at the cap), and without it 0.2 s apart (the service's 5 calls a second)."""
+    records = [sized(n, 100_000) for n in range(1, 13)]  # 4 pages of 3 records
+    end = ShardEntry(bound=Bound(12, AFTER))
+    capped = Clock()
+    rows = await read(FakeShard(records), ShardEntry(), end, clock=capped, max_bytes_per_second=1e5)
+    assert len(rows) == 12
+    assert capped.now == pytest.approx(3 * 3.0)  # three waits after the first page
+    free = Clock()
+    await read(FakeShard(records), ShardEntry(), end, clock=free)
+    assert free.now == pytest.approx(3 * 0.2)
 
 
 @pytest.mark.anyio
@@ -335,3 +357,21 @@ async def test_a_range_that_does_not_match_the_shard_fails_instead_of_yielding_o
         await read(shard, ShardEntry(), ShardEntry(bound=Bound(2, AFTER)))
     with pytest.raises(RangeReadError, match="trimmed"):
         await read(shard, ShardEntry(bound=Bound(2, BEFORE)), ShardEntry(bound=Bound(4, AFTER)))
+
+
+@pytest.mark.anyio
+async def test_a_group_of_ranges_fails_with_its_failing_range_s_own_error_and_ends_the_stream() -> (
+    None
+):
+    shard = FakeShard([plain(1), plain(3)])
+    good = ShardRange("s", "a", ShardEntry(), ShardEntry(bound=Bound(3, AFTER)))
+    bad = ShardRange("s", "b", ShardEntry(), ShardEntry(bound=Bound(2, BEFORE)))
+    send, receive = anyio.create_memory_object_stream[pa.RecordBatch](10)
+    with pytest.raises(RangeReadError, match="ends at record 2"):
+        await _read_all(shard, [good, bad], send, 1.0)  # type: ignore[arg-type]
+    async with receive:
+        while True:  # whatever was read before the failure, then the end: no hang
+            try:
+                receive.receive_nowait()
+            except anyio.EndOfStream:
+                break

@@ -18,10 +18,12 @@ from typing import Any
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+import spark_bridge._planner as planner_module
 import spark_bridge._source as source_module
 from kinesis_actors import LocalKinesis
 from kinesis_actors.errors import ConfigError, PositionsMismatchError, ShardUnreadableError
 from kinesis_actors.records import deaggregate
+from spark_bridge._idle import IdleProbes
 from spark_bridge._options import parse_source_options
 from spark_bridge._source import KinesisStreamReader
 from tests.boto import boto3_kinesis, create_stream, read_back
@@ -371,3 +373,60 @@ def test_a_sequence_number_of_another_shard_is_an_error_naming_the_shard_never_a
             read_all(reader, mixed, end)
     finally:
         reader.stop()
+
+
+def test_many_moved_shards_share_tasks_idle_ones_get_none_and_a_replay_regroups_the_same(
+    local_kinesis: LocalKinesis, stream_name: str
+) -> None:
+    kinesis = create_stream(local_kinesis, stream_name, 40)
+    shards = kinesis.list_shards(StreamName=stream_name)["Shards"]
+    busy = shards[:36]  # four shards stay idle
+    kinesis.put_records(
+        StreamName=stream_name,
+        Records=[
+            {
+                "Data": shard["ShardId"].encode(),
+                "PartitionKey": "k",
+                "ExplicitHashKey": shard["HashKeyRange"]["StartingHashKey"],
+            }
+            for shard in busy
+        ],
+    )
+    expected = sorted(shard["ShardId"].encode() for shard in busy)
+    for extra, tasks in (({}, 18), ({"shardsPerTask": "10"}, 4)):
+        reader = make_reader(local_kinesis.endpoint_url, stream_name, **extra)
+        try:
+            start = reader.initialOffset()
+            reader.prepareForTriggerAvailableNow()
+            end = reader.latestOffset(start, ReadAllAvailable())
+            parts = reader.partitions(start, end)
+            again = pickle.loads(pickle.dumps(reader)).partitions(start, end)
+            rows = read_all(reader, start, end)
+        finally:
+            reader.stop()
+        assert len(parts) == tasks, extra
+        assert [p.ranges for p in again] == [p.ranges for p in parts]  # type: ignore[attr-defined]
+        assert sorted(row[3] for row in rows) == expected
+
+
+def test_idle_shards_past_the_free_ones_are_probed_less_but_available_now_probes_them_all(
+    local_kinesis: LocalKinesis, stream_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(planner_module, "IdleProbes", lambda: IdleProbes(rate=1, free=2))
+    create_stream(local_kinesis, stream_name, 10)
+    with FaultProxy(local_kinesis.plain_port) as proxy:
+        reader = make_reader(proxy.endpoint_url, stream_name)
+        try:
+            start = reader.initialOffset()
+            assert reader.latestOffset(start, ReadAllAvailable()) == start  # all found idle
+            before = proxy.stats.by_target.get("GetRecords", 0)
+            assert reader.latestOffset(start, ReadAllAvailable()) == start
+            assert proxy.stats.by_target.get("GetRecords", 0) - before <= 1
+            datas = [b"woke-%d" % index for index in range(20)]
+            for index, data in enumerate(datas):
+                put_plain(local_kinesis, stream_name, [data], key=f"key-{index}")
+            # AvailableNow never skips a probe: its end sees every shard's tip.
+            rows = [row for _, _, batch in drain(reader, start) for row in batch]
+        finally:
+            reader.stop()
+    assert sorted(row[3] for row in rows) == sorted(datas)

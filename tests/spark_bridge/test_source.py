@@ -388,3 +388,64 @@ def test_the_source_names_a_missing_stream_and_its_endpoint_first(
         reader.stop()
     first = str(raised.value).splitlines()[0]
     assert first.startswith(f"stream 'no-such-stream' not found at {local_kinesis.endpoint_url}")
+
+
+def test_a_5_mib_record_goes_through_the_sink_and_comes_back_through_the_source(
+    spark: Any, local_kinesis: LocalKinesis, stream_name: str, tmp_path: Path
+) -> None:
+    """On a stream whose ``MaxRecordSizeInKiB`` is 10240, the sink writes a 5 MiB row (alone
+    in its call) and the source reads it back whole. One row: the local server takes about
+    0.7 s a MiB to store a large record (boto3 alike); the producer and the consumers carry
+    10 MiB records in tests/producer/test_large_records_local.py."""
+    kinesis = create_stream(local_kinesis, stream_name, 1)
+    arn = kinesis.describe_stream_summary(StreamName=stream_name)["StreamDescriptionSummary"][
+        "StreamARN"
+    ]
+    kinesis.update_max_record_size(StreamARN=arn, MaxRecordSizeInKiB=10240)
+    mib = 1024 * 1024
+    rows = [(bytes([1]) * (5 * mib), "five"), (b"small", "small")]
+    options = _options(local_kinesis, stream_name)
+    frame = spark.createDataFrame(rows, "data binary, partitionKey string").coalesce(1)
+    frame.write.format("kinesis").mode("append").options(**options).save()
+    _drain(spark, options, tmp_path / "cp", "large")
+    read = spark.table("large").select("partitionKey", "data").collect()
+    assert sorted((row.partitionKey, bytes(row.data)) for row in read) == sorted(
+        (key, data) for data, key in rows
+    )
+
+
+def test_starting_positions_resume_a_named_shard_mid_aggregate_and_the_rest_at_the_initial_position(
+    spark: Any, local_kinesis: LocalKinesis, stream_name: str, tmp_path: Path
+) -> None:
+    """A consumer's positions document (here cut inside a KPL aggregate of shard 0) starts a
+    new query exactly after that user record; shard 1, not named, starts at TRIM_HORIZON."""
+    create_stream(local_kinesis, stream_name, 2)
+    _produce(local_kinesis, stream_name, 600)
+    options = _options(local_kinesis, stream_name)
+    _drain(spark, options, tmp_path / "all", "every_row")
+    every = sorted(
+        (row.shardId, int(row.sequenceNumber), row.subSequenceNumber, bytes(row.data))
+        for row in spark.table("every_row").collect()
+    )
+    first = [row for row in every if row[0] == "shardId-000000000000"]
+    cut = next(row for row in first[len(first) // 2 :] if row[2] > 0)  # inside an aggregate
+    positions = {
+        "version": 1,
+        "streams": {
+            stream_name: {
+                "shardId-000000000000": {
+                    "sequence_number": str(cut[1]),
+                    "sub_sequence_number": cut[2],
+                }
+            }
+        },
+    }
+    resumed = dict(options, startingPositions=json.dumps(positions))
+    _drain(spark, resumed, tmp_path / "resumed", "resumed_rows")
+    got = sorted(
+        (row.shardId, int(row.sequenceNumber), row.subSequenceNumber, bytes(row.data))
+        for row in spark.table("resumed_rows").collect()
+    )
+    expected = [row for row in every if row[0] != cut[0] or row[1:3] > cut[1:3]]
+    assert got == expected
+    assert 0 < len([row for row in got if row[0] == cut[0]]) < len(first)

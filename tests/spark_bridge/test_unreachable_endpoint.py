@@ -14,7 +14,7 @@ from pyspark.errors import AnalysisException, StreamingQueryException
 from kinesis_actors import errors
 from spark_bridge._offsets import Bound, ShardEntry
 from spark_bridge._options import parse_connection
-from spark_bridge._range import read_range
+from spark_bridge._range import ShardRange, read_ranges
 from tests.unreachable import Unreachable, unreachable, warnings_naming
 
 #: Small, so that the tests are quick; the default is 30 s.
@@ -82,14 +82,8 @@ def test_an_unreachable_endpoint_fails_a_tasks_range_read_naming_it(
 ) -> None:
     caplog.set_level(logging.WARNING, "kinesis_actors")
     connection = parse_connection(_options(unreachable_endpoint))
-    rows = read_range(
-        connection,
-        stream="nowhere",
-        shard_id="shardId-000000000000",
-        start=ShardEntry(),
-        end=ShardEntry(bound=Bound(10, 0)),
-        timeout=60.0,
-    )
+    shard = ShardRange("nowhere", "shardId-000000000000", ShardEntry(), ShardEntry(Bound(10, 0)))
+    rows = read_ranges(connection, [shard], timeout=60.0)
     with pytest.raises(errors.EndpointUnreachableError) as failed:
         next(rows)
     assert failed.value.endpoint == unreachable_endpoint.url
