@@ -23,12 +23,13 @@ class ClientConfig:
       SubscribeToShard stream, whose server sends an event at least every few seconds.
     - ``subscribe_window`` is the HTTP/2 receive window of one subscription (advertised in
       SETTINGS), and so the most it holds unread: its credit goes back to the server only as
-      its consumer reads. The default, 256 KiB, lets a shard deliver its 2 MB/s across a
-      100 ms round trip, and bounds what a stalled shard buffers to 256 KiB.
+      its consumer reads. The default, 256 KiB, lets a shard deliver about 2 MB/s across a
+      100 ms round trip (credit goes back in quarters of the window), and bounds what a
+      stalled shard buffers to 256 KiB.
     - ``subscriptions_per_connection``: SubscribeToShard streams share HTTP/2 connections,
       at most this many on one (a 1,000-shard consumer then needs 20 descriptors, not 1,000).
-      Each connection's window covers the stream windows of all of them, so a stalled shard
-      never slows its siblings (see docs/consumer.md, "Enhanced Fan-Out connections"). 1 gives
+      A connection's credit goes back on receipt and its window covers the stream windows
+      of all of them, so a stalled shard never slows its siblings (see ``_h2flow``). 1 gives
       every subscription a connection of its own. ``subscriptions_per_connection *
       subscribe_window`` is at most 2**28 bytes (the connection window is four times it).
     - ``http2`` negotiates HTTP/2 over TLS for unary calls too. Off by default: a pool of

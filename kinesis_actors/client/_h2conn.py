@@ -188,10 +188,6 @@ class MuxConnection:
                 await sock.aclose()
             raise
 
-    def attach(self, sock: anyio.abc.ByteStream, connection: h2.connection.H2Connection) -> None:
-        """Use an established socket and h2 state (tests drive a plain-TCP server so)."""
-        self._socket, self._h2 = sock, connection
-
     # Streams -------------------------------------------------------------------------------
 
     async def start(self, headers: Sequence[tuple[bytes, bytes]], body: bytes) -> int:
@@ -381,11 +377,16 @@ class MuxConnection:
                 await self._send(data)
 
     async def _send(self, data: bytes) -> None:
+        """Send ``data`` whole: shielded (bounded), since a send cut by one subscription's
+        cancellation would leave half a frame on a connection its siblings still use."""
         assert self._socket is not None
         try:
-            await self._socket.send(data)
+            with anyio.move_on_after(CLOSE_TIMEOUT, shield=True) as scope:
+                await self._socket.send(data)
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             raise self._fail(f"{type(exc).__name__}: {exc}") from exc
+        if scope.cancelled_caught:
+            raise self._fail(f"WriteTimeout: a send took more than {CLOSE_TIMEOUT} s")
 
     # Closing ---------------------------------------------------------------------------------
 

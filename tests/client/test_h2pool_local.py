@@ -126,7 +126,8 @@ async def test_a_stalled_subscription_does_not_slow_its_sibling_on_the_same_conn
                 got = await first_records(busy, 20)
                 assert got == [b"\x01" * 100_000] * 20
                 [connection] = client._subscriptions._connections  # type: ignore[union-attr]
-                held = sum(len(data) for data, _ in connection._streams[1].chunks)
+                stream_id = stalled._response._stream_id  # type: ignore[attr-defined]
+                held = sum(len(data) for data, _ in connection._streams[stream_id].chunks)
                 assert 0 < held <= window
         assert stalled.bytes_received == 0
 
