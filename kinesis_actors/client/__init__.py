@@ -20,14 +20,19 @@
   its calls take; :func:`stream_params` for a reference already checked.
 * :func:`service_now` - the service's clock as a client's replies tell it (``service_time()``,
   from their ``Date``): what a position chosen by time is pinned to, never this host's clock.
+* :class:`H2PoolStatistics` - what ``KinesisClient.subscription_statistics()`` returns: the
+  SubscribeToShard connections open and the streams they carry.
 * :class:`H2Stream` - the transport under :class:`Subscription`: one HTTP/2 request with a
-  streamed response on a TLS connection of its own, its receive window advertised in SETTINGS
-  and its socket read only on demand (the benchmark load target's self-benchmark drives it).
+  streamed response, on a TLS connection shared with other subscriptions (at most
+  ``ClientConfig.subscriptions_per_connection``), its receive window advertised in SETTINGS
+  and handed back only as it is read; ``H2Stream.open`` gives it a connection of its own
+  (the benchmark load target's self-benchmark drives it).
 """
 
 from ._client import ClientStats, KinesisClient
 from ._config import ClientConfig
 from ._dynamodb import DynamoDBClient
+from ._h2pool import H2PoolStatistics
 from ._h2stream import H2Stream
 from ._protocol import EncodedRequest, ProtocolCodec
 from ._retry import (
@@ -51,6 +56,7 @@ __all__ = [
     "ClientStats",
     "DynamoDBClient",
     "EncodedRequest",
+    "H2PoolStatistics",
     "H2Stream",
     "KinesisClient",
     "ProtocolCodec",

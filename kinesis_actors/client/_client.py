@@ -2,9 +2,9 @@
 
 ``KinesisClient.call`` runs any operation of the service model (the machinery is
 ``_service.ServiceClient``'s, shared with the DynamoDB client). SubscribeToShard has its own
-HTTP/2 transport (``_h2stream``). What the caller does not set follows botocore's
-configuration: the endpoint, the credentials, the CA bundle (``_tls``) and the proxy
-(``_proxy``).
+HTTP/2 transport (``_h2pool``: streams multiplexed over a few connections). What the caller
+does not set follows botocore's configuration: the endpoint, the credentials, the CA bundle
+(``_tls``) and the proxy (``_proxy``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import anyio
 
 from .. import errors
+from ._h2pool import H2Pool, H2PoolStatistics
 from ._h2stream import H2Stream
 from ._protocol import EncodedRequest
 from ._service import ClientStats, ServiceClient
@@ -39,6 +40,21 @@ class KinesisClient(ServiceClient):
 
     SERVICE: ClassVar[str] = "kinesis"
 
+    _subscriptions: H2Pool | None = None
+
+    def subscription_statistics(self) -> H2PoolStatistics:
+        """The SubscribeToShard connections open now and the streams they carry."""
+        pool = self._subscriptions
+        return pool.statistics() if pool is not None else H2PoolStatistics(0, 0)
+
+    async def aclose(self) -> None:
+        """Close the subscriptions' connections and the connection pool; bounded in time
+        even when cancelled."""
+        pool, self._subscriptions = self._subscriptions, None
+        if pool is not None:
+            await pool.aclose()
+        await super().aclose()
+
     @asynccontextmanager
     async def subscribe_to_shard(
         self,
@@ -48,12 +64,11 @@ class KinesisClient(ServiceClient):
     ) -> AsyncIterator[Subscription]:
         """Open a SubscribeToShard stream; yields a :class:`Subscription` of decoded events.
 
-        Each subscription gets an HTTP/2 connection of its own (see ``_h2stream``). Streams
-        sharing a connection share its flow-control window: one subscription left unread while
-        its siblings are read fills that window and stalls every sibling, and closing a stream
-        early does not return the credit (httpcore issue 943). A private connection read only
-        on demand makes backpressure on one shard stay on that shard (TCP holds it), and
-        closing it releases everything.
+        Subscriptions share HTTP/2 connections, up to
+        ``config.subscriptions_per_connection`` on one (see ``_h2pool``). A subscription
+        left unread holds at most its stream window (``config.subscribe_window``); each
+        connection's window covers all its streams' windows, so backpressure on one shard
+        stays on that shard, and closing a stream early hands its credit back (``_h2flow``).
         Establishing the stream is retried like a call; failures inside it are raised from
         the iteration as typed errors.
         """
@@ -80,20 +95,21 @@ class KinesisClient(ServiceClient):
         if network is None:
             raise self._not_open()
         self._counters.add("attempts")
+        pool = self._subscriptions
+        if pool is None:
+            pool = self._subscriptions = H2Pool(
+                self._url,
+                ssl_context=network.subscription_ssl,
+                proxy=network.proxy,
+                connect_timeout=self.config.connect_timeout,
+                read_timeout=self.config.subscribe_read_timeout,
+                window=self.config.subscribe_window,
+                subscriptions_per_connection=self.config.subscriptions_per_connection,
+                operation=request.operation,
+            )
         try:
             response = await self._first_contact(
-                lambda: H2Stream.open(
-                    self._url,
-                    headers,
-                    request.body,
-                    ssl_context=network.subscription_ssl,
-                    connect_timeout=self.config.connect_timeout,
-                    read_timeout=self.config.subscribe_read_timeout,
-                    window=self.config.subscribe_window,
-                    operation=request.operation,
-                    proxy=network.proxy,
-                ),
-                request.operation,
+                lambda: pool.open_stream(headers, request.body), request.operation
             )
         except errors.TransportError:
             self._counters.add("transport_errors")

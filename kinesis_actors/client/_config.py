@@ -21,12 +21,17 @@ class ClientConfig:
       response's bytes), ``write_timeout``, ``pool_timeout`` (waiting for a free
       connection). ``subscribe_read_timeout`` is the longest silence tolerated inside a
       SubscribeToShard stream, whose server sends an event at least every few seconds.
-    - ``subscribe_window`` is the HTTP/2 receive window a subscription advertises. Each
-      subscription has a connection of its own and reads its socket only when its consumer
-      asks, so memory is bounded by TCP backpressure, not by this window. The default, 1 GiB,
-      is large because peers that honour only SETTINGS (the local test server) never grant
-      more than it per subscription; the protocol's maximum, 2**31 - 1, makes that server
-      fail the connection (GOAWAY FLOW_CONTROL_ERROR), so it is refused here too.
+    - ``subscribe_window`` is the HTTP/2 receive window of one subscription (advertised in
+      SETTINGS), and so the most it holds unread: its credit goes back to the server only as
+      its consumer reads. The default, 256 KiB, lets a shard deliver about 2 MB/s across a
+      100 ms round trip (credit goes back in quarters of the window), and bounds what a
+      stalled shard buffers to 256 KiB.
+    - ``subscriptions_per_connection``: SubscribeToShard streams share HTTP/2 connections,
+      at most this many on one (a 1,000-shard consumer then needs 20 descriptors, not 1,000).
+      A connection's credit goes back on receipt and its window covers the stream windows
+      of all of them, so a stalled shard never slows its siblings (see ``_h2flow``). 1 gives
+      every subscription a connection of its own. ``subscriptions_per_connection *
+      subscribe_window`` is at most 2**28 bytes (the connection window is four times it).
     - ``http2`` negotiates HTTP/2 over TLS for unary calls too. Off by default: a pool of
       HTTP/1.1 connections keeps a slow GetRecords from sharing a window with PutRecords, and
       httpcore's HTTP/2 stalls after 49,152 bytes of a response on peers that ignore
@@ -48,7 +53,8 @@ class ClientConfig:
     write_timeout: float = 30.0
     pool_timeout: float = 30.0
     subscribe_read_timeout: float = 60.0
-    subscribe_window: int = 2**30
+    subscribe_window: int = 256 * 1024
+    subscriptions_per_connection: int = 50
     http2: bool = False
     open_timeout: float = 30.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
@@ -68,10 +74,21 @@ class ClientConfig:
         ):
             check_positive(f"ClientConfig.{name}", getattr(self, name))
         check_positive("ClientConfig.subscribe_window", self.subscribe_window, integer=True)
-        if not 65535 <= self.subscribe_window <= 2**30:
+        if not 65535 <= self.subscribe_window <= 2**28:
             raise ConfigError(
-                "ClientConfig.subscribe_window must be between 65535 and 2**30 bytes, "
+                "ClientConfig.subscribe_window must be between 65535 and 2**28 bytes, "
                 f"got {self.subscribe_window!r}"
+            )
+        check_positive(
+            "ClientConfig.subscriptions_per_connection",
+            self.subscriptions_per_connection,
+            integer=True,
+        )
+        if self.subscriptions_per_connection * self.subscribe_window > 2**28:
+            raise ConfigError(
+                "ClientConfig.subscriptions_per_connection * ClientConfig.subscribe_window "
+                f"must be at most 2**28 bytes, got {self.subscriptions_per_connection} * "
+                f"{self.subscribe_window}"
             )
         check_type("ClientConfig.http2", self.http2, bool, "True or False")
         check_type("ClientConfig.retry", self.retry, RetryPolicy, "a RetryPolicy")

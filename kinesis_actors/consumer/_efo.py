@@ -5,8 +5,9 @@ only task that ever touches the subscription: it opens it, pulls one event per `
 (after the core has taken a credit), and every failure (end of stream, exception event,
 transport error, watchdog, ResourceInUse) lands in the one ``read()`` loop, which closes the
 current subscription *by generation* and opens the next one from the last continuation
-(lesson 4). Nothing reads the socket without a credit, so a backpressured shard stops reading
-its own connection and TCP pushes back on that connection only (lessons 1-3).
+(lesson 4). Nothing takes an event without a credit, so a backpressured shard takes nothing
+and HTTP/2 flow control pushes back on its own stream only, even on a connection it shares
+with other shards (its stream window; see ``client/_h2flow.py``, lessons 1-3).
 
 - Each event advances the position to ``AFTER_SEQUENCE_NUMBER(continuation)``, empty events
   included (lesson 15); a null continuation ends the shard for good (lesson 5).

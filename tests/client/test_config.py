@@ -19,6 +19,14 @@ from kinesis_actors import ClientConfig, KinesisClient, errors
         ({"read_timeout": -5}, "ClientConfig.read_timeout"),
         ({"subscribe_read_timeout": float("inf")}, "ClientConfig.subscribe_read_timeout"),
         ({"http2": "yes"}, "ClientConfig.http2"),
+        ({"subscribe_window": 1024}, "ClientConfig.subscribe_window"),
+        ({"subscribe_window": 2**30}, "ClientConfig.subscribe_window"),
+        ({"subscriptions_per_connection": 0}, "ClientConfig.subscriptions_per_connection"),
+        ({"subscriptions_per_connection": 2.5}, "ClientConfig.subscriptions_per_connection"),
+        (
+            {"subscriptions_per_connection": 2000, "subscribe_window": 2**20},
+            "ClientConfig.subscriptions_per_connection",
+        ),
         ({"retry": {"max_retries": 3}}, "ClientConfig.retry"),
     ],
 )

@@ -1,0 +1,117 @@
+"""Flow-control arithmetic and the outbound RST_STREAM guard of a shared HTTP/2 connection.
+
+Sans-IO: nothing here awaits or reads a clock. ``_h2conn`` asks and does the I/O.
+
+Why several subscriptions can share a connection without one stalled shard holding the others
+back (FLINK-34071's lesson): HTTP/2 has two windows, one per stream and one per connection. A
+stream's window bounds what the server may send on it before the client returns credit; the
+client returns a stream's credit only as its subscription takes the bytes
+(:class:`StreamCredit`), so an unread subscription holds at most its stream window
+(``ClientConfig.subscribe_window``) in memory, and the server stops sending on that stream
+only. The connection window is shared: a server may not send on *any* stream once it is
+spent. So no subscription may be able to spend it:
+
+- the connection's credit goes back as soon as bytes leave the socket, whoever takes them
+  later, so what the server has outstanding on the connection is only what is in flight;
+- in flight is at most the stream windows of the open subscriptions (N * window), plus as
+  much again for subscriptions just reset whose bytes are still on the way (their slots are
+  reused at once), plus what h2 has yet to hand back for those (it credits bytes arriving on
+  reset streams in batches of half the connection window);
+- the connection window advertised is four times N * window (:func:`connection_window`),
+  which covers all three.
+
+A stalled subscription thus only ever exhausts its own stream window. Every DATA frame's
+flow-controlled length (padding included) is credited exactly once on the connection (on
+receipt) and at most once on its stream (when taken; not once the stream is closed, when its
+window is moot). Measured on the local test server: with the connection's credit handed back
+only as bytes were taken, one stalled shard stopped its sibling's events on the shared
+connection for as long as it stalled; handed back on receipt, the sibling read on.
+"""
+
+from __future__ import annotations
+
+__all__ = ["MAX_CONNECTION_WINDOW", "ResetGuard", "StreamCredit", "connection_window"]
+
+#: The largest connection window advertised. The protocol allows 2**31 - 1; the local test
+#: server fails a connection whose stream window is that large, so stay well below.
+MAX_CONNECTION_WINDOW = 2**30
+
+#: Margin over the sum of the stream windows (see the module docstring).
+_MARGIN = 4
+
+_HEADER = 9
+_RST_STREAM = 0x3
+
+
+def connection_window(subscriptions: int, window: int) -> int:
+    """The connection window for up to ``subscriptions`` streams of ``window`` bytes each."""
+    return max(65535, min(MAX_CONNECTION_WINDOW, _MARGIN * subscriptions * window))
+
+
+class StreamCredit:
+    """The credit one stream owes the server, handed back in quarters of its window.
+
+    Fewer WINDOW_UPDATE frames than one per DATA frame, and the server never waits for more
+    than a quarter of the window (h2's own rule, half, would leave it half the time).
+    """
+
+    def __init__(self, window: int) -> None:
+        self._threshold = max(1, window // 4)
+        self.owed = 0
+
+    def taken(self, length: int) -> int:
+        """``length`` flow-controlled bytes were taken: how much to hand back now (0: later)."""
+        self.owed += length
+        if self.owed < self._threshold:
+            return 0
+        owed, self.owed = self.owed, 0
+        return owed
+
+
+class ResetGuard:
+    """Lets out exactly one RST_STREAM per stream the client chose to reset, and no other.
+
+    h2 answers every frame that arrives on a stream it has reset with another RST_STREAM (it
+    may: RFC 9113 section 5.4.2), and a subscription reset with data in flight has many such
+    frames. The local test server tears the whole connection down on a second RST_STREAM
+    for one stream, failing every sibling subscription. The client resets a stream only when
+    it closes one that has not ended (once), so every RST_STREAM h2 writes on its own is
+    dropped from the bytes it sends: they are all for streams already closed. (Filtering the
+    bytes h2 hands over keeps h2's own methods untouched.)
+    """
+
+    def __init__(self) -> None:
+        # Bounded by the streams being reset right now: an id leaves when its frame goes out.
+        self._allowed: set[int] = set()
+        self._partial = b""  # the start of a frame whose end is in the next chunk
+        self.dropped = 0
+
+    def allow(self, stream_id: int) -> None:
+        """The client resets ``stream_id``: let its (first) RST_STREAM through."""
+        self._allowed.add(stream_id)
+
+    def revoke(self, stream_id: int) -> None:
+        """The reset of ``stream_id`` did not happen after all."""
+        self._allowed.discard(stream_id)
+
+    def filter(self, data: bytes) -> bytes:
+        """``data`` (frames h2 has to send) without the RST_STREAM frames not allowed."""
+        data = self._partial + data
+        kept: list[bytes] = []
+        start = offset = 0
+        while offset + _HEADER <= len(data):
+            end = offset + _HEADER + int.from_bytes(data[offset : offset + 3], "big")
+            if end > len(data):
+                break
+            if data[offset + 3] == _RST_STREAM:
+                stream_id = int.from_bytes(data[offset + 5 : offset + 9], "big") & 0x7FFFFFFF
+                if stream_id in self._allowed:
+                    self._allowed.discard(stream_id)
+                else:
+                    kept.append(data[start:offset])
+                    start = end
+                    self.dropped += 1
+            offset = end
+        kept.append(data[start:offset])
+        self._partial = data[offset:]
+        return b"".join(kept)
