@@ -26,7 +26,9 @@ def anyio_backend() -> str:
 async def test_a_resharded_stream_under_faults_and_kills_keeps_every_key_in_order_for_every_reader(
     local_kinesis: LocalKinesis, local_dynamodb: LocalDynamoDB, tmp_path: Path
 ) -> None:
-    report = await run_soak(local_kinesis, local_dynamodb, tmp_path, PipelineSettings(seed=5))
+    report = await run_soak(
+        local_kinesis, local_dynamodb, tmp_path, PipelineSettings(seed=5, seconds=30.0)
+    )
     print(f"\npipeline soak: {report.line()}")
     assert report.written > 0 and report.unsettled == 0 and report.failed == 0
     assert report.splits >= 2 and report.merges >= 1  # a midpoint and an off-midpoint split
