@@ -16,7 +16,8 @@ after user record ``(S, n)`` (a KCL table's ``checkpoint`` and
 ``{"finished": true}``. Every entry is checked when the options are parsed, before any call.
 
 Shards the map does not name start at ``initialPosition``; a shard descending from a named
-one is left to the planner, which reads it after its parents, from its trim horizon.
+one is left to the planner, which reads it after its parents, from its trim horizon; a named
+shard's unnamed ancestors count as finished (whoever stopped there had read them).
 """
 
 from __future__ import annotations
@@ -72,9 +73,10 @@ def initial_entries(
     listed: Mapping[ShardKey, ShardInfo],
     default: StartingPosition | None,
 ) -> dict[ShardKey, ShardEntry]:
-    """The initial offset's shards: the named ones, and every other listed shard at
-    ``default`` (None: TRIM_HORIZON, left for the first plan to find), but for descendants
-    of a named shard, which the planner reads after their parents."""
+    """The initial offset's shards: the named ones, their unnamed ancestors finished, and
+    every other listed shard at ``default`` (None: TRIM_HORIZON, left for the first plan to
+    find), but for descendants of a named shard, which the planner reads after their
+    parents."""
     missing = sorted(set(named) - set(listed))
     if missing:
         stream, shard_id = missing[0]
@@ -94,9 +96,24 @@ def initial_entries(
             if child not in descendants and child not in named:
                 descendants.add(child)
                 pending.append(child)
+    # A named shard's unnamed ancestors were read by whoever wrote the map (a shard is read
+    # after its parents): finished, or the planner would read them again before it.
+    ancestors: set[ShardKey] = set()
+    pending = list(named)
+    while pending:
+        stream, shard_id = pending.pop()
+        shard = listed.get((stream, shard_id))
+        for parent in shard.parents if shard is not None else ():
+            key = (stream, parent)
+            # An unlisted parent has expired: it holds nothing back (``eligible``).
+            if key in listed and key not in ancestors and key not in named:
+                ancestors.add(key)
+                pending.append(key)
     entries = dict(named)
+    for key in sorted(ancestors):
+        entries[key] = ShardEntry(finished=True)
     if default is not None:
         for key in sorted(listed):
-            if key not in named and key not in descendants:
+            if key not in entries and key not in descendants:
                 entries[key] = ShardEntry(start=default)
     return entries

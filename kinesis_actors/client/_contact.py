@@ -201,6 +201,9 @@ class FirstContact:
             unreachable = errors.EndpointUnreachableError(
                 message, endpoint=self.endpoint, cause=cause, operation=operation
             )
+            # The next call (a client kept for a process's life: a Spark worker's) gets an
+            # open_timeout and a warning of its own, not one second and silence.
+            self._started, self._warned, self._cause = None, False, None
             return ContactVerdict(give_up=unreachable)
         warning = None
         if not self._warned:

@@ -190,8 +190,10 @@ class MuxConnection:
 
     # Streams -------------------------------------------------------------------------------
 
-    async def start(self, headers: Sequence[tuple[bytes, bytes]], body: bytes) -> int:
-        """Send a request (headers and its small body); its stream id."""
+    def begin(self, headers: Sequence[tuple[bytes, bytes]], body: bytes) -> int:
+        """Queue a request (headers and its small body) with h2; its stream id, known to the
+        caller before any await, so a cancellation before the :meth:`flush` that sends it
+        still finds the stream to reset (an unread subscription would hold its shard)."""
         connection = self._live()
         try:
             stream_id = connection.get_next_available_stream_id()
@@ -204,7 +206,6 @@ class MuxConnection:
                 f"{type(exc).__name__}: {exc}", operation=self.target.operation
             ) from exc
         self._streams[stream_id] = _Stream(credit=StreamCredit(self.target.window))
-        await self.flush()
         return stream_id
 
     async def response(self, stream_id: int) -> tuple[int, dict[str, str]]:

@@ -98,7 +98,8 @@ class H2Pool:
             else:
                 await connection.connected.wait()
                 self._check_connected(connection)
-            stream_id = await connection.start(self._request_headers(headers), body)
+            stream_id = connection.begin(self._request_headers(headers), body)
+            await connection.flush()
             status, response_headers = await connection.response(stream_id)
         except BaseException:
             with anyio.CancelScope(shield=True):

@@ -60,6 +60,19 @@ def test_retries_of_a_refused_endpoint_give_up_at_open_timeout_after_the_first_a
     assert "open_timeout=30" in str(unreachable)
 
 
+def test_a_call_after_one_that_gave_up_gets_a_full_open_timeout_and_a_warning_again() -> None:
+    """A client kept for a process's life (a Spark worker's) is not left with one second and
+    silence for every later call once a first one gave up."""
+    contact = FirstContact(URL, "kinesis", open_timeout=30.0)
+    contact.attempt_timeout(100.0)
+    contact.failed(_refused(), "ListShards", 5.0, 101.0)
+    assert contact.failed(_refused(), "ListShards", 5.0, 130.0).give_up is not None
+    assert contact.attempt_timeout(500.0) == FIRST_CONTACT_ATTEMPT  # not the last second
+    again = contact.failed(_refused(), "ListShards", 5.0, 501.0)
+    assert again.give_up is None and again.delay == 5.0
+    assert again.warning is not None and "retrying for up to 29 s" in again.warning
+
+
 def test_retries_used_up_before_open_timeout_give_up_as_unreachable_too() -> None:
     contact = FirstContact(URL, "dynamodb", open_timeout=30.0)
     contact.attempt_timeout(0.0)

@@ -118,6 +118,17 @@ def test_unnamed_shards_start_at_the_initial_position_and_children_of_named_ones
     assert initial_entries(named, listed, None) == named
 
 
+def test_unnamed_ancestors_of_a_named_shard_count_as_finished_and_are_not_read_again() -> None:
+    named = {("orders", "c1"): ShardEntry(bound=Bound(int(SEQ), 0))}
+    listed = _listing(("gp", ()), ("p", ("gp",)), ("c1", ("p",)), ("c2", ("p",)), ("o", ()))
+    entries = initial_entries(named, listed, None)
+    assert entries == {
+        ("orders", "c1"): named[("orders", "c1")],
+        ("orders", "p"): ShardEntry(finished=True),
+        ("orders", "gp"): ShardEntry(finished=True),
+    }  # c2, a sibling, and o are left for the first plan (TRIM_HORIZON)
+
+
 def test_a_named_shard_the_stream_does_not_list_is_named_in_the_error() -> None:
     named = {("orders", "shardId-000000000007"): ShardEntry(finished=True)}
     with pytest.raises(ConfigError, match="names shard 'shardId-000000000007' of stream 'orders'"):
