@@ -144,6 +144,7 @@ class MuxConnection:
         self.reserved = 0  # slots taken (streams open or opening); the pool's count
         self.connected = anyio.Event()
         self.failure: errors.TransportError | None = None  # why it cannot be used
+        self.abandoned = False  # its connect was cancelled: its waiters try another (the pool's)
         self._socket: anyio.abc.ByteStream | None = None
         self._h2: h2.connection.H2Connection | None = None
         self._streams: dict[int, _Stream] = {}

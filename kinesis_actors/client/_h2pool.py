@@ -90,28 +90,36 @@ class H2Pool:
     async def open_stream(self, headers: Mapping[str, str], body: bytes) -> H2Stream:
         """POST ``body`` with ``headers`` on a connection with a free slot; the stream, once
         its response headers have arrived."""
-        connection, new = self._reserve()
-        stream_id = 0
-        try:
-            if new:
-                await self._connect(connection)
-            else:
-                await connection.connected.wait()
-                self._check_connected(connection)
-            stream_id = connection.begin(self._request_headers(headers), body)
-            await connection.flush()
-            status, response_headers = await connection.response(stream_id)
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await self.release(connection, stream_id)
-            raise
-        return H2Stream(self, connection, stream_id, status, response_headers)
+        while True:
+            connection, new = self._reserve()
+            stream_id = 0
+            try:
+                if new:
+                    await self._connect(connection)
+                else:
+                    await connection.connected.wait()
+                    if connection.abandoned:
+                        # Its connecting subscriber was cancelled, not refused: not this
+                        # one's failure. The slot goes back and another connection is tried.
+                        with anyio.CancelScope(shield=True):
+                            await self.release(connection, 0)
+                        continue
+                    self._check_connected(connection)
+                stream_id = connection.begin(self._request_headers(headers), body)
+                await connection.flush()
+                status, response_headers = await connection.response(stream_id)
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await self.release(connection, stream_id)
+                raise
+            return H2Stream(self, connection, stream_id, status, response_headers)
 
     async def _connect(self, connection: MuxConnection) -> None:
         try:
             await connection.connect()
         except BaseException as exc:
             failure = exc if isinstance(exc, errors.TransportError) else None
+            connection.abandoned = failure is None
             connection.failure = failure or errors.TransportError(
                 "the connection was not established", operation=self._target.operation
             )

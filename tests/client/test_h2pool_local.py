@@ -8,6 +8,7 @@ connection (FLINK-34071's isolation), and a connection reset that fails only its
 from __future__ import annotations
 
 import socket
+import ssl
 from contextlib import AsyncExitStack
 
 import anyio
@@ -16,6 +17,8 @@ from anyio.abc import SocketAttribute
 
 from kinesis_actors import ClientConfig, KinesisClient, LocalKinesis, errors
 from kinesis_actors.client import Subscription
+from kinesis_actors.client._h2pool import H2Pool
+from tests.unreachable import Blackhole
 
 from .test_client_local import _active_consumer
 
@@ -172,3 +175,47 @@ async def test_a_connection_reset_fails_only_its_own_streams(
                     except errors.ResourceInUseError:
                         await anyio.sleep(0.5)
                 assert resubscribed._response._connection is not cut  # type: ignore[attr-defined]
+
+
+async def test_a_subscriber_waiting_on_a_connect_cancelled_elsewhere_tries_again_not_fails() -> (
+    None
+):
+    """The subscriber connecting a shared connection is cancelled (its shard stopped): the
+    one waiting on that connect is not failed with "the connection was not established" but
+    connects anew (here to a listener that never answers, so it waits until cancelled too)."""
+    with Blackhole() as hole:
+        pool = H2Pool(
+            hole.url.replace("http://", "https://"),
+            ssl_context=ssl.create_default_context(),
+            proxy=None,
+            connect_timeout=60.0,
+            read_timeout=60.0,
+            window=65_535,
+            subscriptions_per_connection=2,
+        )
+        outcomes: list[str] = []
+
+        async def subscribe(scope: anyio.CancelScope) -> None:
+            with scope:
+                try:
+                    await pool.open_stream({}, b"")
+                except BaseException as exc:
+                    outcomes.append(type(exc).__name__)
+                    raise
+
+        first, second = anyio.CancelScope(), anyio.CancelScope()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(subscribe, first)
+            while pool.statistics().streams < 1:
+                await anyio.sleep(0.01)
+            tg.start_soon(subscribe, second)
+            while pool.statistics().streams < 2:
+                await anyio.sleep(0.01)
+            assert pool.statistics().connections == 1  # both on the one being connected
+            first.cancel()
+            # The second gives the abandoned slot back and connects a connection of its own.
+            while pool.statistics().streams != 1 or pool.statistics().connections != 1:
+                await anyio.sleep(0.01)
+            second.cancel()
+        await pool.aclose()
+    assert "TransportError" not in outcomes, outcomes
