@@ -194,13 +194,21 @@ async def deregister_consumer(
 ) -> bool:
     """Deregister consumer ``name`` from ``stream``; False if there was none.
 
-    With ``wait``, return once it is gone (bound it with ``anyio.fail_after``).
+    With ``wait``, a consumer still being created is waited for (the service refuses to
+    deregister it until it is ACTIVE), and this returns once it is gone (bound it with
+    ``anyio.fail_after``).
     """
     by_name = {"StreamARN": await stream_arn(client, stream), "ConsumerName": name}
     try:
         await client.call("DeregisterStreamConsumer", by_name)
     except errors.ResourceNotFoundError:
         return False
+    except errors.ResourceInUseError:
+        if not wait:
+            raise
+        if await _wait_for(client, by_name, ("ACTIVE", None)) is None:
+            return False  # deleted meanwhile by someone else
+        await client.call("DeregisterStreamConsumer", by_name)
     if wait:
         await _wait_for(client, by_name, (None,))
     log.info("deregistered consumer %s from %s", name, stream)

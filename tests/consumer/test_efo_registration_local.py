@@ -143,3 +143,21 @@ async def test_a_killed_consumer_leaves_a_registration_the_cleanup_removes(
         assert await deregister_consumer(client, stream_name, name) is True
         assert await names(client, stream_name) == []
         assert await deregister_consumer(client, stream_name, name) is False
+
+
+async def test_deregistering_a_consumer_still_being_created_waits_for_it_then_removes_it(
+    client: KinesisClient, stream_name: str
+) -> None:
+    """The service refuses DeregisterStreamConsumer while a consumer is CREATING (the local
+    server keeps it so for half a second): deregistering right after registering waits for
+    ACTIVE instead of failing with ResourceInUse (seen from the CLI in CI)."""
+    await client.create_stream(stream_name, 1)
+    summary = await client.call("DescribeStreamSummary", {"StreamName": stream_name})
+    arn = summary["StreamDescriptionSummary"]["StreamARN"]
+    await client.call("RegisterStreamConsumer", {"StreamARN": arn, "ConsumerName": "young"})
+    with anyio.fail_after(30):
+        assert await deregister_consumer(client, stream_name, "young") is True
+    assert await list_consumers(client, stream_name) == []
+    with pytest.raises(errors.ResourceInUseError):  # without waiting, the refusal is raised
+        await client.call("RegisterStreamConsumer", {"StreamARN": arn, "ConsumerName": "two"})
+        await deregister_consumer(client, stream_name, "two", wait=False)
