@@ -29,7 +29,7 @@ from ._h2conn import CLOSE_TIMEOUT, MuxConnection, Target
 from ._h2stream import H2Stream
 from ._proxy import Proxy
 
-__all__ = ["H2Pool", "H2PoolStatistics", "open_private_stream"]
+__all__ = ["H2Pool", "H2PoolStatistics"]
 
 _SKIPPED_HEADERS = ("host", "connection", "transfer-encoding")
 
@@ -180,29 +180,3 @@ class H2Pool:
             async with anyio.create_task_group() as tg:
                 for connection in connections:
                     tg.start_soon(connection.aclose)
-
-
-async def open_private_stream(
-    url: str,
-    headers: Mapping[str, str],
-    body: bytes,
-    *,
-    ssl_context: ssl.SSLContext,
-    connect_timeout: float,
-    read_timeout: float,
-    window: int,
-    operation: str,
-    proxy: Proxy | None = None,
-) -> H2Stream:
-    """One stream on a connection of its own, closed with it (the load target's benchmark)."""
-    pool = H2Pool(
-        url,
-        ssl_context=ssl_context,
-        proxy=proxy,
-        connect_timeout=connect_timeout,
-        read_timeout=read_timeout,
-        window=window,
-        subscriptions_per_connection=1,
-        operation=operation,
-    )
-    return await pool.open_stream(headers, body)

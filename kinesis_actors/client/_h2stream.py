@@ -71,20 +71,21 @@ class H2Stream:
         proxy: Proxy | None = None,
     ) -> H2Stream:
         """Connect (through ``proxy``'s tunnel if given) on a connection of its own, send the
-        request, and wait for the response headers."""
-        from ._h2pool import open_private_stream  # noqa: PLC0415  (the pool imports us)
+        request, and wait for the response headers (the connection closes with the stream:
+        a pool of one slot)."""
+        from ._h2pool import H2Pool  # noqa: PLC0415  (the pool imports us)
 
-        return await open_private_stream(
+        pool = H2Pool(
             url,
-            headers,
-            body,
             ssl_context=ssl_context,
+            proxy=proxy,
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
             window=window,
+            subscriptions_per_connection=1,
             operation=operation,
-            proxy=proxy,
         )
+        return await pool.open_stream(headers, body)
 
     async def __aenter__(self) -> Self:
         return self
