@@ -38,7 +38,27 @@ def domain_key(partition_key: str, explicit_hash_key: str | None) -> DomainKey:
 
 
 class Domain:
-    __slots__ = ("entries", "hash_key", "key", "lane", "nbytes", "not_before", "queued", "state")
+    """A key's records waiting to be sent, in order, and where they go.
+
+    ``hash_key`` places the domain in its lane and ``explicit_hash_key`` is what its Kinesis
+    records carry (``None``: their partition key's hash). Both are the key's own unless the
+    domain is ``pinned``: some of its records landed on a child shard that does not own the
+    key (an aggregate in flight across a split), so the rest follow them to a hash key that
+    child owns (see ``_waiting``).
+    """
+
+    __slots__ = (
+        "entries",
+        "explicit_hash_key",
+        "hash_key",
+        "key",
+        "lane",
+        "nbytes",
+        "not_before",
+        "pinned",
+        "queued",
+        "state",
+    )
 
     def __init__(self, key: DomainKey, hash_key: int, lane: Lane) -> None:
         # Bounded by the producer's queue: every entry here holds room in it until settled. A
@@ -56,6 +76,8 @@ class Domain:
         new domain's keys, lane and counts."""
         self.key = key
         self.hash_key = hash_key
+        self.explicit_hash_key = None if isinstance(key, str) else key[1]
+        self.pinned = False
         self.lane = lane
         self.nbytes = 0
         self.not_before = 0.0

@@ -145,6 +145,7 @@ class Pipeline(WaitingRoom):
         self._landed_elsewhere: list[tuple[str, list[int]]] = []
         self.misplaced_records = 0
         self.misplaced_keys = 0
+        self.pins_refused = 0
         self.kinesis_records_sent = 0
         self.bytes_sent = 0
         self.retries = 0
@@ -287,13 +288,13 @@ class Pipeline(WaitingRoom):
         if not taken:
             return None
         if len(taken) == 1:  # an aggregator of one would send the record as itself
-            return self._sent_alone(lane, taken[0], grant)
+            return self._sent_alone(lane, taken[0], runs[0], grant)
         return self._part(lane, aggregator.build(), taken, runs, grant)
 
-    def _single(self, lane: Lane, domain: Domain, grant: Grant) -> Entry:
+    def _single(self, lane: Lane, domain: Domain, grant: Grant) -> Part | Entry:
         """The domain's first record sent as itself, its own part (see :class:`~._calls.Entry`):
         its size is the entry's (data plus key), with no key to measure again."""
-        return self._sent_alone(lane, self.take_one(lane, domain), grant)
+        return self._sent_alone(lane, self.take_one(lane, domain), domain, grant)
 
     def _part(
         self,
@@ -313,8 +314,18 @@ class Pipeline(WaitingRoom):
         )
 
     @staticmethod
-    def _sent_alone(lane: Lane, entry: Entry, grant: Grant) -> Entry:
+    def _sent_alone(lane: Lane, entry: Entry, domain: Domain, grant: Grant) -> Part | Entry:
         grant.spend(entry.size)
+        if domain.pinned:  # it travels under the domain's hash key, not its own: a part of one
+            return Part(
+                entry.data,
+                entry.partition_key,
+                domain.explicit_hash_key,
+                lane.shard_id,
+                [entry],
+                entry.size,
+                [domain],
+            )
         entry.lane = lane.shard_id
         return entry
 
@@ -388,15 +399,25 @@ class Pipeline(WaitingRoom):
     def _mispredicted(self, part: Part | Entry, shard_id: str) -> None:
         """``part``, predicted for its lane's shard, was written to ``shard_id``: that shard
         was split or merged. Its lanes turn stale at once (not at the next listing, up to
-        ``shard_map_min_refresh_interval`` away), and an aggregate of several hash keys is
-        kept to be checked against the next map."""
+        ``shard_map_min_refresh_interval`` away). An aggregate of several hash keys landed
+        whole by its explicit hash key, maybe with records of keys that shard does not own:
+        those keys are pinned to that hash key at once, before their next records are built
+        (with ``preserve_order`` none is in flight), and the aggregate is kept to be checked
+        against the next map."""
         self.needs_refresh = True
         self.mispredicted += 1
         self.mark_stale(part.lane)
-        if isinstance(part, Part):
-            hash_keys = [entry.hash_key for entry in part.entries]
+        if isinstance(part, Part) and part.explicit_hash_key is not None:
+            sent_by = {domain.key: domain.hash_key for domain in part.domains}
+            hash_keys = [
+                sent_by.get(
+                    domain_key(entry.partition_key, entry.explicit_hash_key), entry.hash_key
+                )
+                for entry in part.entries
+            ]
             if hash_keys.count(hash_keys[0]) != len(hash_keys):
                 self._landed_elsewhere.append((shard_id, hash_keys))
+                self.pins_refused += self.pin(part.domains, int(part.explicit_hash_key))
 
     def fail(self, call: Call, error: BaseException, now: float) -> None:
         """The whole call failed with ``error``: not written, unless ``error`` says it may be.

@@ -109,6 +109,7 @@ class Sender:
         "_next_refresh",
         "_on_failure",
         "_on_undelivered",
+        "_pins_refused_told",
         "_pipeline",
         "_refreshing",
         "_scopes",
@@ -156,6 +157,7 @@ class Sender:
         self.failed_calls = 0
         self.crashes = 0
         self.shard_map_refreshes = 0
+        self._pins_refused_told = 0  # pipeline.pins_refused at the last warning
         self.health = EndpointHealth(stream, str(client.endpoint_url), config)
 
     # -- the producer's side ----------------------------------------------------------------
@@ -437,15 +439,25 @@ class Sender:
             pipeline.set_shard_map(shard_map)
             self.shard_map_refreshes += 1
             if pipeline.misplaced_records > misplaced[0]:
-                log.warning(
+                log.info(
                     "producer for stream %r: %d records of %d keys were written to a child "
-                    "shard that does not own their key: aggregates were in flight when their "
-                    "shard split, at a point inside them. Readers of the two children may "
-                    "deliver those keys out of order (see docs/producer.md, 'Resharding and "
-                    "key order').",
+                    "shard that does not own their key (aggregates in flight when their shard "
+                    "split, at a point inside them); those keys' next records follow them "
+                    "there, so each key stays on one shard (see docs/producer.md, "
+                    "'Resharding and key order').",
                     self._stream,
                     pipeline.misplaced_records - misplaced[0],
                     pipeline.misplaced_keys - misplaced[1],
+                )
+            refused, self._pins_refused_told = self._pins_refused_told, pipeline.pins_refused
+            if pipeline.pins_refused > refused:
+                log.warning(
+                    "producer for stream %r: %d keys with records on a child shard that does "
+                    "not own them could not be made to follow them (%d keys follow others "
+                    "already): readers of the two children may deliver those keys out of order",
+                    self._stream,
+                    pipeline.pins_refused - refused,
+                    pipeline.pinned_keys,
                 )
         finally:
             self._refreshing = False

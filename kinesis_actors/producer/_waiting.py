@@ -8,7 +8,12 @@ holds records from both sides of its shard's midpoint: a split there (SplitShard
 point, and UpdateShardCount's when it doubles) puts every aggregate in flight across it
 whole into the child that owns all its keys (see ``docs/producer.md``, "Resharding and key
 order"). A lane whose shard is found gone is *stale* (and the unpredicted lane always is):
-it builds Kinesis records of one domain each, until the map is current. A domain is idle, ready, in
+it builds Kinesis records of one domain each, until the map is current. An aggregate already in
+flight across a split elsewhere than the midpoint can still land records of a key on the child
+that does not own it: that key's domain is then *pinned* (:meth:`WaitingRoom.pin`) to the
+hash key the aggregate landed by, so its later records follow those to the same shard (and,
+through later reshards, to that hash key's owners) and never sit in both siblings; a map on
+which one shard owns both the pin and the key's own hash key lifts it. A domain is idle, ready, in
 flight (with ``preserve_order``, at most one Kinesis record of it at a time) or waiting out a
 backoff; this keeps those states, the counts of ready records and bytes and of waiting records,
 and the heap of backoffs. Records are placed here (:meth:`WaitingRoom.place_many`) and taken out to
@@ -40,6 +45,10 @@ WHOLE_STREAM_LANE = "*"
 
 IDLE_DOMAINS = 4096
 """Idle domains kept for their keys' next records before they are pruned."""
+
+MAX_PINS = 65_536
+"""The most keys pinned at once (see :meth:`WaitingRoom.pin`); past it a key is not pinned
+and its misplaced records are all that is left of its order (counted by the pipeline)."""
 
 _data = attrgetter("data")  # C callables, mapped over a run of entries
 _size = attrgetter("size")
@@ -77,6 +86,9 @@ class WaitingRoom:
         self._half_starts: list[int] = []
         self._half_ends: list[int] = []
         self._half_keys: list[tuple[str, bool]] = []
+        # Pinned domains' keys: (the hash key they follow, their own), kept when the domain is
+        # pruned, until a map lifts them (see the module's header). Bounded by MAX_PINS.
+        self._pins: dict[DomainKey, tuple[int, int]] = {}
         # Domains are kept when they fall idle (a key's next record reuses its domain, lane
         # lookup and list: measured, one new domain per two records with 1,000 keys) until
         # there are _prune_at of them; then every idle empty one goes (to the spares below),
@@ -122,6 +134,8 @@ class WaitingRoom:
         self._half_starts = [start for start, _, _ in halves]
         self._half_ends = [end for _, end, _ in halves]
         self._half_keys = [key for _, _, key in halves]
+        if self._pins:
+            self._lift_pins()
         old = self._lanes
         self._lanes = {}
         for domain in self._domains.values():
@@ -138,6 +152,70 @@ class WaitingRoom:
         live = {lane.shard_id for lane in self._lanes.values()}
         gone = (lane.shard_id for lane in old.values() if lane.shard_id not in live)
         return list(dict.fromkeys(gone))  # a shard's two halves, once
+
+    def _shard_of(self, hash_key: int) -> str | None:
+        """The map's shard that owns ``hash_key``, if one does."""
+        index = bisect_right(self._half_starts, hash_key) - 1
+        if index >= 0 and hash_key <= self._half_ends[index]:
+            return self._half_keys[index][0]
+        return None
+
+    def _lift_pins(self) -> None:
+        """Pins whose hash key and the key's own are owned by one shard of the new map: a
+        merge brought them together again (or the key was never off its shard), so the key
+        can go back to its own hash key without leaving the shard its records are on."""
+        shard_of = self._shard_of
+        lifted = [
+            key
+            for key, (point, own) in self._pins.items()
+            if (shard := shard_of(point)) is not None and shard == shard_of(own)
+        ]
+        for key in lifted:
+            _, own = self._pins.pop(key)
+            domain = self._domains.get(key)
+            if domain is not None:
+                domain.hash_key = own
+                domain.explicit_hash_key = None if isinstance(key, str) else key[1]
+                domain.pinned = False
+
+    @property
+    def pinned_keys(self) -> int:
+        """Keys pinned now (see :meth:`pin`)."""
+        return len(self._pins)
+
+    def pin(self, domains: Iterable[Domain], hash_key: int) -> int:
+        """``domains`` had records in a Kinesis record that landed by ``hash_key`` on a shard
+        that may not own theirs: each whose own differs now sends to ``hash_key`` too, so its
+        next records go where those went. Returns how many could not be pinned (past
+        :data:`MAX_PINS`)."""
+        pins = self._pins
+        refused = 0
+        for domain in domains:
+            if domain.hash_key == hash_key:
+                continue
+            key = domain.key
+            pinned = pins.get(key)
+            if pinned is None and len(pins) >= MAX_PINS:
+                refused += 1
+                continue
+            pins[key] = (hash_key, domain.hash_key if pinned is None else pinned[1])
+            self._follow(domain, hash_key)
+        return refused
+
+    def _follow(self, domain: Domain, hash_key: int) -> None:
+        """Point ``domain`` at ``hash_key``: its Kinesis records carry it, and its lane is
+        that hash key's (a queue entry in its old lane is dropped as stale)."""
+        domain.hash_key = hash_key
+        domain.explicit_hash_key = str(hash_key)
+        domain.pinned = True
+        lane = self._lane(hash_key)
+        if lane is domain.lane:
+            return
+        domain.lane = lane
+        domain.queued = False
+        if domain.state == READY:
+            domain.queued = True
+            lane.ready.append(domain)
 
     def mark_stale(self, shard_id: str) -> None:
         """``shard_id`` is gone (a record predicted for it landed elsewhere): until the next
@@ -225,10 +303,12 @@ class WaitingRoom:
                 else:
                     lead = entries[0]
                     if length == 1:  # a key's lone record (keys that never repeat): add
-                        count = int(add(lead.data, lead.partition_key, lead.explicit_hash_key))
+                        count = int(add(lead.data, lead.partition_key, domain.explicit_hash_key))
                     else:
                         count = add_run(
-                            list(map(_data, entries)), lead.partition_key, lead.explicit_hash_key
+                            list(map(_data, entries)),
+                            lead.partition_key,
+                            domain.explicit_hash_key,
                         )
                     if count == length:  # the whole run (the common case)
                         nbytes = domain.nbytes
@@ -271,8 +351,7 @@ class WaitingRoom:
         aggregate reads what it can hold, not the whole backlog): how many records and bytes
         were taken, onto ``taken``. Stops when the aggregate is full or the domain empty."""
         entries = domain.entries
-        lead = entries[0]
-        key, explicit_hash_key = lead.partition_key, lead.explicit_hash_key
+        key, explicit_hash_key = entries[0].partition_key, domain.explicit_hash_key
         count = nbytes = 0
         while entries:
             datas = list(map(_data, entries[:_RUN_SLICE]))
@@ -287,10 +366,15 @@ class WaitingRoom:
     def new_domain(self, key: DomainKey, hash_key: int) -> Domain:
         """An idle domain for ``key``, in the lane of ``hash_key``: a pruned one made new if
         there is one. The caller has checked that ``key`` has none."""
-        lane = self._lane(hash_key)
+        pinned = self._pins.get(key) if self._pins else None
+        lane = self._lane(hash_key if pinned is None else pinned[0])
         spares = self._spare_domains
         domain = spares.pop().reuse(key, hash_key, lane) if spares else Domain(key, hash_key, lane)
         self._domains[key] = domain
+        if pinned is not None:
+            domain.hash_key = pinned[0]
+            domain.explicit_hash_key = str(pinned[0])
+            domain.pinned = True
         return domain
 
     def _lane(self, hash_key: int) -> Lane:

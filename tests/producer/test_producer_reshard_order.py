@@ -4,9 +4,9 @@ The Producer writes keyed records without a pause, through the fault proxy, whil
 server splits a shard (at its midpoint, or a third of the way into its range) and then merges
 the two children back. Every shard is then read by independent code (boto3 GetRecords and the
 ``aws-kinesis-agg`` deaggregator), and for every key: its records sit in at most one child of
-the split (readers of siblings run in parallel, so a key in both is delivered out of order)
-unless the producer counted them as misplaced, and read parents first they come in put
-order, each once.
+the split (readers of siblings run in parallel, so a key in both is delivered out of order;
+keys an aggregate in flight put on the other child follow their records there), and read
+parents first they come in put order, each once.
 
 The local server closes the parent and opens the children at the SplitShard call itself, so
 the split happens while calls are in flight, as it does on the service.
@@ -92,11 +92,12 @@ async def test_finding_1_a_split_and_a_merge_under_steady_keyed_writes_put_no_ke
     proxy: FaultProxy,
     split_at: str,
 ) -> None:
-    """At the midpoint, no key has records in both children. A third of the way into the
-    range, aggregates in flight across the split may put keys of one child on the other:
-    exactly the records the producer counts as ``misplaced_records``, and only their keys
-    are in both children. The producer writes through the fault proxy, which throttles or
-    fails one call in ten, so retried aggregates cross the split as well."""
+    """No key has records in both children, at the midpoint or a third of the way into the
+    range, where aggregates in flight across the split may put keys of one child on the
+    other (the producer's ``misplaced_records``): those keys' later records follow them
+    there. Read parents first, every key's records come in put order. The producer writes
+    through the fault proxy, which throttles or fails one call in ten, so retried aggregates
+    cross the split as well."""
     proxy.decide = throttle_some_puts(len(split_at))
     await client.create_stream(stream_name, 2)
     [parent, _] = await shards(client, stream_name)
@@ -191,10 +192,14 @@ async def test_finding_1_a_split_and_a_merge_under_steady_keyed_writes_put_no_ke
             per_shard[shard_id][key].append(int(index))
 
     in_both = sorted(key for key in KEYS if len(held[key] & siblings[parent_id]) > 1)
-    misplaced = {key: n for key, n in wrong_child.items() if n}
-    print(f"\nsplit at {split_at}: {metrics.misplaced_records} misplaced, keys {len(misplaced)}")
-    assert sum(misplaced.values()) == metrics.misplaced_records
-    assert in_both == sorted(misplaced), f"{len(in_both)} keys in both children: {in_both[:5]}"
+    print(f"\nsplit at {split_at}: {metrics.misplaced_records} misplaced, keys {len(wrong_child)}")
+    assert in_both == [], f"{len(in_both)} keys in both children: {in_both[:5]}"
+    # Misplaced records are on a child that does not own their key, and so are the later
+    # records of their keys, which follow them there (a plain record's explicit hash key is
+    # not in GetRecords' answer, so a reader cannot tell those apart).
+    assert metrics.misplaced_records <= sum(wrong_child.values())
+    if split_at == "midpoint":
+        assert not wrong_child
     # Read as a consumer reads, parents before children: every key's records once, in order.
     depth = {shard_id: 0 for shard_id in parents}
     for _ in parents:
@@ -204,6 +209,4 @@ async def test_finding_1_a_split_and_a_merge_under_steady_keyed_writes_put_no_ke
     order = sorted(parents, key=lambda shard_id: depth[shard_id])
     for key in KEYS:
         read = [index for shard_id in order for index in per_shard[shard_id].get(key, [])]
-        if key in misplaced:  # in both children: their order depends on the readers' timing
-            read.sort()
         assert read == list(range(writer.next_index[key])), f"{key}: out of order or incomplete"
