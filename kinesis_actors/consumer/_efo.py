@@ -17,7 +17,7 @@ with other shards (its stream window; see ``client/_h2flow.py``, lessons 1-3).
   shard subscribes more than once per second (the service's rule). A shard that meets only
   ResourceInUse for ``starvation_warning`` seconds is said to be starved: a warning naming the
   shard and the consumer, state ``starved`` (issue 19: it used to stay "reading", silent).
-- No shard is held hostage (issue 31, finding 3): a subscription reset mid-stream made the
+- No shard is held hostage: a subscription reset mid-stream made the
   local server refuse that consumer and shard for 300 s, and the shard delivered nothing
   meanwhile. Refused for ``fallback_after`` seconds, the reader reads the shard by GetRecords
   from its position (a :class:`PollingReader` on the shard's :class:`ReadPacer`, so within the

@@ -104,7 +104,7 @@ class HeldShard:
     - ``starvation_warning``: :meth:`refused` returns True once past it, to say so once
       (issue 19);
     - ``fallback_after`` (None: never): from :meth:`fallback_at` on, the reader reads the
-      shard by GetRecords (:meth:`fell_back`) until the hold ends (issue 31, finding 3: the
+      shard by GetRecords (:meth:`fell_back`) until the hold ends (the
       local server holds a shard 300 s after a reset; the service's own hold after a broken
       connection is not documented). ``fallbacks`` and :meth:`polled_seconds` count it.
     """

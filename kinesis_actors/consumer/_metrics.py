@@ -30,7 +30,7 @@ class ShardMetrics:
     shard stopped the consumer with a typed error, ``starved`` while EFO resubscriptions keep
     meeting ResourceInUse, ``polling`` while such a shard is read by GetRecords.
 
-    A held shard (issue 31, finding 3), EFO: ``fallbacks`` (times it was read by GetRecords
+    A held shard, EFO: ``fallbacks`` (times it was read by GetRecords
     after ``efo_fallback_after`` seconds of ResourceInUse), ``fallback_reads`` (those
     GetRecords calls; also in ``reads``), ``fallback_seconds`` (time so read, as of the last
     read).

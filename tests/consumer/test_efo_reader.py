@@ -170,7 +170,7 @@ async def test_errors_resubscribe_then_give_up_after_too_many_in_a_row() -> None
 
 
 async def test_a_reader_that_waited_on_resource_in_use_does_not_give_up_on_the_next_error() -> None:
-    """Issue 31, finding 2, without a server: more ResourceInUse than the failure limit, then
+    """Without a server: more ResourceInUse than the failure limit, then
     a reset, then an event: the reader reads it instead of raising the reset."""
     in_use = errors.ResourceInUseError("held", code="ResourceInUseException")
     reset = errors.TransportError("injected: connection reset")
@@ -313,10 +313,8 @@ class PolledClient(ScriptedClient):
         return await super().call(operation, params)
 
 
-async def test_finding_3_a_held_shard_is_polled_then_subscribed_from_where_polling_reached() -> (
-    None
-):
-    """Issue 31, finding 3, without a server: refused once, the reader reads by GetRecords
+async def test_a_held_shard_is_polled_then_subscribed_from_where_polling_reached() -> None:
+    """Without a server: refused once, the reader reads by GetRecords
     from its position; its attempts to subscribe meanwhile fail more often than the failure
     limit, which crashes nothing (the shard is read); the first accepted subscription starts
     after the last polled record, and its event ends the polling."""

@@ -7,7 +7,7 @@ injection at all: the real local server answers them, and so is a ResourceInUse:
 answers it to a second subscription of one consumer to one shard (issue 31's test holds one).
 A TCP reset of the stream itself goes through a CONNECT tunnel (``tests/connect_proxy.py``),
 the way the client reaches a server behind ``HTTPS_PROXY``: after it the local server holds
-the shard from that consumer for 300 s (issue 31, finding 3).
+the shard from that consumer for 300 s.
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ async def test_a_reader_that_waited_on_resource_in_use_survives_the_next_reset(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Issue 31, finding 2: the waits counted as consecutive failures, so the first reset
+    """The fault: the waits counted as consecutive failures, so the first reset
     after a long ResourceInUse took the reader past ``max_consecutive_failures``: it crashed
     with an ERROR and a traceback. Here another subscription of the same consumer really
     holds the shard (the server answers ResourceInUse) for more waits than that limit; then
@@ -256,13 +256,13 @@ async def test_a_reader_that_waited_on_resource_in_use_survives_the_next_reset(
 _PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy")
 
 
-async def test_finding_3_a_shard_held_after_a_reset_is_read_by_get_records_meanwhile(
+async def test_a_shard_held_after_a_reset_is_read_by_get_records_meanwhile(
     local_kinesis: LocalKinesis,
     stream_name: str,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Issue 31, finding 3: after a connection is reset mid subscription, the local server
+    """After a connection is reset mid subscription, the local server
     refuses that consumer's subscriptions of the shard for 300 s, and the shard delivered
     nothing meanwhile (998-2,311 records left unread). Here the subscription's own TCP
     connection is reset (a RST both ways, in the CONNECT tunnel it runs through) and records
@@ -320,10 +320,10 @@ async def test_finding_3_a_shard_held_after_a_reset_is_read_by_get_records_meanw
     assert len(warnings) == 1 and shard in warnings[0], warnings
 
 
-async def test_finding_3_a_held_shard_goes_back_to_its_subscription_once_one_is_accepted(
+async def test_a_held_shard_goes_back_to_its_subscription_once_one_is_accepted(
     client: KinesisClient, stream_name: str
 ) -> None:
-    """Issue 31, finding 3, the way back: another subscription of the same consumer holds the
+    """The way back: another subscription of the same consumer holds the
     shard while a consumer resumes inside a KPL aggregate; it reads by GetRecords from exactly
     there (the aggregate's delivered user records skipped). The holder then closes cleanly,
     the server accepts a subscription again within seconds, and the reader is back on it, from

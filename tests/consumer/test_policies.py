@@ -167,7 +167,7 @@ def test_throttles_back_off_and_a_read_resets_them() -> None:
 
 
 def test_resource_in_use_waits_then_one_reset_do_not_reach_the_failure_limit() -> None:
-    """Issue 31, finding 2: the waits counted as failures, so the first reset after a long
+    """The fault: the waits counted as failures, so the first reset after a long
     ResourceInUse crashed the reader. Waiting is not failing."""
     backoff = SubscribeBackoff(EfoSettings(max_consecutive_failures=5), random=lambda: 0.5)
     now = 0.0
@@ -224,7 +224,7 @@ def test_no_two_subscriptions_of_a_shard_are_less_than_the_service_interval_apar
 
 
 def test_a_hold_falls_back_to_get_records_at_its_bound_and_an_event_ends_both() -> None:
-    """Issue 31, finding 3: a shard held past ``fallback_after`` is read by GetRecords; the
+    """A shard held past ``fallback_after`` is read by GetRecords; the
     first event ends the hold and the polling, and the time polled is kept."""
     held = HeldShard(starvation_warning=30.0, fallback_after=10.0)
     assert held.fallback_at() is None  # not held

@@ -85,7 +85,7 @@ def throttle_some_puts(seed: int) -> Callable[[Request], Reply | None]:
 
 
 @pytest.mark.parametrize("split_at", ["midpoint", "a third"])
-async def test_finding_1_a_split_and_a_merge_under_steady_keyed_writes_put_no_key_in_two_children(
+async def test_a_split_and_a_merge_under_steady_keyed_writes_put_no_key_in_two_children(
     local_kinesis: LocalKinesis,
     client: KinesisClient,
     stream_name: str,
