@@ -1,9 +1,11 @@
 """The Spark source over many shards: what a micro-batch costs per shard, and an idle query.
 
-    .venv/bin/python -m benchmarks.spark_scale [--shards 16,128,512,1000] [--idle 10] [--json]
+    .venv/bin/python -m benchmarks.spark_scale [--shards 16,128,512,1000] [--idle 10]
+        [--rows N] [--json]
 
 Each row: a loopback load target (its own process, plain HTTP/1.1, no limits) with ``shards``
-shards and 3 records put on each (by its starting hash key), one local Spark session
+shards and 3 records put on each (by its starting hash key; with ``--rows``, ``N / shards``
+each, so every row reads about the same records), one local Spark session
 (``local[2]``, Python workers reused), default source options. Figures:
 
 - ``available_now_s``: a ``Trigger.AvailableNow`` query into ``noop``, from its start to its
@@ -11,8 +13,8 @@ shards and 3 records put on each (by its starting hash key), one local Spark ses
 - ``tasks_per_batch``: the Spark tasks of each of its micro-batches. The grouping is a pure
   function of a micro-batch's offsets and the options, so it is recomputed here from the
   query's offset log with the source's own ``partitions``;
-- ``worker_cpu_s`` / ``worker_cpu_ms_per_task``: the Python workers' CPU over the query
-  (``/proc``), and per task;
+- ``worker_cpu_s`` / ``worker_cpu_ms_per_task`` / ``worker_cpu_us_per_row``: the Python
+  workers' CPU over the query (``/proc``), per task and per row read;
 - ``runner_net_ms_per_shard``: the source runner's CPU over the query (the driver side: the
   planner's two plans, a busy one and the final one, and Spark's offset exchange), less a
   16-shard warm-up query's (the runner is a new process per query: its start-up), per shard;
@@ -183,19 +185,20 @@ def measure(
     spark: Any = None,
     settle: float = SETTLE_SECONDS,
     shards_per_task: int | None = None,
+    records_per_shard: int = RECORDS_PER_SHARD,
 ) -> dict[str, Any]:
-    """One row: a fresh target of ``shards`` shards with 3 records each, the queries above
-    (no idle query with ``idle`` 0)."""
+    """One row: a fresh target of ``shards`` shards with ``records_per_shard`` records each,
+    the queries above (no idle query with ``idle`` 0)."""
     owned = spark is None
     if spark is None:
         spark, owned = _session()
     spark.dataSource.register(KinesisDataSource)
     load = _load()
     with (
-        LoadTarget(shards=shards, retain_records=RECORDS_PER_SHARD + 2, tls=False) as target,
+        LoadTarget(shards=shards, retain_records=records_per_shard + 2, tls=False) as target,
         tempfile.TemporaryDirectory(prefix="spark-scale-") as tmp,
     ):
-        records = anyio.run(_put, target, RECORDS_PER_SHARD)
+        records = anyio.run(_put, target, records_per_shard)
         options = _options(target)
         if shards_per_task is not None:
             options["shardsPerTask"] = str(shards_per_task)
@@ -215,6 +218,7 @@ def measure(
         row["tasks"] = sum(tasks)
         row["worker_cpu_s"] = workers
         row["worker_cpu_ms_per_task"] = workers * 1000 / max(sum(tasks), 1)
+        row["worker_cpu_us_per_row"] = workers * 1e6 / max(records, 1)
         row["runner_cpu_s"] = row["cpu_s"].get("source_runner", 0.0)
         row.update(_planner(options, shards))
         if idle > 0:
@@ -228,9 +232,17 @@ def run(
     shards: tuple[int, ...] = SHARDS,
     idle: float = IDLE_SECONDS,
     shards_per_task: int | None = None,
+    rows: int | None = None,
 ) -> dict[str, Any]:
+    """Every row of ``shards`` after a 16-shard warm-up; ``rows``: about that many records in
+    every row (``rows // shards`` a shard, at least one), else 3 a shard."""
     started = time.perf_counter()
-    results: dict[str, Any] = {"machine": machine(), "loadavg_start": _load(), "rows": []}
+    results: dict[str, Any] = {
+        "machine": machine(),
+        "loadavg_start": _load(),
+        "rows": [],
+        "rows_option": rows,
+    }
     spark, owned = _session()
     try:
         # Warm-up (the JVM, the workers' imports); its source runner's CPU is the runner's
@@ -238,7 +250,13 @@ def run(
         warm = measure(16, idle=0, spark=spark, shards_per_task=shards_per_task)
         results["warmup"] = warm
         for count in shards:
-            row = measure(count, idle, spark=spark, shards_per_task=shards_per_task)
+            row = measure(
+                count,
+                idle,
+                spark=spark,
+                shards_per_task=shards_per_task,
+                records_per_shard=RECORDS_PER_SHARD if rows is None else max(1, rows // count),
+            )
             net = max(0.0, row["runner_cpu_s"] - warm["runner_cpu_s"])
             row["runner_net_ms_per_shard"] = net * 1000 / count
             results["rows"].append(row)
@@ -252,7 +270,9 @@ def run(
 
 def report(results: dict[str, Any]) -> str:
     head = (
-        f"Spark source, {RECORDS_PER_SHARD} records a shard, local[2], AvailableNow into noop; "
+        f"Spark source, {results.get('rows_option') or RECORDS_PER_SHARD} "
+        f"{'records a row' if results.get('rows_option') else 'records a shard'}, local[2], "
+        "AvailableNow into noop; "
         f"load average {results['loadavg_start']} at start, {results['loadavg_end']} at end; "
         f"{results['seconds']:.0f} s in all"
     )
@@ -262,6 +282,7 @@ def report(results: dict[str, Any]) -> str:
         ("tasks", "tasks", _f(0)),
         ("worker CPU s", "worker_cpu_s", _f(2)),
         ("worker ms/task", "worker_cpu_ms_per_task", _f(0)),
+        ("worker µs/row", "worker_cpu_us_per_row", _f(0)),
         ("runner net ms/shard", "runner_net_ms_per_shard", _f(3)),
         ("planner busy ms/shard", "planner_busy_ms_per_shard", _f(3)),
         ("planner busy wall s", "planner_busy_wall_s", _f(2)),
@@ -277,10 +298,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shards", default=",".join(map(str, SHARDS)), help="comma-separated")
     parser.add_argument("--idle", type=float, default=IDLE_SECONDS, help="idle window, s")
     parser.add_argument("--shards-per-task", type=int, help="the option (default: automatic)")
+    parser.add_argument("--rows", type=int, help="about this many records a row (not 3 a shard)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     counts = tuple(int(part) for part in args.shards.split(","))
-    results = run(counts, args.idle, args.shards_per_task)
+    results = run(counts, args.idle, args.shards_per_task, args.rows)
     print(json.dumps(results, indent=2, default=str) if args.json else report(results))
     return 0
 
