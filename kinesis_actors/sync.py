@@ -35,6 +35,7 @@ from .producer import (
     PutHandle,
     PutHandles,
     StreamInfo,
+    fail_unsent,
 )
 from .runtime import unwrap_sole
 
@@ -282,9 +283,7 @@ class SyncProducer:
 
     @staticmethod
     def _fail(batch: list[_Item], error: BaseException) -> None:
-        for *_, handle in batch:
-            if not handle.done():
-                handle._set_error(error)
+        fail_unsent((handle for *_, handle in batch), error)
 
     def __enter__(self) -> Self:
         return self

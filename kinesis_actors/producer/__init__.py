@@ -16,7 +16,7 @@ from ._calls import (
     PUT_RECORDS_MAX_RECORDS,
 )
 from ._config import ProducerConfig
-from ._handle import PutHandle, PutHandles, PutResult
+from ._handle import PutHandle, PutHandles, PutResult, fail_unsent
 from ._metrics import ProducerMetrics
 from ._producer import Producer
 from ._ratelimit import ShardRateLimiter, ShardStats, TokenBucket
@@ -39,4 +39,5 @@ __all__ = [
     "TokenBucket",
     "arrow_records",
     "describe_stream",
+    "fail_unsent",
 ]

@@ -12,12 +12,20 @@ handles keeps results, never records.
 from __future__ import annotations
 
 import operator
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, overload
 
 import anyio
 
-__all__ = ["NO_OUTCOMES", "PUT_BLOCK", "Outcomes", "PutHandle", "PutHandles", "PutResult"]
+__all__ = [
+    "NO_OUTCOMES",
+    "PUT_BLOCK",
+    "Outcomes",
+    "PutHandle",
+    "PutHandles",
+    "PutResult",
+    "fail_unsent",
+]
 
 PUT_BLOCK = 256  # single puts sharing one Outcomes (a kept handle keeps ~6 KB of results)
 
@@ -247,3 +255,15 @@ class PutHandles(Sequence[PutHandle]):
     def __repr__(self) -> str:
         done = sum(map(self._outcomes.done, range(len(self))))
         return f"<PutHandles {len(self)} records, {done} settled>"
+
+
+def fail_unsent(handles: Iterable[PutHandle], error: BaseException) -> None:
+    """Settle with ``error`` every one of ``handles`` not settled yet.
+
+    For callers that hand out handles before their records reach a producer (``put_many``'s
+    ``handles``, :class:`~kinesis_actors.sync.SyncProducer`'s buffer) when those records
+    never will: each handle then says why, as every record's handle must.
+    """
+    for handle in handles:
+        if not handle.done():
+            handle._set_error(error)

@@ -20,7 +20,7 @@ from .. import errors
 from ..runtime import MailboxClosed
 from ._calls import Entry
 from ._config import ProducerConfig
-from ._handle import NO_OUTCOMES, PUT_BLOCK, Outcomes, PutHandle, PutHandles
+from ._handle import NO_OUTCOMES, PUT_BLOCK, Outcomes, PutHandle, PutHandles, fail_unsent
 from ._ledger import Ledger
 from ._stream import DEFAULT_MAX_RECORD_BYTES
 from ._validation import batch_entries, known_key_facts, prepare_record, valid_key_facts
@@ -155,9 +155,7 @@ class Intake(Ledger):
                 spares=self._spares,
             )
         except BaseException as exc:
-            for handle in handles or ():  # none was queued: every given handle says why
-                if not handle.done():
-                    handle._set_error(exc)
+            fail_unsent(handles or (), exc)  # none was queued: every given handle says why
             raise
         offer_many, index, count = self._offer_many, 0, len(entries)
         try:
