@@ -59,7 +59,7 @@ TAIL_RECORDS = 2_000
 """Records put after the pre-load and a pause: the planner's anchors for the whole pre-load."""
 PAUSE_S = 1.5
 TODAY_DRIVER_US_PER_ROW = 5.2
-"""Driver CPU per row of the previous design, measured before issue 13 (docs/spark.md)."""
+"""Driver CPU per row of the previous design, measured before the executors read (docs/spark.md)."""
 
 SHARDS = 4
 RECORD_BYTES = 100

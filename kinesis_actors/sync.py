@@ -6,7 +6,7 @@ input raises at once, and hands records to the loop in batches: one thread hop p
 per record, because a hop costs about as much as a hundred puts. While the producer's queue is
 full, the hop waits: the caller's thread is backpressured, memory stays bounded.
 
-Every way out is bounded (issue 19): ``close(timeout=...)`` returns within its timeout (plus
+Every way out is bounded: ``close(timeout=...)`` returns within its timeout (plus
 the client's own bounded shutdown), failing what is left with ProducerClosedError, including
 a ``put`` blocked on a full queue in another thread; before, such a close never returned.
 """

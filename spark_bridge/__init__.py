@@ -26,7 +26,7 @@ def register(spark: Any) -> None:
     Speculative execution runs a task twice: for the sink that writes records twice (it is
     at-least-once anyway), for the source it reads a shard's range twice (the same rows, since
     a range is fixed by its offsets; Spark keeps one result, but the reads count against the
-    shard's 5 calls/s). It is detected here and warned about (lesson 27).
+    shard's 5 calls/s). It is detected here and warned about.
 
     A Spark Connect session may refuse to read a setting (serverless platforms allow only a
     few): then there is nothing to warn about from here, and registering goes on.

@@ -5,11 +5,11 @@ a fallback; the default is ``_source`` (the driver plans, the executors read). D
 
 * **Offsets** are the consumer's positions documents: per shard the last (sequence,
   sub-sequence) read, ``finished``, or where reading starts. Spark keeps them in its offset
-  log; nothing else decides where a micro-batch ends (lesson 24).
+  log; nothing else decides where a micro-batch ends.
 * **The driver reads.** ``latestOffset`` starts an actor :class:`~kinesis_actors.Consumer`
   (polling or EFO) in the query's long-lived driver process, from the start offset Spark gives,
   and cuts the next micro-batch from what it has staged, within the read limit. It never
-  waits for data on a normal trigger, so idle shards cost nothing (lesson 25).
+  waits for data on a normal trigger, so idle shards cost nothing.
 * **Partitions carry the rows.** ``partitions`` ships each shard's staged rows as Arrow IPC
   inside its partition; ``read`` on the executor yields them as Arrow batches.
 * **Replay reads again, exactly.** After a restart, the batch at the end of the offset log has
@@ -161,7 +161,7 @@ class DriverReadStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             log.info("resuming from the checkpoint's offset; initialPosition is not used")
         elif self._initial is None:
             log.info(
-                "resuming from the checkpoint's offset (lesson 28: the checkpoint overrides "
+                "resuming from the checkpoint's offset (the checkpoint overrides "
                 "initialPosition=%s)",
                 self._options.initial_position,
             )

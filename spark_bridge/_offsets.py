@@ -19,7 +19,7 @@ before the cut when ``(its sequence, its sub-sequence) <= (sequence, sub)``, wit
 
 Version 2 documents also carry each stream's identity (ARN and creation time, from
 DescribeStreamSummary), so an offset of a stream that was deleted and created again under
-the same name is refused rather than read as if nothing happened (lesson 31). Version 1
+the same name is refused rather than read as if nothing happened. Version 1
 documents (checkpoints written before the executors read, or by ``readPath=driver``) have
 no identity and still load.
 """
@@ -255,7 +255,8 @@ def parse_offset(document: Any, streams: tuple[str, ...]) -> Offset:
 
 
 def check_identity(stream: str, saved: StreamIdentity | None, now: StreamIdentity) -> None:
-    """Refuse an offset written for another incarnation of ``stream`` (lesson 31)."""
+    """Refuse an offset written for another incarnation of ``stream`` (a stream deleted and
+    created again under its name: names alone cannot tell them apart)."""
     if saved is None or saved == now:
         return
     raise PositionsMismatchError(

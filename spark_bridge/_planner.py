@@ -168,7 +168,7 @@ class Planner:
                     ResourceNotFoundError,
                 ) as exc:
                     if isinstance(exc, TransportError) and not is_retryable(exc):
-                        raise  # a certificate that fails verification (lesson 34)
+                        raise  # a certificate that fails verification: permanent
                     if stream in state.listed_at:
                         log.warning("listing %s failed (%s); using the last listing", stream, exc)
                         break

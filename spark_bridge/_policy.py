@@ -1,7 +1,7 @@
 """The planner's decisions, without I/O: where a shard's next micro-batch ends. Sans-IO.
 
 The driver decides a micro-batch's end before any task runs, so the end must be exact without
-reading the data (issue 13). Per shard and trigger the planner's I/O (``_planner``) asks the
+reading the data. Per shard and trigger the planner's I/O (``_planner``) asks the
 service three small questions and this module turns the answers into a cut:
 
 1. **probe**: the first record after the start (GetRecords ``Limit=1``). None at the tip: the
@@ -78,7 +78,9 @@ class Records:
     next_iterator: str | None
     millis_behind: int
     ended: bool
-    """The shard's end, proved: no next iterator and a ChildShards list (lesson 30)."""
+    """The shard's end, proved: no next iterator and a ChildShards list (an error
+    such as ResourceNotFound is no proof: a wrong sequence number or a transient fault says
+    the same)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +181,8 @@ def eligible(
     key: tuple[str, str], listing: Mapping[tuple[str, str], ShardInfo], offset: Offset
 ) -> bool:
     """A shard is planned only once all its parents are finished in the start offset, so its
-    rows come in a later micro-batch than any of theirs (lesson 7). A parent that is neither
+    rows come in a later micro-batch than any of theirs (children read
+    with their parents would put a key out of order). A parent that is neither
     listed nor in the offset has expired: it no longer holds anything back."""
     stream = key[0]
     info = listing.get(key)

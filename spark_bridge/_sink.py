@@ -8,7 +8,7 @@ a wrong column fails the query before any task runs, with a ConfigError naming i
 The driver describes the stream once per batch write or micro-batch, when the writer is
 shipped to the executors: an unknown stream fails the query there, and the tasks reuse that
 description instead of each calling DescribeStreamSummary, which the service limits to 20 a
-second per account (lesson 10).
+second per account.
 
 Each task writes its partition with a :class:`~kinesis_actors.sync.SyncProducer` whose event
 loop starts inside the task (never at import: Python workers are forked and reused), flushes

@@ -2,7 +2,8 @@
 executors read.
 
 * **Offsets** (``_offsets``) are cuts on records the driver saw, plus each stream's identity;
-  they live in Spark's offset log only (lesson 24).
+  they live in Spark's offset log only (a side store drifts from it and a restart cannot
+  replay a micro-batch).
 * **The driver plans** (``_planner`` over ``_policy``): per shard and trigger a few small
   calls find an exact end without reading the data; with read limits it reads to count.
 * **Partitions carry only ranges**: per shard its stream, id, start and end entries, and the
@@ -157,7 +158,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._resumed_logged = True
         if self._initial is None or canonical(start) != self._initial:
             log.info(
-                "resuming from the checkpoint's offset (lesson 28: the checkpoint overrides "
+                "resuming from the checkpoint's offset (the checkpoint overrides "
                 "initialPosition=%s)",
                 self._options.initial_position,
             )

@@ -6,14 +6,14 @@ consumer appends each shard's batches, and a marker when a shard is finished, in
 (slicing the last one at the read limit), and returns the end offset, which is the start offset
 with every shard it touched moved to its last taken row, or marked finished. An offset is the
 consumer's positions document, so everything that decides a micro-batch's end lives in Spark's
-offset log and nowhere else (lesson 24).
+offset log and nowhere else.
 
 Rules that keep a replay identical and order intact:
 
 * a shard's rows are taken in order, and a shard whose item is skipped is skipped for the
   rest of the walk (its later items wait);
 * a child shard is never taken in the same micro-batch as rows of its parents, so per key a
-  parent's rows land in an earlier micro-batch than its children's (lesson 7);
+  parent's rows land in an earlier micro-batch than its children's;
 * under ``Trigger.AvailableNow`` rows that arrived after the cutoff are dropped along with
   the rest of their shard's reads: the query will not read them, and the next query starts
   from the offset, not from what was staged.

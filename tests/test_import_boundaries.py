@@ -1,4 +1,4 @@
-"""No package of ours imports another's private modules (issue 16, item 3).
+"""No package of ours imports another's private modules.
 
 A private module is one with a path segment starting with ``_`` (``__init__`` and ``__main__``
 excepted). Inside one package its modules import each other freely; across a boundary only

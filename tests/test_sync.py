@@ -96,7 +96,7 @@ def test_an_unknown_stream_fails_at_construction(local_kinesis: LocalKinesis) ->
 def test_flush_and_put_after_close_raise_producer_closed(
     local_kinesis: LocalKinesis, stream: str
 ) -> None:
-    """Issue 19 item 12: flush after close raised anyio's "This portal is not running"."""
+    """flush after close raised anyio's "This portal is not running"."""
     producer = _producer(local_kinesis, stream)
     producer.close()
     with pytest.raises(errors.ProducerClosedError):
@@ -108,7 +108,7 @@ def test_flush_and_put_after_close_raise_producer_closed(
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_lesson_16_close_with_a_timeout_returns_and_fails_a_put_blocked_on_a_full_queue(
+def test_close_with_a_timeout_returns_and_fails_a_put_blocked_on_a_full_queue(
     local_kinesis: LocalKinesis, stream: str, proxy: FaultProxy, backend: str
 ) -> None:
     """Every way out is bounded: with the stream throttling every call and a put blocked on a

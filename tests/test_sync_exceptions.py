@@ -1,4 +1,4 @@
-"""A user's exception is the user's (issue 14), for ``with SyncProducer(...)``: what the block
+"""A user's exception is the user's, for ``with SyncProducer(...)``: what the block
 raises leaves it as itself, ``sys.exit(3)`` exits 3, and leaving on an exception is bounded
 by ``exit_grace`` whatever the stream does. Both loop backends, against the local server."""
 

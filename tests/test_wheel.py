@@ -1,4 +1,4 @@
-"""The wheel ships the library and nothing else (issue 16, "The wheel").
+"""The wheel ships the library and nothing else.
 
 Built from this checkout with pip and the dev extra's hatchling (no build isolation, so no
 network), then installed into a fresh virtual environment. The wheel is installed without

@@ -1,4 +1,4 @@
-"""``kinesis-actors consumers list|deregister``: find and remove EFO consumers (lesson 13).
+"""``kinesis-actors consumers list|deregister``: find and remove EFO consumers.
 
 A consumer left registered by a killed job costs money and uses one of the stream's 20
 slots; these commands are the cleanup.

@@ -1,4 +1,4 @@
-"""What the library reads from DynamoDB's replies, checked before it is believed (lesson 29).
+"""What the library reads from DynamoDB's replies, checked before it is believed.
 
 The same rules as ``_replies`` for Kinesis: per operation, the fields read, their presence and
 their JSON type; a reply that breaks them raises

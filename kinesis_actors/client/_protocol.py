@@ -6,7 +6,7 @@ ships, so every operation of the service works with boto3's low-level Python sha
 blobs, datetimes for timestamps, DynamoDB attribute values as ``{"N": "1"}``). This module adds
 what the client needs around them: typed errors instead of error dicts, and UTC timestamps.
 
-Every 2xx reply is checked before it is believed (lesson 29, ``_replies`` and
+Every 2xx reply is checked before it is believed (``_replies`` and
 ``_dynamodb_replies``): a body that is empty, not JSON or not an object, or lacks a field the
 library reads, or whose ``x-amz-crc32`` header (DynamoDB sends one) does not match it, raises
 :class:`~kinesis_actors.errors.MalformedReplyError`, never ``{}`` or a ``KeyError``.

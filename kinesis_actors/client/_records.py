@@ -7,7 +7,7 @@ path that says exactly what is wrong. The output is botocore's, member for membe
 as bytes, ``ApproximateArrivalTimestamp`` as a UTC datetime, nulls and unknown members left
 out); a test compares the two. Measured on 1,000 records of 100 B: see ``docs/architecture.md``.
 
-Two rules guard the end of a shard, which only these replies can prove (lesson 29):
+Two rules guard the end of a shard, which only these replies can prove:
 
 - a GetRecords reply without ``NextShardIterator`` ends the shard only if it is otherwise
   well-formed (``Records`` a list, ``MillisBehindLatest`` an integer) and names the children

@@ -1,4 +1,4 @@
-"""Replies are checked before they are believed (lesson 29), sans-IO.
+"""Replies are checked before they are believed, sans-IO.
 
 A 2xx reply whose body is empty, truncated, not JSON, not an object, or lacks a field the
 library reads is not an answer: botocore's parser turns an empty body into ``{}``, and ``{}``

@@ -115,7 +115,7 @@ def is_retryable(error: BaseException) -> bool:
     believed) and transport failures (a connection refused or reset, a timeout) are
     retryable; everything else is not: bad input, missing resources, access denied or a bad
     signature, expired iterators (which need a *new* request), and a server certificate that
-    failed verification (another attempt meets the same certificate; lesson 34).
+    failed verification (another attempt meets the same certificate).
     """
     if isinstance(error, errors.CertificateError):
         return False

@@ -1,5 +1,5 @@
 """TLS contexts, and transport failures as typed errors: a certificate that fails
-verification is permanent (lesson 34), everything else is worth another attempt.
+verification is permanent, everything else is worth another attempt.
 
 The CA bundle follows botocore's configuration, as boto3, the KCL and the KPL do for users
 behind TLS inspection: ``verify=True`` (the default) means "verify, with the bundle botocore is

@@ -36,10 +36,10 @@ class ReaderActor(Actor[None]):
     A source actor (``ChildSpec(source=True)``): its input is the shard, not a mailbox, and a
     rewind or a lost lease reaches it as a cancellation of its generation's scope.
 
-    It never awaits the buffer, so a shard nobody takes from holds only its own reader (lesson
-    1). After the shard's end it stays until the shard is finished (everything committed),
-    because a processor's restart may rewind the shard and need it again; a rewind cancels the
-    current generation and reading starts over from the committed position. Closing its
+    It never awaits the buffer, so a shard nobody takes from holds only its own reader
+    (FLINK-34071). After the shard's end it stays until the shard is finished (everything
+    committed), because a processor's restart may rewind the shard and need it again; a rewind
+    cancels the current generation and reading starts over from the committed position. Closing its
     reader (an EFO subscription waits for the server) is bounded by ``close_timeout``, which
     fits inside the child's ``cleanup_timeout`` (``_supervision``).
     """
@@ -85,7 +85,7 @@ class ReaderActor(Actor[None]):
                 if not pipeline.try_credit():
                     await pipeline.wait_credit()
                 try:
-                    read = await reader.read()  # the end only on proof (lessons 29, 30)
+                    read = await reader.read()  # the end only on proof
                 except BaseException:
                     pipeline.withdraw_credit(generation)  # it must not leak with a crashed read
                     raise

@@ -18,7 +18,7 @@ class RecordBatch:
     of a batch (for instance, up to a row in the middle of an aggregate). ``origin`` is the
     consumer that read it (its slices keep it): ``commit`` takes only its own consumer's
     batches, so a batch of another consumer of the same stream cannot move this one's
-    position past records it never delivered (issue 19, item 4).
+    position past records it never delivered.
     """
 
     __slots__ = ("_arrow", "last_position", "millis_behind_latest", "origin", "shard_id", "stream")

@@ -165,7 +165,7 @@ class ConsumerConfig:
     - ``max_calls_per_second`` and ``max_bytes_per_second``: the per-shard read budget,
       the service's 5 calls/s and 2 MiB/s by default.
     - ``idle_backoff_initial`` / ``idle_backoff_max``: the wait after an empty read, doubling
-      per consecutive empty read (lesson 8: idle shards are not hammered).
+      per consecutive empty read (idle shards are not hammered).
       ``idle_reads_per_second`` caps the empty reads of all idle shards together (a shared
       calendar of read slots), so a large consumer's idle cost stays flat; an idle shard
       then waits up to ``idle_backoff_max + shards / idle_reads_per_second`` (1,000 shards:

@@ -114,7 +114,7 @@ class Consumer(ShardScheduler):
         self._rediscover = anyio.Event()
         self._reschedule = anyio.Event()
         # An unknown stream fails here (ResourceNotFoundError), a document of another
-        # stream or incarnation too (PositionsMismatchError, lesson 31).
+        # stream or incarnation too (PositionsMismatchError).
         self._identities = await open_identities(self._client, self._streams, self._saved_ids)
         config = self._config
         if config.mode == "efo":

@@ -1,11 +1,11 @@
-"""Shard discovery: one paginated ListShards per stream (lessons 9 and 10).
+"""Shard discovery: one paginated ListShards per stream.
 
 ListShards, not DescribeStream (10 TPS per account, 100 shards per page). Every page is
 followed with its NextToken, so any shard count works; an expired token starts the listing
 over. The consumer calls this once per round for all of its streams, every
 ``shard_discovery_interval`` seconds with jitter, and early when a shard ends with children
 it has not seen. Each page is checked (``_replies``): a garbled one is a typed
-``MalformedReplyError``, never a ``KeyError`` (lesson 29).
+``MalformedReplyError``, never a ``KeyError``.
 """
 
 from __future__ import annotations

@@ -5,18 +5,19 @@ only task that ever touches the subscription: it opens it, pulls one event per `
 (after the core has taken a credit), and every failure (end of stream, exception event,
 transport error, watchdog, ResourceInUse) lands in the one ``read()`` loop, which closes the
 current subscription *by generation* and opens the next one from the last continuation
-(lesson 4). Nothing takes an event without a credit, so a backpressured shard takes nothing
-and HTTP/2 flow control pushes back on its own stream only, even on a connection it shares
-with other shards (its stream window; see ``client/_h2flow.py``, lessons 1-3).
+(FLINK-39660: stale callbacks disposed of the new subscription). Nothing takes an event
+without a credit, so a backpressured shard takes nothing and HTTP/2 flow control pushes back
+on its own stream only, even on a connection it shares with other shards (its stream window;
+see ``client/_h2flow.py``).
 
 - Each event advances the position to ``AFTER_SEQUENCE_NUMBER(continuation)``, empty events
-  included (lesson 15); a null continuation ends the shard for good (lesson 5).
+  included; a null continuation ends the shard for good.
 - Subscriptions are renewed after ``subscription_lifetime`` (the service's 5 minutes) or when
   the server ends the stream; exception events and read timeouts resubscribe from the last
-  delivered position (lesson 14); ResourceInUse backs off exponentially (lesson 6), and no
+  delivered position; ResourceInUse backs off exponentially, and no
   shard subscribes more than once per second (the service's rule). A shard that meets only
   ResourceInUse for ``starvation_warning`` seconds is said to be starved: a warning naming the
-  shard and the consumer, state ``starved`` (issue 19: it used to stay "reading", silent).
+  shard and the consumer, state ``starved`` (it used to stay "reading", silent).
 - No shard is held hostage: a subscription reset mid-stream made the
   local server refuse that consumer and shard for 300 s, and the shard delivered nothing
   meanwhile. Refused for ``fallback_after`` seconds, the reader reads the shard by GetRecords
@@ -25,7 +26,7 @@ with other shards (its stream window; see ``client/_h2flow.py``, lessons 1-3).
   backoff's cadence from where polling reached; the first event of an accepted subscription
   ends the polling. One position throughout, so neither way repeats or skips a record.
   :class:`~._efo_policy.HeldShard` keeps the hold's clock, without I/O.
-- Waiting is not failing (issue 31): ResourceInUse is the service saying another subscription
+- Waiting is not failing: ResourceInUse is the service saying another subscription
   still holds the shard, so it backs off like an error but does not count toward
   ``max_consecutive_failures``; only errors in a row do (resets, exception events, the
   watchdog), and then the reader crashes to its supervisor. It used to count, so a reader that
@@ -33,7 +34,7 @@ with other shards (its stream window; see ``client/_h2flow.py``, lessons 1-3).
   traceback. :class:`~._efo_policy.SubscribeBackoff` keeps both counts, without I/O.
 - A watchdog resubscribes when no event arrived for ``watchdog_timeout`` seconds of *asking*
   (time spent waiting for a credit does not count), so a zombie subscription cannot hang a
-  shard (lesson 6).
+  shard.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ DISPOSE_TIMEOUT = SUBSCRIPTION_CLOSE + 0.5
 
 def _checked_event(event: Any) -> Mapping[str, Any]:
     """An event the reader can believe: ``Records`` a list, ``MillisBehindLatest`` an int
-    (so that a missing continuation means the end, not a garbled event, lesson 29)."""
+    (so that a missing continuation means the end, not a garbled event)."""
     if not isinstance(event, Mapping):
         raise errors.MalformedReplyError(
             f"an event that is not an object: {event!r:.200}", operation="SubscribeToShard"
@@ -222,7 +223,7 @@ class EfoReader:
                 continue
             except errors.KinesisError as exc:
                 # Exception events, resets, read timeouts (e.g. after long backpressure):
-                # recoverable, from the last delivered position (lesson 14).
+                # recoverable, from the last delivered position.
                 log.info("%s/%s: subscription failed: %s", self._stream, self._shard_id, exc)
                 self._metrics.transient_errors += 1
                 await self._dispose(generation, "error")
@@ -257,7 +258,7 @@ class EfoReader:
     async def _not_found(self, exc: errors.ResourceNotFoundError) -> bool:
         """ResourceNotFound on the subscription: True if the shard expired (no longer
         listed); False to resubscribe (backed off); ShardUnreadableError for an open shard
-        that keeps failing, or when the stream is gone (lesson 30, ``_proof``)."""
+        that keeps failing, or when the stream is gone (``_proof``)."""
         await self._check_consumer()
         self._metrics.not_found += 1
         if await judge_not_found(
@@ -304,7 +305,7 @@ class EfoReader:
         if continuation:
             self._position = StartingPosition.after_sequence_number(continuation)
         else:
-            # A null continuation is the shard's end: never resubscribe (lesson 5).
+            # A null continuation is the shard's end: never resubscribe.
             self._finished = True
             await self._dispose(generation, None)
         return ShardRead(
@@ -385,7 +386,7 @@ class EfoReader:
                     self._finished = True
                 return
             if isinstance(exc, errors.ValidationError) and position.sequence_number is not None:
-                # InvalidArgument for a sequence number: not this shard's (lesson 31).
+                # InvalidArgument for a sequence number: not this shard's.
                 raise unreadable(self._stream, self._shard_id, position, str(exc), exc) from exc
             if isinstance(exc, errors.KinesisError) and not isinstance(
                 exc, errors.ConfigError | errors.CertificateError
@@ -419,9 +420,9 @@ class EfoReader:
             self._count(cause)
 
     def _in_use(self) -> None:
-        """ResourceInUse: back off, without counting it as a failure (issue 31); past
+        """ResourceInUse: back off, without counting it as a failure; past
         ``starvation_warning`` seconds of nothing but ResourceInUse, say so once, in the log
-        and the shard's state (lesson 6, issue 19)."""
+        and the shard's state."""
         now = self._clock()
         self._backoff.in_use(now)
         held = self._held

@@ -35,11 +35,11 @@ class SubscribeBackoff:
     """When a shard's next SubscribeToShard may go, and when its reader has failed too often.
 
     Sans-IO: every method takes ``now``, the jitter comes from ``random`` (injectable); the
-    reader sleeps and raises. Two counts, because waiting is not failing (issue 31):
+    reader sleeps and raises. Two counts, because waiting is not failing:
 
     - ``attempts``: subscriptions in a row that brought no event, errors and ResourceInUse
       alike. It sets the backoff: ``backoff_initial`` doubling up to ``backoff_max``, the wait
-      drawn between ``min_subscribe_interval`` and that ceiling (lesson 6).
+      drawn between ``min_subscribe_interval`` and that ceiling.
     - ``failures``: the errors among them. Past ``max_consecutive_failures`` the reader gives
       up. A ResourceInUse is not one: it is waited out however long it lasts (the starvation
       warning says when that is long), and the errors before it still count after it.
@@ -101,8 +101,7 @@ class HeldShard:
     last event (:meth:`refused`) and ends with the next event (:meth:`released`); errors in
     between neither begin nor end it. Two thresholds, from its beginning:
 
-    - ``starvation_warning``: :meth:`refused` returns True once past it, to say so once
-      (issue 19);
+    - ``starvation_warning``: :meth:`refused` returns True once past it, to say so once;
     - ``fallback_after`` (None: never): from :meth:`fallback_at` on, the reader reads the
       shard by GetRecords (:meth:`fell_back`) until the hold ends (the
       local server holds a shard 300 s after a reset; the service's own hold after a broken

@@ -1,9 +1,9 @@
-"""Positions know their stream (lesson 31), sans-IO.
+"""Positions know their stream, sans-IO.
 
 A positions document keyed by stream names alone cannot tell a stream from another one of the
 same name: one deleted and created again (every dev/test reset, some redeploys) has new shards
 whose ids repeat the old ones, so a resume took the old document's ``finished`` shards and
-positions for the new stream's and delivered nothing (issue 19: 0 of 20 new records).
+positions for the new stream's and delivered nothing (measured: 0 of 20 new records).
 
 So a document carries each stream's identity, from DescribeStreamSummary at open: its ARN and
 its creation time (a re-created stream keeps its ARN, not its creation time)::

@@ -23,7 +23,7 @@ class ShardMetrics:
     ``backpressured_seconds`` (both modes) is the time the reader waited for a credit because
     the application had not taken the shard's batches.
 
-    Hostile-server counters (issue 19): ``not_found`` (ResourceNotFound on a shard the list
+    Hostile-server counters: ``not_found`` (ResourceNotFound on a shard the list
     still shows, each retried), ``poison_records`` (malformed records skipped under
     ``poison_records="skip"``), ``starvations`` (EFO: times the shard met nothing but
     ResourceInUse for ``efo_starvation_warning`` seconds). ``state`` is ``failed`` when the

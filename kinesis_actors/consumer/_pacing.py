@@ -6,7 +6,7 @@ Three rules, each a lower bound on the time of the next call:
 * the byte rate: a response of *b* bytes is worth ``b / max_bytes_per_second`` seconds of
   the shard's read budget (a 10 MiB answer costs 5 s, as the service itself enforces);
 * backoff: after an empty read the wait doubles from ``idle_initial`` up to a bound, so an
-  idle shard is polled a few times a minute rather than hammered (lesson 8, FLINK-36947);
+  idle shard is polled a few times a minute rather than hammered (FLINK-36947);
   after a throttle the same with the throttle settings. Any non-empty read resets both.
 * caught up (off by default): a read that returned records while the shard was less than
   ``caught_up_millis`` behind its tip waits at least ``caught_up_interval``, so a trickling
@@ -18,7 +18,7 @@ Three rules, each a lower bound on the time of the next call:
   core measured. An idle wait is shortened by up to ``idle_jitter`` of itself (never
   lengthened), so shards that went idle together do not poll in step.
 
-And one rule for GetShardIterator, the recovery path (lesson 33): at most
+And one rule for GetShardIterator, the recovery path: at most
 ``max_iterators_per_second`` per shard (the service allows 5), and after an expired iterator
 the next one waits ``recovery_initial``, doubling while expiries repeat, up to
 ``recovery_max``. Measured through the fault proxy with every GetRecords answered
@@ -182,7 +182,7 @@ class ReadPacer:
         self._iterator_at = max(self._iterator_at, now + gap)
 
     def expired(self, now: float) -> None:
-        """The iterator expired: the next one waits, longer each time in a row (lesson 33)."""
+        """The iterator expired: the next one waits, longer each time in a row."""
         settings = self._settings
         wait = settings.recovery_initial * 2.0 ** min(self._expired_streak, 32)
         self._expired_streak += 1

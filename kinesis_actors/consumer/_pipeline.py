@@ -111,7 +111,7 @@ class ShardPipeline:
 
     @property
     def end_reached(self) -> bool:
-        """The reader met the shard's end (proved, lessons 29 and 30)."""
+        """The reader met the shard's end (proved)."""
         return self._end_reached
 
     @property

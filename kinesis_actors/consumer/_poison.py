@@ -1,4 +1,4 @@
-"""Poison records: a malformed record in a reply from the server (issue 19, item 9). Sans-IO.
+"""Poison records: a malformed record in a reply from the server. Sans-IO.
 
 A record without ``Data``, ``SequenceNumber``, ``ApproximateArrivalTimestamp`` or
 ``PartitionKey``, with bad base64 or a sequence number that is not a string of digits, cannot

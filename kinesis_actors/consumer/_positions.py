@@ -4,16 +4,16 @@ Sans-IO. A shard's entry is one of
 
 * ``{"sequence_number": "…", "sub_sequence_number": n}``: the last committed user record;
   resuming reads at that sequence number and drops the user records at or before ``n``, so a
-  restart in the middle of a KPL aggregate neither repeats nor skips one (lesson 12);
+  restart in the middle of a KPL aggregate neither repeats nor skips one;
 * ``{"finished": true}``: read to its end and everything committed. Saved atomically with
   the other shards' positions, so a restore never re-reads a parent or starts a child early
-  across a split (lesson 7);
+  across a split;
 * ``{"start": {...}}``: nothing committed yet; where reading began (LATEST is recorded as the
   moment its first iterator was taken, so nothing that arrives while stopped is skipped).
 
 The document carries a version and the stream names, and each stream's identity when known
-(``_identity``, lesson 31); anything else is a ConfigError. Sequence numbers are checked
-against the service's rule (digits, at most 129) here, before any call (issue 19, item 10).
+(``_identity``); anything else is a ConfigError. Sequence numbers are checked
+against the service's rule (digits, at most 129) here, before any call.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A shard ends only on proof (lesson 30): what to make of ResourceNotFound while reading.
+"""A shard ends only on proof: what to make of ResourceNotFound while reading.
 
 "ResourceNotFound" on GetRecords, GetShardIterator or SubscribeToShard used to be taken for
 "the shard expired" and the shard was marked finished for good. It can also mean a sequence
@@ -102,7 +102,7 @@ async def judge_not_found(
     True if the shard is no longer listed (it expired: a legitimate end); False to retry
     from the same position (the caller paces it); ShardUnreadableError when the stream is
     gone or the listed shard has failed ``policy.retries`` times in a row. A permanent error
-    of the check itself (a certificate that fails verification, lesson 34) propagates.
+    of the check itself (a certificate that fails verification) propagates.
     ``stream`` is the stream's name or ARN (what the reader's calls name); errors name it."""
     ref, stream = stream, StreamRef.parse(stream).name
     try:

@@ -70,13 +70,13 @@ class ShardReader(Protocol):
 class PollingReader:
     """GetRecords on one shard, paced by a :class:`ReadPacer`.
 
-    Expired iterators are renewed from the position after the last record read, paced
-    (lesson 33); throttles (after the client's own retries) back the shard off. Each call
-    returns one GetRecords answer, empty ones included, so the caller sees every read for its
-    metrics. The shard ends only on proof (lessons 29, 30): a whole reply without a next
-    iterator, or the shard gone from the list after a ResourceNotFound (``_proof``); an open
-    shard that cannot be read raises :class:`~kinesis_actors.errors.ShardUnreadableError`.
-    Malformed records follow ``poison`` (``_poison``).
+    Expired iterators are renewed from the position after the last record read, paced (at most 5
+    GetShardIterator calls a second); throttles (after the client's own retries) back the shard
+    off. Each call returns one GetRecords answer, empty ones included, so the caller sees every
+    read for its metrics. The shard ends only on proof: a whole reply without a next iterator,
+    or the shard gone from the list after a ResourceNotFound (``_proof``); an open shard that
+    cannot be read raises :class:`~kinesis_actors.errors.ShardUnreadableError`. Malformed
+    records follow ``poison`` (``_poison``).
     """
 
     def __init__(

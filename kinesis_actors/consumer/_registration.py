@@ -3,7 +3,7 @@
 * ``lazy``: every consumer process calls :func:`ensure_consumer` at open: find the consumer by
   its (deterministic) name, register it if absent, wait until it is ACTIVE. A concurrent
   registrant's ``ResourceInUseException`` is resolved with DescribeStreamConsumer, so racing
-  workers end up with the same ARN and nothing leaks (lesson 13).
+  workers end up with the same ARN and nothing leaks.
 * ``eager``: a driver calls :func:`register_consumers` once and hands the ARNs to the workers
   as ``ConsumerConfig(consumer_arns=...)``.
 * ``none``: the user supplies the ARNs; :func:`validate_consumer` checks them at open and fails

@@ -1,11 +1,11 @@
-"""The consumer's own checks of the replies it believes, sans-IO (lesson 29).
+"""The consumer's own checks of the replies it believes, sans-IO.
 
 The client validates every 2xx reply for the fields the library uses and raises
 :class:`~kinesis_actors.errors.MalformedReplyError` (retried like a 5xx) for one it cannot
 believe. The consumer checks again here, for two reasons: a shard must end only on proof, so
 "no ``NextShardIterator``" counts only in a reply that is otherwise whole (``Records`` and
 ``MillisBehindLatest`` present), and nothing here may ever read a field with ``[]`` that a
-garbled reply could lack (a bare ``KeyError`` crashed readers and discovery, issue 19).
+garbled reply could lack (a bare ``KeyError`` crashed readers and discovery).
 
 Every function raises ``MalformedReplyError`` naming the operation; the callers treat it like
 any other service failure (retried, paced, bounded).

@@ -11,7 +11,7 @@ It depends on nothing but the shard's own name, so every worker computes the sam
 any time, across restarts and resharding, with no coordination: no shard is read by two
 workers and none by no worker.
 
-**The parent gate (lesson 11).** A child is read only once each of its parents is
+**The parent gate.** A child is read only once each of its parents is
 *released*: read to its end and, for this worker, handed on (see ``_pipeline``). A parent no
 longer listed has expired and counts as released. A parent that belongs to *another* worker
 cannot be observed from here; it counts as released as soon as the child exists (the parent

@@ -7,7 +7,7 @@ another shard's, so each supervisor stops its children concurrently
 shards. Measured against the local server with 32 EFO shards, 31 s before, about 1 s after
 (docs/runtime.md, "Shutdown").
 
-How many restarts, of whom (issue 31). ``restart_intensity`` (5 within 30 s by default) is
+How many restarts, of whom. ``restart_intensity`` (5 within 30 s by default) is
 a budget *per reader* (:attr:`IntensityScope.CHILD`) but one budget *for all the processors*:
 
 * Readers. A shard's reader depends on no other shard's, and the failures that crash readers
@@ -116,7 +116,7 @@ def last_failure(gave_up: RestartIntensityExceeded) -> BaseException:
     """What :meth:`Consumer.run` raises when its processors give up: the last exception itself
     (most often the handler's own), noted with the restarts the supervisor counted.
 
-    A user's exception is the user's (issue 14): ``except KeyError`` around ``run()`` catches
+    A user's exception is the user's: ``except KeyError`` around ``run()`` catches
     the handler's ``KeyError``. ``RestartIntensityExceeded`` is kept for failures that are
     the library's (the readers'), where no exception of the user's is behind them.
     """

@@ -1,6 +1,6 @@
 """What travels through the producer: accepted records, and the PutRecords calls built of them.
 
-The call limits are the service's (lesson 21: a client that sent 501-record batches had every
+The call limits are the service's (a client that sent 501-record batches had every
 such call rejected); the KPL caps a call at 5 MiB, which is the default here too.
 """
 

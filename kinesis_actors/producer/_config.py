@@ -18,7 +18,7 @@ _MAX_AGGREGATE_BYTES = 10 * 1024 * 1024  # the largest record any stream accepts
 class ProducerConfig:
     """Every knob of the producer, with defaults sized for one 1 MiB/s, 1,000 records/s shard.
 
-    Queue (the backpressure, lessons 16 and 17):
+    Queue (the backpressure):
 
     - ``queue_limit_records`` (10,000) and ``queue_limit_bytes`` (8 MiB) bound what has been
       accepted by ``put`` and not yet acknowledged or failed. The defaults hold eight to ten
@@ -34,7 +34,7 @@ class ProducerConfig:
     - ``backpressure_warning_after`` (1 s): a ``put`` that waited this long logs a warning,
       at most one per ``backpressure_warning_interval`` (10 s).
 
-    Aggregation and collection (lessons 21 and 23):
+    Aggregation and collection:
 
     - ``aggregation`` (on): pack user records predicted for the same shard into KPL aggregates
       of at most ``aggregation_max_bytes`` (51,200, the KPL default).
@@ -43,7 +43,7 @@ class ProducerConfig:
       records per PutRecords call.
     - ``max_in_flight_calls`` (8): PutRecords calls outstanding at once.
 
-    Pacing and retries (lessons 18, 19 and 22):
+    Pacing and retries:
 
     - ``rate_limit`` (1.0): fraction of each shard's limits (1,000 records/s, 1 MiB/s) the
       client allows itself. The KPL uses 1.5 so that the service has the final say; measured
@@ -58,7 +58,7 @@ class ProducerConfig:
     - ``retry_base`` (0.1 s) and ``retry_max`` (5 s): full-jitter backoff of a failed record
       before it is sent again. Retryable failures (throttling, 5xx, dropped connections) are
       retried until ``record_ttl``. The producer alone retries PutRecords: the client makes
-      one attempt per call, whatever its retry policy says for PutRecords (lesson 32).
+      one attempt per call, whatever its retry policy says for PutRecords.
     - ``record_ttl`` (None: never give up): a record not acknowledged within this many seconds
       of ``put`` fails with :class:`~kinesis_actors.errors.RecordExpiredError`, which says how
       many attempts were made; its ``__cause__`` is the last failure. The deadline is checked

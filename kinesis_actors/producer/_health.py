@@ -8,7 +8,7 @@ clock. :meth:`EndpointHealth.warn` says so once it has lasted ``backpressure_war
 then every ``backpressure_warning_interval``, naming the endpoint, the error and how long.
 The two warnings are a pair: "answers again" is said only after "has not answered" was. A
 transport error that the next call recovers from before the warning is due is no outage
-anyone was told of (issue 31: "answers again after 0.0s" after every single reset, 46-59
+anyone was told of (measured before: "answers again after 0.0s" after every single reset, 46-59
 lines a run with no warning before them).
 
 ``now`` comes in (the loop's clock); the same moment is also kept on ``time.monotonic`` so

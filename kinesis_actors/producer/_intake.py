@@ -1,5 +1,5 @@
 """How records get into a producer: validation, a slot for each outcome, and admission
-into the bounded queue, waiting while it is full (the backpressure, lesson 16).
+into the bounded queue, waiting while it is full (the backpressure).
 
 :class:`Intake` is the put side of :class:`~._producer.Producer`, which extends it
 (inheritance, as with :class:`~._ledger.Ledger`: the put path gains no call). The queue is the

@@ -3,16 +3,17 @@
 Records wait in *ordering domains*, one per ``(partition_key, explicit_hash_key)``; domains
 wait in *lanes*, one per predicted shard (one lane, ``"*"``, for streams whose records the
 service places itself). A PutRecords call is built by taking Kinesis records from the lanes
-round robin; each Kinesis record is a KPL aggregate of records predicted for its lane (lesson
-23), or one plain record. Each lane is paced by its shard's token buckets (lessons 19 and 22).
+round robin; each Kinesis record is a KPL aggregate of records predicted for its lane (a
+reader may drop records of keys its shard does not own), or one plain record. Each lane is
+paced by its shard's token buckets.
 
 With ``preserve_order`` a domain has at most one Kinesis record in flight: its next records
 wait until that one is acknowledged. A failed record goes back to the front of its domain,
 which then waits out a jittered backoff, so a retry is never overtaken by a later record of
 its key. Every record leaves through ``settle`` exactly once, acknowledged or failed with a
-typed error (lesson 18).
+typed error.
 
-Across a reshard (lesson 43): an aggregate holds records of one half of its shard's hash
+Across a reshard: an aggregate holds records of one half of its shard's hash
 range, so a split at the midpoint leaves every aggregate in flight whole on one child; an
 acknowledgement from another shard than predicted turns the lane stale at once, and until a
 listing shows the new shards its Kinesis records hold one key each, which land on the shard
@@ -446,7 +447,7 @@ class Pipeline(WaitingRoom):
         """One Kinesis record of a call failed, or its outcome is ``unknown``.
 
         A throttle of the whole call reaches the pacing of every shard in it, exactly like a
-        throttle of each record would (lesson 32). ``succeeded``: the answer's successes not
+        throttle of each record would. ``succeeded``: the answer's successes not
         yet given to the pacing, per lane; a throttle of a lane gives them first.
         """
         if isinstance(error, errors.ThrottlingError):
@@ -498,7 +499,7 @@ class Pipeline(WaitingRoom):
             if waited and group[-1].enqueued > entries[len(group)].enqueued:
                 # Without preserve_order a key's records in flight can fail in any order, and
                 # the younger ones came back first. Oldest first again (a stable sort: records
-                # accepted together keep their order), where the TTL sweep looks (lesson 32).
+                # accepted together keep their order), where the TTL sweep looks.
                 entries.sort(key=_enqueued)
             domain.nbytes += sum(entry.size for entry in group)
             self.pending_records += len(group)

@@ -1,8 +1,8 @@
 """The Producer: a bounded queue in front of supervised actors that speak PutRecords.
 
 ``put`` validates the record and sends it into the bounded queue, which is the dispatcher
-actor's mailbox (``_sender.py``), waiting while it is full: that is the backpressure (lesson
-16; the put side is :class:`~._intake.Intake`). The dispatcher takes the records into the
+actor's mailbox (``_sender.py``), waiting while it is full: that is the backpressure (the
+put side is :class:`~._intake.Intake`). The dispatcher takes the records into the
 sans-IO :class:`Pipeline`, and call senders send its calls, at most ``max_in_flight_calls``
 at once; each outcome goes back into the pipeline, which settles every record's handle
 exactly once (in the :class:`~._ledger.Ledger`) and gives its room in the queue back, waking
@@ -57,7 +57,7 @@ class Producer(Intake):
 
     ``stream_info`` (from :func:`describe_stream`) skips the DescribeStreamSummary at open:
     many short-lived producers of one job (Spark tasks) share one description made by their
-    driver, since that call is limited to 20 a second per account (lesson 10).
+    driver, since that call is limited to 20 a second per account.
     """
 
     def __init__(

@@ -4,7 +4,7 @@ A shard accepts 1,000 records/s and 1 MiB/s of writes. Like the KPL, the produce
 bucket and a byte bucket per predicted shard, each allowed ``rate_limit`` times the service limit
 (1.0 by default: measured, the KPL's 1.5 only buys throttles; see ``ProducerConfig``). On top of
 that each shard has its own factor in ``[min_factor, 1]``: a throttled record multiplies it by
-``decrease`` (gently: lesson 19, a single throttled record must not halve the send rate) and
+``decrease`` (gently: a single throttled record must not halve the send rate) and
 successful records add it back additively, each by the share of the shard's capacity it used
 (a KPL aggregate as much as the records it carries). A throttled shard slows only itself.
 
@@ -39,7 +39,7 @@ class TokenBucket:
     through :meth:`charge` (debt for work already committed to), never through :meth:`try_take`.
 
     An amount larger than the capacity could never be taken from a bucket that never holds that
-    many tokens (lesson 22: a record bigger than the byte bucket waited forever). So asking for
+    many tokens (a record bigger than the byte bucket waited forever). So asking for
     such an amount, through :meth:`try_take` or :meth:`time_until`, first grows the capacity to
     that amount, for good; the caller then waits at most ``amount / rate_per_s`` seconds.
     """
@@ -198,7 +198,7 @@ class ShardRateLimiter:
     A shard's ceilings are ``records_per_s * rate_limit`` records/s and ``bytes_per_s *
     rate_limit`` bytes/s; its current rates are those times its factor, and each bucket holds one
     second of its current rate. The byte bucket always holds at least ``max_record_bytes``, so
-    the largest valid record is never starved (lesson 22).
+    the largest valid record is never starved.
 
     ``on_throttled`` multiplies the factor by ``decrease`` (at most once per ``cooldown``
     seconds per shard, because one PutRecords response often reports many throttled records for

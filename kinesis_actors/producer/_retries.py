@@ -1,6 +1,6 @@
 """What becomes of a record whose PutRecords attempt failed: again, later, or never.
 
-The producer is the one owner of PutRecords retries (lesson 32): it sends each call with the
+The producer is the one owner of PutRecords retries: it sends each call with the
 client's retries off, so every failure of a call, whole or per record, lands here once. A
 client that retried ten times inside each producer attempt made ``record_ttl=1`` fail records
 after 12.8-14.1 s, said "after 1 attempt(s)", and hid 9 throttles of 11 from the shard's

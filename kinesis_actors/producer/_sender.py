@@ -13,7 +13,7 @@ One supervisor (the runtime's, one_for_one, its children stopped concurrently) r
   ``shard_map_min_refresh_interval``, and says when puts wait long or the endpoint does not
   answer;
 * ``max_in_flight_calls`` *call sender* actors, each with a mailbox of one call: it sends the
-  call with the client's retries off (the pipeline owns retries, lesson 32) and gives the
+  call with the client's retries off (the pipeline owns retries) and gives the
   outcome back to the pipeline, which settles the records.
 
 A sender that crashes (a bug, not a failed call: those are outcomes) loses nothing: the
@@ -68,7 +68,7 @@ __all__ = ["Delivery", "Sender"]
 
 log = logging.getLogger("kinesis_actors.producer")
 
-# The producer owns PutRecords retries (lesson 32): one client attempt per producer attempt,
+# The producer owns PutRecords retries: one client attempt per producer attempt,
 # so record_ttl holds, attempts are counted right, and every throttle reaches the pacing.
 _ONE_ATTEMPT = RetrySettings(max_retries=0)
 
@@ -279,7 +279,7 @@ class Sender:
 
     def _warn_backpressure(self, queue: Mailbox[Entry], now: float) -> float | None:
         """Say why once a put has waited ``backpressure_warning_after`` for room, at most once
-        per ``backpressure_warning_interval`` (lesson 16); returns when to look again."""
+        per ``backpressure_warning_interval``; returns when to look again."""
         if not queue.senders_waiting:
             return None
         config = self._config

@@ -44,7 +44,7 @@ async def describe_stream(client: KinesisClient, stream: str) -> StreamInfo:
 async def list_open_shards(
     client: KinesisClient, stream: str, page_size: int | None = None
 ) -> ShardMap:
-    """ListShards, every page, open shards only (``ShardFilter`` AT_LATEST; lesson 9)."""
+    """ListShards, every page, open shards only (``ShardFilter`` AT_LATEST)."""
     shards: list[dict[str, Any]] = []
     params: dict[str, Any] = {**stream_params(stream), "ShardFilter": {"Type": "AT_LATEST"}}
     paging = {} if page_size is None else {"MaxResults": page_size}

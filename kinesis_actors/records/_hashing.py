@@ -54,7 +54,7 @@ def validate_partition_key(partition_key: str) -> str:
     The limit is counted as the service counts it, in UTF-16 code units, not bytes nor code
     points: 256 characters of accented or CJK text are fine although they encode to more than
     256 UTF-8 bytes, but 129 emoji (258 code units) are not; the service rejects them, and a
-    record that passed here would fail the whole producer at the server (issue 19, item 15).
+    record that passed here would fail the whole producer at the server.
     A string with a lone surrogate cannot be encoded as UTF-8 at all, so it is rejected too.
     """
     length = len(partition_key)

@@ -10,7 +10,7 @@ waiting for it, with the invariants that make the bound hold - is its base
 :class:`~._room.Room`'s. ``send`` either queues its item and returns, or raises without
 queuing it.
 
-Two options make it the producer's queue (lessons 16, 17):
+Two options make it the producer's queue:
 
 * ``max_weight`` bounds the items' total weight as well as their number (a weight is given per
   send, bytes say). An item heavier than the bound alone is still accepted into an empty

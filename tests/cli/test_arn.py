@@ -1,4 +1,4 @@
-"""``--stream`` takes a stream ARN too (issue 17): put, tail (polling and EFO) and consumers
+"""``--stream`` takes a stream ARN too: put, tail (polling and EFO) and consumers
 list/deregister by ARN, and a bad ARN refused before any call."""
 
 from __future__ import annotations

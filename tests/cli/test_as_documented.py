@@ -1,4 +1,4 @@
-"""``tail`` and ``put`` run exactly as the README shows them (lesson 35).
+"""``tail`` and ``put`` run exactly as the README shows them.
 
 Each test starts the installed ``kinesis-actors`` console script as a subprocess against the
 local server, the way a person types it: ``tail`` with no ``--count`` (the documented "until
@@ -135,7 +135,7 @@ def writer(local_kinesis: LocalKinesis, stream_name: str) -> Iterator[list[str]]
 @pytest.mark.parametrize(
     ("mode", "form"), [("polling", "json"), ("polling", "raw"), ("efo", "json")]
 )
-def test_lesson35_tail_as_the_readme_shows_it_prints_each_new_record_until_ctrl_c(
+def test_tail_as_the_readme_shows_it_prints_each_new_record_until_ctrl_c(
     local_kinesis: LocalKinesis, stream_name: str, writer: list[str], mode: str, form: str
 ) -> None:
     # `kinesis-actors tail --stream S`: from latest, no --count. It may start after some
@@ -163,7 +163,7 @@ def test_lesson35_tail_as_the_readme_shows_it_prints_each_new_record_until_ctrl_
 
 
 @pytest.mark.parametrize("form", ["json", "raw"])
-def test_lesson35_tail_without_count_prints_all_of_a_60_record_stream(
+def test_tail_without_count_prints_all_of_a_60_record_stream(
     local_kinesis: LocalKinesis, stream_name: str, form: str
 ) -> None:
     kinesis = create_stream(local_kinesis, stream_name, 2)
@@ -194,7 +194,7 @@ def test_lesson35_tail_without_count_prints_all_of_a_60_record_stream(
 @pytest.mark.parametrize(
     ("mode", "form"), [("polling", "json"), ("polling", "raw"), ("efo", "raw")]
 )
-def test_lesson35_tail_piped_into_head_exits_at_once_with_status_0(
+def test_tail_piped_into_head_exits_at_once_with_status_0(
     local_kinesis: LocalKinesis, stream_name: str, tmp_path: Path, mode: str, form: str
 ) -> None:
     # The stream goes quiet after the line `head` takes: the tail learns that its reader left
@@ -292,7 +292,7 @@ def _put_until_interrupted(
     return process, json.loads(summary), err, took
 
 
-def test_lesson35_put_interrupted_mid_stream_says_exactly_what_went_out(
+def test_put_interrupted_mid_stream_says_exactly_what_went_out(
     local_kinesis: LocalKinesis, stream_name: str
 ) -> None:
     create_stream(local_kinesis, stream_name, 2)

@@ -185,7 +185,7 @@ def _kinds(operation: str) -> list[str]:
 
 
 @pytest.mark.parametrize("operation", sorted(SCENARIOS))
-async def test_lesson_29_a_garbled_reply_is_retried_and_the_same_reply_forever_is_typed(
+async def test_a_garbled_reply_is_retried_and_the_same_reply_forever_is_typed(
     proxy: FaultProxy, local_kinesis: LocalKinesis, stream_name: str, operation: str
 ) -> None:
     inject = Inject()
@@ -228,7 +228,7 @@ def _drop_field(name: str) -> Callable[[bytes], bytes]:
 @pytest.mark.parametrize(
     ("operation", "field"),
     [
-        ("GetRecords", "NextShardIterator"),  # the false end of an open shard (issue 19, A1)
+        ("GetRecords", "NextShardIterator"),  # the false end of an open shard
         ("GetRecords", "Records"),
         ("ListShards", "Shards"),
         ("GetShardIterator", "ShardIterator"),
@@ -236,7 +236,7 @@ def _drop_field(name: str) -> Callable[[bytes], bytes]:
         ("PutRecords", "Records"),
     ],
 )
-async def test_lesson_29_a_reply_missing_a_used_field_is_retried_then_typed(
+async def test_a_reply_missing_a_used_field_is_retried_then_typed(
     proxy: FaultProxy, local_kinesis: LocalKinesis, stream_name: str, operation: str, field: str
 ) -> None:
     inject = Inject()

@@ -1,4 +1,4 @@
-"""Permanent errors fail at once (lesson 34), and one owner per retry (lesson 32).
+"""Permanent errors fail at once, and one owner per retry.
 
 A certificate that fails verification, a bad signature or credentials, access denied and
 validation errors meet the same answer on every attempt: they are raised after one request,
@@ -36,7 +36,7 @@ def verifying_client(local_kinesis: LocalKinesis) -> KinesisClient:
 
 
 @pytest.mark.parametrize("operation", ["ListShards", "DescribeStreamSummary"])
-async def test_lesson_34_a_certificate_that_fails_verification_fails_at_once(
+async def test_a_certificate_that_fails_verification_fails_at_once(
     local_kinesis: LocalKinesis, operation: str
 ) -> None:
     async with verifying_client(local_kinesis) as kinesis:
@@ -53,7 +53,7 @@ async def test_lesson_34_a_certificate_that_fails_verification_fails_at_once(
     assert isinstance(caught.value, errors.TransportError)
 
 
-async def test_lesson_34_a_subscription_s_certificate_fails_at_once_too(
+async def test_a_subscription_s_certificate_fails_at_once_too(
     local_kinesis: LocalKinesis,
 ) -> None:
     async with verifying_client(local_kinesis) as kinesis:
@@ -83,7 +83,7 @@ async def test_lesson_34_a_subscription_s_certificate_fails_at_once_too(
     ],
 )
 @pytest.mark.parametrize("operation", ["ListShards", "DescribeStreamSummary"])
-async def test_lesson_34_denied_unsigned_or_invalid_fails_at_once_with_the_cause(
+async def test_denied_unsigned_or_invalid_fails_at_once_with_the_cause(
     proxy: FaultProxy,
     local_kinesis: LocalKinesis,
     operation: str,
@@ -122,7 +122,7 @@ async def _put(kinesis: KinesisClient, stream: str, count: int) -> dict[str, obj
         (garbled("truncated"), errors.MalformedReplyError),
     ],
 )
-async def test_lesson_32_put_records_with_max_retries_zero_is_one_attempt_typed(
+async def test_put_records_with_max_retries_zero_is_one_attempt_typed(
     proxy: FaultProxy,
     local_kinesis: LocalKinesis,
     stream_name: str,
@@ -165,14 +165,14 @@ def _no_records(body: bytes) -> bytes:
         (_no_records, "Records is missing"),
     ],
 )
-async def test_lesson_32_a_put_records_reply_that_does_not_match_is_malformed_not_resent(
+async def test_a_put_records_reply_that_does_not_match_is_malformed_not_resent(
     proxy: FaultProxy,
     local_kinesis: LocalKinesis,
     stream_name: str,
     transform: Callable[[bytes], bytes],
     problem: str,
 ) -> None:
-    """Issue 19, B7: the server wrote the records but its reply cannot be matched up. The
+    """the server wrote the records but its reply cannot be matched up. The
     client says so once, typed; what to do with an unknown outcome is the producer's call."""
 
     def decide(request: Request) -> Rewrite | None:

@@ -159,7 +159,7 @@ def test_a_null_continuation_is_preserved_for_the_caller(codec: ProtocolCodec) -
     assert last["ChildShards"] == [CHILD]
 
 
-def test_lesson_29_a_null_continuation_without_children_is_no_proof_of_the_end(
+def test_a_null_continuation_without_children_is_no_proof_of_the_end(
     codec: ProtocolCodec,
 ) -> None:
     decoder = SubscribeToShardDecoder(codec)

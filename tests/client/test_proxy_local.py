@@ -1,4 +1,4 @@
-"""The client behind a corporate proxy with TLS inspection (issue 16, item 5), for real.
+"""The client behind a corporate proxy with TLS inspection, for real.
 
 ``HTTPS_PROXY`` names a loopback CONNECT proxy and ``AWS_CA_BUNDLE`` the local server's
 certificate; ``verify`` stays at its default. Unary calls (httpx), a producer and a

@@ -1,7 +1,7 @@
 """The polling reader retries what the client's ``is_retryable`` allows, and nothing else.
 
 ``errors.CertificateError`` is a ``TransportError`` (a failed handshake is a transport failure)
-but a permanent one: another attempt meets the same certificate (lesson 34). The reader,
+but a permanent one: another attempt meets the same certificate. The reader,
 which catches transport errors to back a shard off, must raise it at once, after one call.
 """
 

@@ -1,5 +1,5 @@
 """GetRecords replies and SubscribeToShard events: our decoder against botocore's, and
-poison records (issue 19, B9), sans-IO and through the fault proxy."""
+poison records, sans-IO and through the fault proxy."""
 
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ def _expected_sequence(changes: dict[str, object]) -> str | None:
 
 
 @pytest.mark.parametrize(("changes", "problem"), POISON)
-def test_lesson_29_a_poison_record_is_named_and_the_rest_of_the_reply_kept(
+def test_a_poison_record_is_named_and_the_rest_of_the_reply_kept(
     codec: ProtocolCodec, changes: dict[str, object], problem: str
 ) -> None:
     raw = body(_reply([_record(0), _record(1, **changes), _record(2)]))
@@ -152,7 +152,7 @@ def test_a_record_that_is_not_an_object_is_poison_too(codec: ProtocolCodec) -> N
 
 
 @pytest.mark.parametrize(("changes", "problem"), POISON[:3] + POISON[7:9])
-def test_lesson_29_a_poison_record_in_an_event_is_named_too(
+def test_a_poison_record_in_an_event_is_named_too(
     codec: ProtocolCodec, changes: dict[str, object], problem: str
 ) -> None:
     document = {**EVENT, "Records": [_record(0), _record(1, **changes)]}
@@ -190,7 +190,7 @@ class _Body:
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("kind", sorted(GARBLED_BODIES))
-async def test_lesson_29_a_garbled_event_surfaces_typed_after_the_good_ones(
+async def test_a_garbled_event_surfaces_typed_after_the_good_ones(
     codec: ProtocolCodec, kind: str
 ) -> None:
     good = _event_frame(body(EVENT))
@@ -213,7 +213,7 @@ def _poison_second_record(body: bytes) -> bytes:
 
 
 @pytest.mark.anyio
-async def test_lesson_29_a_poison_record_is_retried_then_surfaces_with_the_good_ones(
+async def test_a_poison_record_is_retried_then_surfaces_with_the_good_ones(
     proxy: FaultProxy, local_kinesis: LocalKinesis, stream_name: str
 ) -> None:
     fast = RetrySettings(max_retries=2, base=0.001, max=0.002)
@@ -294,7 +294,7 @@ def _flip(data: bytes, at: int) -> bytes:
         (b"{}", "ended inside a message"),  # shorter than a prelude
     ],
 )
-async def test_lesson_29_an_event_stream_that_cannot_be_framed_is_malformed(
+async def test_an_event_stream_that_cannot_be_framed_is_malformed(
     codec: ProtocolCodec, tail: bytes, problem: str
 ) -> None:
     good = _event_frame(body(EVENT))

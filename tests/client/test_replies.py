@@ -1,4 +1,4 @@
-"""Replies are checked before they are believed (lesson 29), sans-IO: the codec alone."""
+"""Replies are checked before they are believed, sans-IO: the codec alone."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def _botocore(codec: ProtocolCodec, operation: str, raw: bytes) -> dict[str, Any
 
 
 @pytest.mark.parametrize("operation", OPERATIONS)
-def test_lesson_29_the_local_server_s_replies_are_believed_as_botocore_reads_them(
+def test_the_local_server_s_replies_are_believed_as_botocore_reads_them(
     codec: ProtocolCodec, operation: str
 ) -> None:
     raw = body(REPLIES[operation])
@@ -47,7 +47,7 @@ def test_lesson_29_the_local_server_s_replies_are_believed_as_botocore_reads_the
 
 @pytest.mark.parametrize("kind", sorted(GARBLED_BODIES))
 @pytest.mark.parametrize("operation", OPERATIONS)
-def test_lesson_29_a_garbled_2xx_is_a_malformed_reply_naming_the_operation(
+def test_a_garbled_2xx_is_a_malformed_reply_naming_the_operation(
     codec: ProtocolCodec, operation: str, kind: str
 ) -> None:
     with pytest.raises(errors.MalformedReplyError) as caught:
@@ -135,7 +135,7 @@ def _set(value: object, *path: str | int) -> Callable[[dict[str, Any]], None]:
         ("PutRecords", _set({}, "Records"), "Records is not a list"),
     ],
 )
-def test_lesson_29_a_used_field_missing_or_mistyped_is_malformed(
+def test_a_used_field_missing_or_mistyped_is_malformed(
     codec: ProtocolCodec, operation: str, mutate: Callable[[dict[str, Any]], None], problem: str
 ) -> None:
     document = copy.deepcopy(REPLIES[operation])
@@ -145,7 +145,7 @@ def test_lesson_29_a_used_field_missing_or_mistyped_is_malformed(
     assert caught.value.operation == operation
 
 
-def test_lesson_29_a_missing_next_iterator_is_no_end_of_shard_without_children(
+def test_a_missing_next_iterator_is_no_end_of_shard_without_children(
     codec: ProtocolCodec,
 ) -> None:
     document = copy.deepcopy(REPLIES["GetRecords"])
@@ -157,7 +157,7 @@ def test_lesson_29_a_missing_next_iterator_is_no_end_of_shard_without_children(
         codec.decode("GetRecords", 200, {}, body(document))
 
 
-def test_lesson_29_a_closed_shard_s_last_reply_is_believed(codec: ProtocolCodec) -> None:
+def test_a_closed_shard_s_last_reply_is_believed(codec: ProtocolCodec) -> None:
     decoded = codec.decode("GetRecords", 200, {}, body(CLOSED_SHARD_END))
     assert "NextShardIterator" not in decoded
     assert [child["ShardId"] for child in decoded["ChildShards"]] == ["shardId-000000000001"]
@@ -172,7 +172,7 @@ def test_lesson_29_a_closed_shard_s_last_reply_is_believed(codec: ProtocolCodec)
         (_set([{"ShardId": "x"}], "ChildShards"), r"ChildShards\[0\].ParentShards is missing"),
     ],
 )
-def test_lesson_29_an_end_of_shard_must_be_otherwise_well_formed(
+def test_an_end_of_shard_must_be_otherwise_well_formed(
     codec: ProtocolCodec, mutate: Callable[[dict[str, Any]], None], problem: str
 ) -> None:
     document = copy.deepcopy(CLOSED_SHARD_END)
@@ -192,7 +192,7 @@ def test_lesson_29_an_end_of_shard_must_be_otherwise_well_formed(
         (["ok"], 1, r"Records\[0\] is not an object"),
     ],
 )
-def test_lesson_32_a_put_records_reply_that_does_not_match_the_request_is_malformed(
+def test_a_put_records_reply_that_does_not_match_the_request_is_malformed(
     codec: ProtocolCodec, records: list[object], count: int, problem: str
 ) -> None:
     raw = body({"FailedRecordCount": 0, "Records": records})

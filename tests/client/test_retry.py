@@ -122,7 +122,7 @@ def test_bad_settings_name_the_option(kwargs: dict[str, float], option: str) -> 
         RetrySettings(**kwargs)  # type: ignore[arg-type]
 
 
-def test_lesson_32_max_retries_zero_means_one_attempt() -> None:
+def test_max_retries_zero_means_one_attempt() -> None:
     policy = RetryPolicy(random=lambda: 1.0)
     once = RetrySettings(max_retries=0)
     for error in (errors.ThrottlingError("x"), errors.MalformedReplyError("x")):
@@ -144,7 +144,7 @@ def test_lesson_32_max_retries_zero_means_one_attempt() -> None:
         ("DescribeStreamConsumer", 51, 244.5),
     ],
 )
-def test_lesson_29_a_garbled_reply_forever_is_bounded_as_the_docs_say(
+def test_a_garbled_reply_forever_is_bounded_as_the_docs_say(
     operation: str, attempts: int, bound: float
 ) -> None:
     # The table in docs/architecture.md, "Retries": the ceilings, drawn at their maximum.

@@ -81,7 +81,7 @@ async def put_plain(
 def aggregate_per_shard(
     records: Iterable[tuple[bytes, str]], shards: ShardMap, per_aggregate: int
 ) -> list[tuple[bytes, str, str]]:
-    """Aggregate with aws-kinesis-agg, only records predicted for one shard together (lesson 23).
+    """Aggregate with aws-kinesis-agg, only records predicted for one shard together.
 
     Returns (data, partition_key, explicit_hash_key) for PutRecords; the explicit hash key is
     the first user record's hash, so the aggregate lands on that record's shard.

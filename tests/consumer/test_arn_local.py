@@ -1,4 +1,4 @@
-"""Streams by ARN (issue 17), against the local server: produced and consumed by ARN, every
+"""Streams by ARN, against the local server: produced and consumed by ARN, every
 record once; positions written by name resume by ARN and back; bad input fails before a call.
 
 The local server's stream ARNs are ``arn:aws:kinesis:<client region>:000000000000:stream/<n>``

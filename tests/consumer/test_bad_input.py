@@ -146,7 +146,7 @@ async def test_stream_names_follow_the_service_rule_before_any_call(
 async def test_a_200_digit_sequence_number_is_a_config_error_before_any_call(
     plain_client: KinesisClient,
 ) -> None:
-    """Issue 19 item 10: before, the server rejected it 6 times, then RestartIntensityExceeded."""
+    """before, the server rejected it 6 times, then RestartIntensityExceeded."""
     positions = {"version": 1, "streams": {"s": {"shardId-0": {"sequence_number": "1" * 200}}}}
     calls = plain_client.stats.calls
     with pytest.raises(errors.ConfigError, match=r"positions.*sequence_number"):

@@ -1,4 +1,4 @@
-"""Closing a consumer costs its slowest shard, not the sum of its shards (issue 14).
+"""Closing a consumer costs its slowest shard, not the sum of its shards.
 
 Closing an EFO subscription waits for the server to end the connection (``_h2stream``), which
 the local server does only when it next writes an event: up to 1 s. Readers used to be

@@ -77,7 +77,7 @@ async def test_discovery_pages_through_list_shards(
 async def test_an_idle_shard_is_polled_with_growing_pauses(
     local_kinesis: LocalKinesis, stream_name: str
 ) -> None:
-    """Lesson 8 (FLINK-36947): empty reads back off, doubling up to ``idle_backoff_max``.
+    """FLINK-36947: empty reads back off, doubling up to ``idle_backoff_max``.
 
     Bounded by events (the 6th GetRecords), and only lower bounds on the gaps are asserted:
     a slow machine can make gaps longer, never shorter than the backoff less its spread (an

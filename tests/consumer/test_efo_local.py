@@ -152,7 +152,7 @@ async def test_a_burst_of_resets_on_many_shards_at_once_does_not_fail_the_consum
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Issue 31: one restart budget (5 within 30 s) was shared by every shard's reader, so
+    """one restart budget (5 within 30 s) was shared by every shard's reader, so
     six readers giving up at once failed the consumer. Here all 8 shards' subscriptions are
     reset one more time in a row than a reader tolerates, at once: every reader gives up
     once and is restarted, each a warning without a traceback, and the consumer reads
@@ -187,7 +187,7 @@ async def test_a_burst_of_resets_on_many_shards_at_once_does_not_fail_the_consum
 async def test_a_stalled_shard_does_not_hold_back_the_others(
     client: KinesisClient, stream_name: str
 ) -> None:
-    """FLINK-34071 isolation, issue 6's acceptance: 8 shards under a steady write load (a
+    """FLINK-34071 isolation: 8 shards under a steady write load (a
     round of one record per shard every ``tick``); one shard's handler blocks for ``stall``
     seconds, longer than two subscription renewals (lifetime 3 s). During the stall, by counts:
 

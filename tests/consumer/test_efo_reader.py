@@ -1,8 +1,8 @@
 """EfoReader without a server: scripted subscriptions for what the local server cannot do.
 
-kinesis-mock never ends a closed shard's subscription with a null continuation, so lesson 5
-(a null continuation is terminal) is tested here with a scripted event, as are lesson 15 (empty
-events advance the position), LATEST pinning and the generation token (lesson 4).
+kinesis-mock never ends a closed shard's subscription with a null continuation, so the rule
+"a null continuation is terminal" is tested here with a scripted event, as is the rule for
+empty events (they advance the position), LATEST pinning and the generation token.
 """
 
 from __future__ import annotations
@@ -207,7 +207,7 @@ async def test_a_stale_generation_cannot_dispose_the_current_subscription() -> N
 NOT_FOUND = errors.ResourceNotFoundError("injected", code="ResourceNotFoundException")
 
 
-async def test_lesson_29_an_event_without_millis_behind_is_not_the_end_of_the_shard() -> None:
+async def test_an_event_without_millis_behind_is_not_the_end_of_the_shard() -> None:
     """A garbled event (no MillisBehindLatest, no continuation) proves nothing: the reader
     resubscribes from where it stood instead of finishing the shard."""
     client = ScriptedClient(
@@ -224,7 +224,7 @@ async def test_lesson_29_an_event_without_millis_behind_is_not_the_end_of_the_sh
     await efo.aclose()
 
 
-async def test_lesson_30_resource_not_found_on_a_listed_shard_resubscribes() -> None:
+async def test_resource_not_found_on_a_listed_shard_resubscribes() -> None:
     client = ScriptedClient(
         NOT_FOUND,  # type: ignore[arg-type]
         [{"Records": [record("3")], "ContinuationSequenceNumber": "3", "MillisBehindLatest": 0}],
@@ -237,13 +237,13 @@ async def test_lesson_30_resource_not_found_on_a_listed_shard_resubscribes() -> 
     await efo.aclose()
 
 
-async def test_lesson_30_resource_not_found_on_an_unlisted_shard_is_its_end() -> None:
+async def test_resource_not_found_on_an_unlisted_shard_is_its_end() -> None:
     client = ScriptedClient(NOT_FOUND, listed=False)  # type: ignore[arg-type]
     read = await reader(client).read()
     assert read.finished and read.records == ()
 
 
-async def test_lesson_30_a_listed_shard_that_stays_not_found_is_unreadable() -> None:
+async def test_a_listed_shard_that_stays_not_found_is_unreadable() -> None:
     client = ScriptedClient(*[NOT_FOUND] * 5)  # type: ignore[arg-type]
     with pytest.raises(errors.ShardUnreadableError) as caught:
         await reader(client, StartingPosition.at_sequence_number("77")).read()
@@ -284,7 +284,7 @@ async def test_a_poison_record_in_an_event_is_skipped_and_counted_when_asked() -
     await efo.aclose()
 
 
-async def test_lesson_31_invalid_argument_for_a_sequence_number_is_unreadable_at_once() -> None:
+async def test_invalid_argument_for_a_sequence_number_is_unreadable_at_once() -> None:
     """Real Kinesis refuses a sequence number of another shard with InvalidArgument: that is
     the typed error naming both at once, not five retries and an anonymous restart limit."""
     invalid = errors.ValidationError("bad sequence number", code="InvalidArgumentException")

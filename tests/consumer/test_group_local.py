@@ -1,4 +1,4 @@
-"""Acceptance (issue 15): workers in separate processes share a stream through a lease table.
+"""Acceptance: workers in separate processes share a stream through a lease table.
 
 Real local Kinesis and DynamoDB; every worker is ``_group_worker.py`` in its own process, so a
 SIGKILL is a real crash. The checks read only the workers' own logs (records, and the

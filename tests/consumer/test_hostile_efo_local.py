@@ -1,10 +1,10 @@
-"""Issue 19 with Enhanced Fan-Out: never lose an open shard, and starvation is said.
+"""Enhanced Fan-Out: never lose an open shard, and starvation is said.
 
 The EFO data path (SubscribeToShard over its own HTTP/2 transport) cannot pass the HTTP/1.1
 fault proxy, so faults on it are injected by wrapping ``client.subscribe_to_shard``, as
 ``test_efo_local.py`` does; the foreign sequence number and the re-created stream need no
 injection at all: the real local server answers them, and so is a ResourceInUse: the server
-answers it to a second subscription of one consumer to one shard (issue 31's test holds one).
+answers it to a second subscription of one consumer to one shard (a test below holds one).
 A TCP reset of the stream itself goes through a CONNECT tunnel (``tests/connect_proxy.py``),
 the way the client reaches a server behind ``HTTPS_PROXY``: after it the local server holds
 the shard from that consumer for 300 s.
@@ -77,7 +77,7 @@ class Refusing:
             yield subscription
 
 
-async def test_lesson_30_efo_one_resource_not_found_on_subscribe_does_not_end_the_shard(
+async def test_efo_one_resource_not_found_on_subscribe_does_not_end_the_shard(
     client: KinesisClient, stream_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     expected = await setup(client, stream_name)
@@ -93,7 +93,7 @@ async def test_lesson_30_efo_one_resource_not_found_on_subscribe_does_not_end_th
     assert sum(shard["not_found"] for shard in metrics["shards"].values()) == 1
 
 
-async def test_lesson_31_efo_a_foreign_sequence_number_is_a_typed_error_naming_both(
+async def test_efo_a_foreign_sequence_number_is_a_typed_error_naming_both(
     client: KinesisClient, stream_name: str
 ) -> None:
     await setup(client, stream_name)
@@ -114,7 +114,7 @@ async def test_lesson_31_efo_a_foreign_sequence_number_is_a_typed_error_naming_b
     assert after[first] == {"sequence_number": foreign, "sub_sequence_number": 0}
 
 
-async def test_lesson_31_efo_positions_of_a_re_created_stream_are_refused(
+async def test_efo_positions_of_a_re_created_stream_are_refused(
     client: KinesisClient, stream_name: str
 ) -> None:
     await setup(client, stream_name, count=2)
@@ -129,13 +129,13 @@ async def test_lesson_31_efo_positions_of_a_re_created_stream_are_refused(
             pass
 
 
-async def test_lesson_6_a_shard_that_only_meets_resource_in_use_is_said_to_be_starved(
+async def test_a_shard_that_only_meets_resource_in_use_is_said_to_be_starved(
     client: KinesisClient,
     stream_name: str,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Issue 19 item 14: before, such a consumer delivered nothing, logged nothing, and its
+    """before, such a consumer delivered nothing, logged nothing, and its
     state stayed "reading". Now, after ``efo_starvation_warning``: a warning naming the shard
     and the consumer, state ``starved``; once the shard is free, every record arrives."""
     await client.create_stream(stream_name, 1)

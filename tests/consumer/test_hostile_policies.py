@@ -1,5 +1,5 @@
-"""The sans-IO halves of issue 19's consumer work, without a loop or a server: reply checks
-(lesson 29), the not-found policy (lesson 30), recovery pacing (lesson 33), poison records."""
+"""The sans-IO halves of the consumer's hostile-server rules, without a loop or a server:
+reply checks, the not-found policy, recovery pacing, poison records."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def record(sequence: Any, **changes: Any) -> dict[str, Any]:
     "reply",
     [{}, [], {"Records": []}, {"MillisBehindLatest": 0}, {"Records": {}, "MillisBehindLatest": 0}],
 )
-def test_lesson_29_a_get_records_reply_missing_its_envelope_is_malformed_not_the_end(
+def test_a_get_records_reply_missing_its_envelope_is_malformed_not_the_end(
     reply: Any,
 ) -> None:
     with pytest.raises(errors.MalformedReplyError) as caught:
@@ -49,7 +49,7 @@ def test_lesson_29_a_get_records_reply_missing_its_envelope_is_malformed_not_the
     assert isinstance(caught.value, errors.ServiceError)  # retried like a 5xx
 
 
-def test_lesson_29_only_a_whole_reply_without_a_next_iterator_ends_the_shard() -> None:
+def test_only_a_whole_reply_without_a_next_iterator_ends_the_shard() -> None:
     end = get_records_reply(
         {"Records": [], "MillisBehindLatest": 0, "ChildShards": [{"ShardId": "shardId-2"}]}
     )
@@ -75,7 +75,7 @@ def test_lesson_29_only_a_whole_reply_without_a_next_iterator_ends_the_shard() -
         ),
     ],
 )
-def test_lesson_29_other_replies_are_checked_and_name_their_operation(
+def test_other_replies_are_checked_and_name_their_operation(
     check: Any, reply: Any, operation: str
 ) -> None:
     with pytest.raises(errors.MalformedReplyError) as caught:
@@ -153,14 +153,14 @@ def test_skipping_keeps_the_rest_counts_and_moves_past_a_trailing_poison_record(
     assert len(kept) == 2 and last == "3" and metrics.poison_records == 2
 
 
-def test_lesson_30_an_open_shard_gets_a_bounded_number_of_retries() -> None:
+def test_an_open_shard_gets_a_bounded_number_of_retries() -> None:
     policy = NotFoundPolicy(retries=3)
     assert [policy.open_shard_not_found() for _ in range(4)] == [True, True, True, False]
     policy.read_succeeded()
     assert policy.open_shard_not_found()
 
 
-def test_lesson_33_expired_iterators_are_renewed_at_most_5_a_second_backing_off() -> None:
+def test_expired_iterators_are_renewed_at_most_5_a_second_backing_off() -> None:
     """ExpiredIterator on every GetRecords: simulate the reader's loop for 10 s."""
     pacer = ReadPacer(PacingSettings())
     now, calls = 0.0, []

@@ -1,4 +1,4 @@
-"""Issue 19, the first promise: never lose an open shard (polling, through the fault proxy).
+"""The first promise: never lose an open shard (polling, through the fault proxy).
 
 Each test injects one fault of the issue's part A between the consumer and the real local
 server, then checks the promise: every record is delivered, or a typed error names the
@@ -115,11 +115,11 @@ async def read_everything(
 
 
 @pytest.mark.parametrize("operation", ["GetRecords", "GetShardIterator"])
-async def test_lesson_29_a_garbled_reply_on_a_read_is_retried_and_no_shard_ends(
+async def test_a_garbled_reply_on_a_read_is_retried_and_no_shard_ends(
     proxy: FaultProxy, proxied: KinesisClient, stream_name: str, operation: str
 ) -> None:
-    """Each garbled 2xx once (the first calls): before issue 19 the first one marked an open
-    shard finished and its records were never delivered."""
+    """Each garbled 2xx once (the first calls): before the replies were checked the first one
+    marked an open shard finished and its records were never delivered."""
     proxy.decide = Script({(operation, 1 + n): garbled(kind) for n, kind in enumerate(KINDS)})
     expected = await setup(proxied, stream_name)
     _, metrics = await read_everything(proxied, stream_name, expected, fast())
@@ -129,11 +129,12 @@ async def test_lesson_29_a_garbled_reply_on_a_read_is_retried_and_no_shard_ends(
     assert all(shard["state"] != "finished" for shard in shards)
 
 
-async def test_lesson_29_a_garbled_periodic_list_shards_is_a_warning_not_a_crash(
+async def test_a_garbled_periodic_list_shards_is_a_warning_not_a_crash(
     proxy: FaultProxy, proxied: KinesisClient, stream_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Before issue 19 a ``{}`` from a later ListShards killed the consumer with a bare
-    ``KeyError('Shards')``. Now a failed round is a warning and the next round retries."""
+    """Before the replies were checked a ``{}`` from a later ListShards killed the consumer
+    with a bare ``KeyError('Shards')``. Now a failed round is a warning and the next round
+    retries."""
     proxy.decide = Script({("ListShards", 2 + n): garbled(kind) for n, kind in enumerate(KINDS)})
     expected = await setup(proxied, stream_name)
     config = fast(max_records_per_call=1, idle_backoff_initial=0.1, idle_backoff_max=0.1)
@@ -150,7 +151,7 @@ async def test_lesson_29_a_garbled_periodic_list_shards_is_a_warning_not_a_crash
     assert "shard discovery failed" in caplog.text and "ListShards" in caplog.text
 
 
-async def test_lesson_29_a_garbled_list_shards_at_open_is_retried(
+async def test_a_garbled_list_shards_at_open_is_retried(
     proxy: FaultProxy, local_kinesis: LocalKinesis, stream_name: str
 ) -> None:
     """Each garbled body once on the ListShards at open (before: an ExceptionGroup of
@@ -169,7 +170,7 @@ async def test_lesson_29_a_garbled_list_shards_at_open_is_retried(
     assert proxy.stats.faults["reply-200"] == len(KINDS)
 
 
-async def test_lesson_29_list_shards_garbled_for_good_at_open_is_a_typed_error(
+async def test_list_shards_garbled_for_good_at_open_is_a_typed_error(
     proxy: FaultProxy, proxied: KinesisClient, stream_name: str
 ) -> None:
     """At open, a ListShards that never gives a believable answer: MalformedReplyError
@@ -182,7 +183,7 @@ async def test_lesson_29_list_shards_garbled_for_good_at_open_is_a_typed_error(
     assert caught.value.operation == "ListShards"
 
 
-async def test_lesson_29_periodic_discovery_failing_for_good_fails_the_consumer(
+async def test_periodic_discovery_failing_for_good_fails_the_consumer(
     proxy: FaultProxy, proxied: KinesisClient, stream_name: str
 ) -> None:
     """Five failed rounds in a row: the consumer stops with the cause instead of going on
@@ -200,7 +201,7 @@ async def test_lesson_29_periodic_discovery_failing_for_good_fails_the_consumer(
 
 
 @pytest.mark.parametrize("operation", ["GetRecords", "GetShardIterator"])
-async def test_lesson_30_one_resource_not_found_on_a_read_does_not_end_the_shard(
+async def test_one_resource_not_found_on_a_read_does_not_end_the_shard(
     proxy: FaultProxy, proxied: KinesisClient, stream_name: str, operation: str
 ) -> None:
     """Before: every ResourceNotFound was "the shard expired"; 0 of its records delivered."""
@@ -221,11 +222,11 @@ def without_shard(shard_id: str) -> Rewrite:
     return Rewrite(transform)
 
 
-async def test_lesson_30_resource_not_found_on_a_shard_no_longer_listed_is_its_end(
+async def test_resource_not_found_on_a_shard_no_longer_listed_is_its_end(
     proxy: FaultProxy, proxied: KinesisClient, stream_name: str
 ) -> None:
     """The legitimate case: ResourceNotFound and the shard gone from ListShards (expired).
-    The shard ends quietly, leaves the positions (lesson 26) and the other shard is read."""
+    The shard ends quietly, leaves the positions and the other shard is read."""
     gone = "shardId-000000000000"
 
     def decide(request: Request) -> Fault:
@@ -254,7 +255,7 @@ async def test_lesson_30_resource_not_found_on_a_shard_no_longer_listed_is_its_e
     assert len(expected) == RECORDS
 
 
-async def test_lesson_30_an_open_shard_that_stays_not_found_is_a_typed_error_naming_it(
+async def test_an_open_shard_that_stays_not_found_is_a_typed_error_naming_it(
     proxy: FaultProxy, proxied: KinesisClient, stream_name: str
 ) -> None:
     """ResourceNotFound on every GetRecords while ListShards lists the shard: after a few
@@ -274,12 +275,12 @@ async def test_lesson_30_an_open_shard_that_stays_not_found_is_a_typed_error_nam
     assert state == "failed"
 
 
-async def test_lesson_33_expired_iterator_recovery_is_paced_and_loses_nothing(
+async def test_expired_iterator_recovery_is_paced_and_loses_nothing(
     proxy: FaultProxy, proxied: KinesisClient, stream_name: str
 ) -> None:
     """Every GetRecords answered ExpiredIterator for 3 s, one shard: GetShardIterator calls
-    per second stay within the service's 5 (before issue 19: 91-108/s, no backoff). Then the
-    fault lifts and every record arrives."""
+    per second stay within the service's 5 (before the recovery was paced: 91-108/s, no
+    backoff). Then the fault lifts and every record arrives."""
     await proxied.create_stream(stream_name, 1)
     expected = [b"r%03d" % i for i in range(RECORDS)]
     await put_plain(proxied, stream_name, [(item, "k") for item in expected])
@@ -306,7 +307,7 @@ async def read_and_save(client: KinesisClient, stream: str, count: int) -> dict[
         return consumer.positions()
 
 
-async def test_lesson_31_positions_of_a_re_created_stream_are_refused_with_a_way_out(
+async def test_positions_of_a_re_created_stream_are_refused_with_a_way_out(
     client: KinesisClient, stream_name: str
 ) -> None:
     """A document of a stream deleted and created again under its name (before: its shards
@@ -325,7 +326,7 @@ async def test_lesson_31_positions_of_a_re_created_stream_are_refused_with_a_way
     await read_everything(client, stream_name, expected, fast())
 
 
-async def test_lesson_31_positions_of_another_stream_are_refused(
+async def test_positions_of_another_stream_are_refused(
     client: KinesisClient, stream_name: str
 ) -> None:
     other = f"{stream_name}-other"
@@ -342,12 +343,12 @@ async def test_lesson_31_positions_of_another_stream_are_refused(
             pass
 
 
-async def test_lesson_31_a_document_without_identity_still_loads_and_resumes(
+async def test_a_document_without_identity_still_loads_and_resumes(
     client: KinesisClient, stream_name: str
 ) -> None:
     expected = await setup(client, stream_name)
     saved = await read_and_save(client, stream_name, RECORDS)
-    del saved["identity"]  # a document written before issue 19
+    del saved["identity"]  # a document written before positions knew their stream
     await put_plain(client, stream_name, [(b"late", "k0")])
     async with Consumer(client, stream_name, fast(positions=saved)) as consumer:
         with anyio.fail_after(30):
@@ -356,7 +357,7 @@ async def test_lesson_31_a_document_without_identity_still_loads_and_resumes(
     assert [row.data for row in seen] == [b"late"] and len(expected) == RECORDS
 
 
-async def test_lesson_31_a_foreign_sequence_number_is_a_typed_error_naming_both(
+async def test_a_foreign_sequence_number_is_a_typed_error_naming_both(
     client: KinesisClient, stream_name: str
 ) -> None:
     """A document that gives shard 0 a sequence number of shard 1: the server answers
@@ -377,7 +378,7 @@ async def test_lesson_31_a_foreign_sequence_number_is_a_typed_error_naming_both(
     assert after[first] == {"sequence_number": foreign, "sub_sequence_number": 0}
 
 
-async def test_lesson_31_invalid_argument_for_a_resumed_sequence_number_names_both(
+async def test_invalid_argument_for_a_resumed_sequence_number_names_both(
     proxy: FaultProxy, proxied: KinesisClient, stream_name: str
 ) -> None:
     """Real Kinesis may answer a sequence number of another shard with InvalidArgument (the
@@ -395,7 +396,7 @@ async def test_lesson_31_invalid_argument_for_a_resumed_sequence_number_names_bo
     assert after == saved["streams"][stream_name]
 
 
-async def test_lesson_30_under_run_an_unreadable_shard_raises_itself_from_run(
+async def test_under_run_an_unreadable_shard_raises_itself_from_run(
     proxy: FaultProxy, proxied: KinesisClient, stream_name: str
 ) -> None:
     """Under ``run(handler)`` the typed error comes out of ``run`` as itself: not restarted
@@ -418,7 +419,7 @@ async def test_lesson_30_under_run_an_unreadable_shard_raises_itself_from_run(
 async def test_commit_takes_only_this_consumers_batches(
     client: KinesisClient, stream_name: str
 ) -> None:
-    """Issue 19 item 4: another consumer's batch of the same stream is refused (before, it
+    """another consumer's batch of the same stream is refused (before, it
     moved this consumer's position past records it never delivered)."""
     await setup(client, stream_name, count=4)
     async with (
@@ -439,7 +440,7 @@ async def test_commit_takes_only_this_consumers_batches(
 async def test_iterating_a_closed_consumer_raises_consumer_closed_error(
     client: KinesisClient, stream_name: str
 ) -> None:
-    """Issue 19 item 12: before, iterating a closed consumer yielded nothing, silently."""
+    """before, iterating a closed consumer yielded nothing, silently."""
     await setup(client, stream_name, count=1)
     consumer = Consumer(client, stream_name, fast())
     async with consumer:
@@ -479,7 +480,7 @@ class Poison:
 async def test_a_poison_record_fails_naming_it_and_the_position_stays_before_it(
     proxy: FaultProxy, proxied: KinesisClient, stream_name: str, how: str
 ) -> None:
-    """Issue 19 item 9, the default policy, with the same bad record in every reply: a
+    """The default poison policy, with the same bad record in every reply: a
     PoisonRecordError naming stream, shard, sequence number and index (before: a KeyError,
     then an anonymous RestartIntensityExceeded); nothing skipped."""
     poison = Poison(how)

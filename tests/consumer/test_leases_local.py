@@ -411,7 +411,7 @@ async def test_a_stream_given_by_arn_shares_its_leases_with_one_given_by_name(
     stream_name: str,
     table: str,
 ) -> None:
-    """Issue 17 with issue 15: a lease key names the stream the same way whichever form the
+    """A lease key names the stream the same way whichever form the
     worker was given, so a worker started by ARN resumes the checkpoints a worker by name wrote
     (neither repeating nor skipping), and its ListShards and reads send StreamARN."""
     async with local_kinesis.client(tls=False) as client:

@@ -138,7 +138,7 @@ async def test_split_and_merge_while_consuming_keep_per_key_order(
 async def test_a_restore_across_a_split_and_a_merge_repeats_and_skips_nothing(
     reading: tuple[Literal["polling", "efo"], KinesisClient], stream_name: str
 ) -> None:
-    """Lesson 7 (FLINK-37627): positions taken mid-way through resharded data, with parents
+    """FLINK-37627: positions taken mid-way through resharded data, with parents
     finished and children part-read, resume without re-reading a parent or skipping a child."""
     read_mode, plain_client = reading
     await plain_client.create_stream(stream_name, 3)

@@ -1,4 +1,4 @@
-"""A user's exception is the user's (issue 14): what is raised inside ``async with Consumer``
+"""A user's exception is the user's: what is raised inside ``async with Consumer``
 leaves it as itself, never in an ExceptionGroup, and so do the library's own typed errors.
 
 On asyncio and trio (the ``anyio_backend`` fixture), polling and EFO.

@@ -267,7 +267,7 @@ def _get(url: str) -> str:
 async def test_a_producer_given_an_arn_reports_under_the_streams_name(
     client: KinesisClient, stream_name: str
 ) -> None:
-    """Issue 17: one stream, one ``stream`` attribute, whichever way it was named."""
+    """one stream, one ``stream`` attribute, whichever way it was named."""
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
     await client.create_stream(stream_name, 1)

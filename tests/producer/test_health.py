@@ -59,7 +59,7 @@ def test_with_a_ttl_it_says_when_records_will_fail(caplog: pytest.LogCaptureFixt
 def test_answers_again_is_said_only_after_has_not_answered_not_after_every_transport_error(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Issue 31, "a warning that cries wolf": one reset that the next call recovered from
+    """A warning that cried wolf: one reset that the next call recovered from
     was followed by "answers again after 0.0s" with no outage said before it, 46-59 lines a
     run. An outage no one was told of has no end to tell."""
     caplog.set_level(logging.DEBUG, "kinesis_actors.producer")

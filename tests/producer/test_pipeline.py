@@ -135,7 +135,7 @@ def test_without_preserve_order_a_key_goes_as_fast_as_limits_allow() -> None:
 
 
 def test_a_throttled_record_is_retried_before_later_records_of_its_key() -> None:
-    """Lesson 18 and the ordering guarantee: a partial failure never reorders a key."""
+    """No silent drop, and the ordering guarantee: a partial failure never reorders a key."""
     h = Harness(aggregation=False)
     a0, b0 = h.add("a"), h.add("b")
     first = h.call()
@@ -421,7 +421,7 @@ def test_an_answer_with_the_wrong_number_of_results_is_an_unknown_outcome() -> N
     assert isinstance(a.last_error, errors.MalformedReplyError)
 
 
-def test_lesson_32_a_record_backing_off_expires_at_its_deadline_not_after_its_backoff() -> None:
+def test_a_record_backing_off_expires_at_its_deadline_not_after_its_backoff() -> None:
     h = Harness(record_ttl=1.0, retry_base=10.0, retry_max=10.0, aggregation=False)
     entry = h.add("k", now=0.0)
     call = h.call(now=0.1)
@@ -437,7 +437,7 @@ def test_lesson_32_a_record_backing_off_expires_at_its_deadline_not_after_its_ba
     assert h.pipeline.pending_records == 0
 
 
-def test_lesson_32_a_record_waiting_behind_its_key_expires_at_its_deadline() -> None:
+def test_a_record_waiting_behind_its_key_expires_at_its_deadline() -> None:
     h = Harness(record_ttl=1.0, aggregation=False)
     h.add("k", now=0.0)
     h.call(now=0.0)  # in flight: the next record of "k" waits for it
@@ -449,7 +449,7 @@ def test_lesson_32_a_record_waiting_behind_its_key_expires_at_its_deadline() -> 
     assert [e for e, _, x in h.settled if isinstance(x, errors.RecordExpiredError)] == [waiting]
 
 
-def test_lesson_32_an_older_retry_behind_a_younger_one_still_expires_at_its_deadline() -> None:
+def test_an_older_retry_behind_a_younger_one_still_expires_at_its_deadline() -> None:
     """Without preserve_order two records of a key can be in flight and fail in reverse order;
     the older one, put back behind the younger, must still be failed at its own deadline, not
     sent after it (found by the pipeline's model-based test)."""

@@ -1,4 +1,4 @@
-"""The pipeline driven at random against a model of what it promises (lessons 18 and 32).
+"""The pipeline driven at random against a model of what it promises.
 
 Each run adds records (keys that repeat, keys never seen, explicit hash keys), builds calls,
 answers them in any order with any mix of successes, throttles, failures and unknown
@@ -12,7 +12,7 @@ pipeline must never break:
 - with ``preserve_order`` no key has two Kinesis records in flight, and a key's records are
   acknowledged in the order they were added (without it a retry may land after a later record
   of its key, as the option's documentation says);
-- with a TTL, no record is sent past its deadline (lesson 32);
+- with a TTL, no record is sent past its deadline;
 - in the end every record is settled, and nothing is counted as waiting: after answering
   everything, or after a drain (a cancelled close) with the calls still out answered or
   abandoned.

@@ -1,7 +1,7 @@
 """The batch and non-blocking ways in: ``put_many``, ``put_nowait``, and ``abort``.
 
 Against the local server; the bounded queue (the dispatcher's mailbox) bounds them as it bounds
-``put`` (lessons 16, 17).
+``put``.
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ def count_by_key(local: LocalKinesis, stream: str) -> dict[str, list[int]]:
     return seen
 
 
-async def test_lesson_16_a_slow_throttling_stream_backpressures_put_with_bounded_memory(
+async def test_a_slow_throttling_stream_backpressures_put_with_bounded_memory(
     proxy: FaultProxy,
     local_kinesis: LocalKinesis,
     stream_name: str,
@@ -139,7 +139,7 @@ async def test_lesson_16_a_slow_throttling_stream_backpressures_put_with_bounded
 async def test_throttled_records_are_retried_until_all_arrive_once(
     proxy: FaultProxy, local_kinesis: LocalKinesis, stream_name: str, aggregation: bool
 ) -> None:
-    """Lessons 18 and 19: partial failures are routine; retry, count, never drop or reorder."""
+    """Partial failures are routine; retry, count, never drop or reorder."""
     fault = Share(0.3, seed=5)
     proxy.decide = fault
     config = ProducerConfig(
@@ -272,7 +272,7 @@ async def test_without_fail_on_error_a_failure_stays_with_its_record(
 async def test_record_ttl_gives_up_with_a_typed_error_never_silently(
     proxy: FaultProxy, local_kinesis: LocalKinesis, stream_name: str
 ) -> None:
-    """Lesson 18: the KPL's TTL dropped records under load; here the handle says so."""
+    """the KPL's TTL dropped records under load; here the handle says so."""
     proxy.decide = Share(1.0)  # every record throttled, forever
     config = ProducerConfig(linger=0.01, record_ttl=0.3, retry_base=0.01, retry_max=0.05)
     async with proxied(proxy, local_kinesis) as kinesis:
@@ -304,7 +304,7 @@ async def test_cancelling_the_block_fails_what_is_left_and_returns_at_once(
     assert producer.metrics.outstanding_records == 0
 
 
-async def test_lesson_10_a_given_stream_description_skips_the_describe_call(
+async def test_a_given_stream_description_skips_the_describe_call(
     proxy: FaultProxy, local_kinesis: LocalKinesis, stream_name: str
 ) -> None:
     # Many short-lived producers (Spark tasks) share their driver's description instead of each

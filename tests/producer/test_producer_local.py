@@ -90,7 +90,7 @@ async def test_fifty_thousand_records_arrive_once_in_key_order_on_their_shards(
         for user in agg_deaggregator.iter_deaggregate_records(raw, data_format="Boto3"):
             body = user["kinesis"]
             key = body["partitionKey"]
-            # Every record of a container is on the shard its own key hashes to (lesson 23).
+            # Every record of a container is on the shard its own key hashes to.
             assert shard_map.shard_for(key) == shard_id
             data = body["data"]
             if body.get("aggregated"):
@@ -230,9 +230,7 @@ def test_shard_map_lookup_is_the_services_rule() -> None:
     assert shard_map.shard_for("k", explicit_hash_key=str(2**127)) == "b"
 
 
-async def test_lesson_9_the_shard_map_reads_every_page(
-    client: KinesisClient, stream_name: str
-) -> None:
+async def test_the_shard_map_reads_every_page(client: KinesisClient, stream_name: str) -> None:
     from kinesis_actors.producer._stream import list_open_shards
 
     await client.create_stream(stream_name, 5)

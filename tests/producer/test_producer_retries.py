@@ -1,6 +1,6 @@
 """One owner for PutRecords retries, deadlines that hold, and unknown outcomes with a bound.
 
-Issue 19, items 6 and 7, through the fault proxy in front of the local server. The client
+Through the fault proxy in front of the local server. The client
 here is configured to retry PutRecords twice (``FAST``): the producer must not let it, so
 every attempt the proxy sees is one the producer made, counted and paced.
 """
@@ -43,7 +43,7 @@ async def open_stream(proxy: FaultProxy, local: LocalKinesis, stream: str) -> Ki
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
-async def test_lesson_32_record_ttl_holds_under_permanent_throttling(
+async def test_record_ttl_holds_under_permanent_throttling(
     proxy: FaultProxy, local_kinesis: LocalKinesis, stream_name: str, fault: str
 ) -> None:
     """record_ttl=1 with every PutRecords refused: the record fails in about 1 s (it took
@@ -79,7 +79,7 @@ async def test_lesson_32_record_ttl_holds_under_permanent_throttling(
         assert metrics.throttled == 0
 
 
-async def test_lesson_32_the_deadline_ends_a_record_while_it_backs_off(
+async def test_the_deadline_ends_a_record_while_it_backs_off(
     proxy: FaultProxy, local_kinesis: LocalKinesis, stream_name: str
 ) -> None:
     """A backoff of up to 30 s does not carry a record past its 0.5 s deadline."""
@@ -103,7 +103,7 @@ async def test_lesson_32_the_deadline_ends_a_record_while_it_backs_off(
     assert proxy.stats.by_target["PutRecords"] <= 4
 
 
-async def test_lesson_32_transport_errors_of_the_whole_call_are_retried_by_the_producer(
+async def test_transport_errors_of_the_whole_call_are_retried_by_the_producer(
     proxy: FaultProxy, local_kinesis: LocalKinesis, stream_name: str
 ) -> None:
     """Five 500s and five dropped connections in a row (more than the client's two retries
@@ -146,7 +146,7 @@ def drop_records(body: bytes) -> bytes:
 @pytest.mark.parametrize(
     "transform", [drop_one_result, drop_records], ids=["one-result-fewer", "no-records"]
 )
-async def test_lesson_32_an_unknown_outcome_is_resent_with_a_bound(
+async def test_an_unknown_outcome_is_resent_with_a_bound(
     proxy: FaultProxy, local_kinesis: LocalKinesis, stream_name: str, transform: Any
 ) -> None:
     """Item 7: a PutRecords reply with one result fewer than sent (or no Records at all) was
@@ -182,7 +182,7 @@ async def test_lesson_32_an_unknown_outcome_is_resent_with_a_bound(
     assert seen["after"] == [0]
 
 
-async def test_lesson_32_one_unknown_outcome_is_resent_and_the_record_arrives(
+async def test_one_unknown_outcome_is_resent_and_the_record_arrives(
     proxy: FaultProxy, local_kinesis: LocalKinesis, stream_name: str
 ) -> None:
     """Once is not a pattern: a single reply with a missing entry is resent (at-least-once)."""
@@ -210,7 +210,7 @@ async def test_lesson_32_one_unknown_outcome_is_resent_and_the_record_arrives(
     assert seen == {"k": [0, 0]}  # written by the unbelievable call, and by the resend
 
 
-async def test_lesson_34_a_certificate_that_fails_verification_fails_the_record_at_once(
+async def test_a_certificate_that_fails_verification_fails_the_record_at_once(
     local_kinesis: LocalKinesis, stream_name: str
 ) -> None:
     """The local server's TLS certificate is self-signed: with verification on, PutRecords

@@ -1,4 +1,4 @@
-"""The producer's senders are supervised actors (issue 14; lesson 18: a record is only ever
+"""The producer's senders are supervised actors (a record is only ever
 given up with an error on its handle, never lost).
 
 A sender crashing mid-call is a bug of ours, a fault no server can produce: it is injected by
@@ -55,7 +55,7 @@ def user_records(local: LocalKinesis, stream: str) -> list[bytes]:
     ]
 
 
-async def test_lesson_18_a_sender_crashing_mid_call_is_restarted_and_loses_nothing(
+async def test_a_sender_crashing_mid_call_is_restarted_and_loses_nothing(
     client: KinesisClient,
     local_kinesis: LocalKinesis,
     stream_name: str,

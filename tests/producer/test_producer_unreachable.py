@@ -1,4 +1,4 @@
-"""A dead endpoint is said, not waited on in silence (issue 14).
+"""A dead endpoint is said, not waited on in silence.
 
 A local server of the test's own is stopped mid-produce. With the defaults, records wait (never
 dropped) and, within a few seconds, a warning names the endpoint and the connection failure;
@@ -146,7 +146,7 @@ async def test_after_a_real_outage_has_not_answered_and_answers_again_come_as_a_
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Every connection is cut until the outage is said, then let through: the warning, then
-    "answers again" once, and every record written. (Issue 31 made "answers again" wait for
+    "answers again" once, and every record written. ("answers again" waits for
     the warning; this is the pair that must remain.)"""
     outage = threading.Event()
     proxy.decide = lambda request: Cut() if outage.is_set() else None

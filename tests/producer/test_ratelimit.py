@@ -196,7 +196,7 @@ def test_delay_is_the_longer_wait_and_waiting_it_is_enough() -> None:
     assert limiter.try_acquire("s", 2, 50, 0.5)
 
 
-def test_lesson_22_a_record_larger_than_the_byte_bucket_is_not_starved() -> None:
+def test_a_record_larger_than_the_byte_bucket_is_not_starved() -> None:
     # 0.5 * 1 MiB/s would make a 512 KiB bucket; a 1 MiB record must still get through.
     limiter = ShardRateLimiter(rate_limit=0.5)
     assert limiter.try_acquire("s", 1, MIB, 0.0)
@@ -212,7 +212,7 @@ def test_lesson_22_a_record_larger_than_the_byte_bucket_is_not_starved() -> None
     assert limiter.try_acquire("s", 3, big, 200.0 + wait)
 
 
-def test_lesson_19_one_throttled_record_does_not_halve_the_rate() -> None:
+def test_one_throttled_record_does_not_halve_the_rate() -> None:
     limiter = ShardRateLimiter()
     for shard in ("hot", "cold"):
         assert limiter.try_acquire(shard, 1, 100, 0.0)
@@ -292,7 +292,7 @@ def test_successes_recover_additively_up_to_the_ceiling_and_no_further() -> None
 
 def test_successes_recover_by_the_records_or_the_bytes_whichever_used_more_capacity() -> None:
     """An aggregate of fifty 1 KiB records uses as much of a shard as fifty records sent alone
-    (lesson 19's gentle decrease is undone as fast in both cases)."""
+    (the gentle decrease is undone as fast in both cases)."""
     limiter = ShardRateLimiter(recovery_per_record=0.001)
     limiter.on_throttled("agg", 0.0)
     limiter.on_success("agg", 1, 0.0, 51_200)  # 51,200 bytes: 48.8 records' worth of 1 MiB/s

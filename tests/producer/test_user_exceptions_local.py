@@ -1,4 +1,4 @@
-"""A user's exception is the user's (issue 14): what is raised inside ``async with Producer``
+"""A user's exception is the user's: what is raised inside ``async with Producer``
 leaves it as itself, never in an ExceptionGroup, and so do the library's own typed errors.
 Leaving because of an exception is bounded by ``exit_grace``, whatever the stream does.
 

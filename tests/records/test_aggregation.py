@@ -355,7 +355,7 @@ def test_invalid_keys_raise_and_leave_the_aggregator_unchanged(
 
 
 def test_a_key_of_128_emoji_fits_the_service_limit_exactly() -> None:
-    """256 UTF-16 code units: the longest key the service takes (issue 19, item 15)."""
+    """256 UTF-16 code units: the longest key the service takes."""
     aggregator = Aggregator()
     aggregator.add(b"a", "\U0001f600" * 128, None)
     assert len(aggregator) == 1

@@ -122,7 +122,7 @@ def test_partition_key_counts_characters_not_bytes(char: str) -> None:
 
 
 def test_item_15_partition_key_counts_utf16_code_units_as_the_service_does() -> None:
-    """Issue 19 item 15: an emoji is two UTF-16 code units, so 128 fit and 129 do not."""
+    """an emoji is two UTF-16 code units, so 128 fit and 129 do not."""
     assert validate_partition_key("😀" * 128) == "😀" * 128
     assert validate_partition_key("😀" * 127 + "kk") == "😀" * 127 + "kk"
     with pytest.raises(ValueError, match="got 258"):

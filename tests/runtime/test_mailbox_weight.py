@@ -1,6 +1,5 @@
 """Mailbox weights and held items: the producer's queue, bounded in records and bytes, whose
-room comes back when a record is acknowledged rather than when it is received (lessons 16,
-17)."""
+room comes back when a record is acknowledged rather than when it is received (FLINK-9374)."""
 
 from __future__ import annotations
 

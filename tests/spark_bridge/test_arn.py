@@ -1,4 +1,4 @@
-"""The kinesis format with a stream given by ARN (issue 17), in real Spark (local mode).
+"""The kinesis format with a stream given by ARN, in real Spark (local mode).
 
 Calls go through a recording fault proxy: every call that names the stream names it by
 ``StreamARN``, never ``StreamName``, on the driver and on the executors alike. Rows and

@@ -669,7 +669,7 @@ def test_to_spark_batch_of_an_empty_batch() -> None:
 
 
 def test_no_secret_in_the_repr_of_any_options_object() -> None:
-    """One log line with the options must not leak the key (issue 16, item 5)."""
+    """One log line with the options must not leak the key."""
     secret, token = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "FwoGZXIvYXdzEXAMPLETOKEN"
     given = {"awsAccessKeyId": "AKIDEXAMPLE", "awsSecretKey": secret, "sessionToken": token}
     for options in (source(**given), sink(**given), parse_connection(given)):

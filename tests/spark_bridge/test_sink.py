@@ -104,7 +104,7 @@ def test_batch_write_delivers_every_row_of_every_partition(
     df.write.format("kinesis").mode("append").option("streamName", stream).options(
         **_via(proxy)
     ).save()
-    # Lesson 10: the driver describes the stream once; the three tasks reuse it instead of
+    # the driver describes the stream once; the three tasks reuse it instead of
     # each calling DescribeStreamSummary (20/s per account).
     assert proxy.stats.by_target.get("DescribeStreamSummary") == 1
     assert proxy.stats.by_target["PutRecords"] >= 3  # every task wrote through the proxy

@@ -1,5 +1,5 @@
 """Speculative execution: a second attempt of a task reads the same range, so nothing is lost or
-duplicated (issue 13).
+duplicated.
 
 Spark never launches a speculative copy on a host that runs an attempt of the task, so this
 runs on a standalone cluster of two one-core workers with their own host names (see

@@ -17,7 +17,7 @@ BOUND = SHARDS * CAPACITY + SHARDS  # every mailbox full, plus one record in eac
 PER_PHASE = 400
 
 
-async def test_lesson_01_flink_34071_one_stalled_shard_never_stalls_others() -> None:
+async def test_flink_34071_one_stalled_shard_never_stalls_others() -> None:
     """FLINK-34071: one network thread served many shards and blocked on one full queue.
 
     Here one reader task serves 8 shards into 8 mailboxes of capacity 2. It takes a credit
