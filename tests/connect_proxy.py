@@ -127,6 +127,12 @@ class ConnectProxy:
             loop.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # Cancelled at stop, a handler task ends quietly: Python 3.11's stream server asks a
+        # cancelled handler for its exception and logs the CancelledError as an error.
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._tunnel(reader, writer)
+
+    async def _tunnel(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
         try:
             try:
