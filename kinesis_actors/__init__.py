@@ -9,8 +9,12 @@ each layer's package exports in its ``__all__`` (:mod:`kinesis_actors.client`,
 :mod:`kinesis_actors.metrics.otel`. Everything in underscore modules is private: other
 packages (``spark_bridge``, the benchmarks) and the other layers import only the public names
 (``tests/test_import_boundaries.py`` checks it). ``_validate`` is private to this package, the
-configuration checks its layers share.
+configuration checks its layers share. ``LocalKinesis`` and ``LocalDynamoDB`` (the local
+servers' process managers, for tests and demos) are imported on first use, not with the
+package.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from . import errors
 from .client import (
@@ -22,7 +26,6 @@ from .client import (
     RetrySettings,
 )
 from .consumer import Consumer, ConsumerConfig, RecordBatch, StartingPosition
-from .local import LocalDynamoDB, LocalKinesis
 from .producer import (
     Producer,
     ProducerConfig,
@@ -32,6 +35,9 @@ from .producer import (
     PutResult,
 )
 from .records import RECORD_SCHEMA
+
+if TYPE_CHECKING:
+    from .local import LocalDynamoDB, LocalKinesis
 
 __all__ = [
     "RECORD_SCHEMA",
@@ -57,3 +63,11 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("LocalKinesis", "LocalDynamoDB"):
+        from . import local  # noqa: PLC0415 - on first use, not with the package
+
+        return getattr(local, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
