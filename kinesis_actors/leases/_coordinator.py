@@ -36,7 +36,7 @@ from ._errors import LeaseLostError, WorkerIdConflictError
 from ._events import LeaseAcquired, LeaseLost, LeaseStats
 from ._holder import EPSILON, Held, LeaseHolder
 from ._items import LATEST, SHARD_END, TRIM_HORIZON, Lease
-from ._policy import parents_finished, plan_takes, write_landed
+from ._policy import ScanSchedule, live_owners, parents_finished, plan_takes, write_landed
 from ._shard_sync import ShardSync
 from ._streams import Streams, describe_stream
 from ._sync import INITIAL_POSITIONS
@@ -162,6 +162,7 @@ class LeaseCoordinator(LeaseHolder):
         self._releasing = False
         # Handoffs this worker asked for: lease key -> (asked at, asked of).
         self._asked: dict[str, tuple[float, str]] = {}
+        self._schedule = ScanSchedule(self._worker_id, self._config.failover_time)
         self._scope: anyio.CancelScope | None = None
         self._task_group: Any = None
 
@@ -431,10 +432,36 @@ class LeaseCoordinator(LeaseHolder):
                 )
         return ours
 
+    def _following(self) -> bool:
+        """Whether this worker needs every round's listing for its own sake: a handoff it
+        asked for is pending, or a lease it holds waits on its parents."""
+        return bool(self._asked) or any(
+            not held.ready and not held.needs_pin and held.lease.parent_shard_ids
+            for held in self._held.values()
+        )
+
     async def _take_round(self) -> None:
+        """One round: list the table (a watcher's round, see :class:`ScanSchedule`, or one
+        due), take, steal and follow handoffs by that listing; every round pins and hands
+        ready leases to their readers."""
+        now = self._clock()
+        if not self._schedule.due(
+            now, following=self._following(), period=self._config.take_period
+        ):
+            if not self._releasing:
+                pins = [(key, held) for key, held in self._held.items() if held.needs_pin]
+                await self._each(pins, lambda pin: self._pin(*pin))
+            self._open_ready()
+            return
         ours = self._observe(await self._table.list())
+        now = self._clock()
+        self._schedule.listed(
+            live_owners(ours, lambda lease: self._tracker.expired(lease, now)), now
+        )
+        self._stats = replace(
+            self._stats, listings=self._stats.listings + 1, watching=self._schedule.watching
+        )
         if not self._releasing:
-            now = self._clock()
             still = 2 * self._config.renew_period
             plan = plan_takes(
                 ours,
@@ -448,6 +475,7 @@ class LeaseCoordinator(LeaseHolder):
                 ),
                 max_leases=self._config.max_leases,
                 max_leases_to_steal=self._config.max_leases_to_steal,
+                rescue=self._schedule.watching,
                 rng=self._rng,
             )
             live = sum(1 for lease in ours if not lease.finished)
