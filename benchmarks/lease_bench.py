@@ -58,6 +58,9 @@ __all__ = ["kcl_calls_per_s", "kcl_failover_window", "main", "run"]
 KCL_FAILOVER = 10.0
 KCL_EPSILON = 0.025
 KCL_SHARD_SYNC = 60.0
+#: How many workers list the lease table every take round (the lease package's watchers,
+#: docs/leases.md "Who lists the table"); the others list it once a failover time.
+WATCHERS = 2
 #: How long the shares may take to even out before the cost is measured anyway.
 _BALANCE_TIMEOUT = 90.0
 #: The local server's account limit on open shards: the cost and failover streams of a run
@@ -267,8 +270,13 @@ async def measure_cost(
         "calls": dict(sorted(calls.items())),
         "calls_per_s": round(ours, 2),
         "per_operation_per_s": {op: round(n / elapsed, 2) for op, n in sorted(calls.items())},
+        # Renewals, plus a listing a round by each of the two watchers and one a failover
+        # time by every other worker (one Scan page each at these sizes).
         "expected_calls_per_s": round(
-            leases / config.renew_period + workers / config.take_period, 2
+            leases / config.renew_period
+            + min(workers, WATCHERS) / config.take_period
+            + max(0, workers - WATCHERS) / config.failover_time,
+            2,
         ),
         "kcl": {key: round(value, 2) for key, value in kcl.items()},
         # Per worker: items and kilobytes read a second, and read units a second (modelled

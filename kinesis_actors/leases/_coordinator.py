@@ -4,10 +4,11 @@ The decisions are :mod:`._policy`'s and :mod:`._sync`'s; keeping a held lease (r
 write/adopt/release protocol, the event queue) is :class:`~._holder.LeaseHolder`'s, which this
 class extends, and shard sync's listing and creates are :class:`~._shard_sync.ShardSync`'s.
 This module owns the rest (the streams, the task group) and runs three loops in one task
-group: renewals (the holder's), take rounds (a consistent Scan, then takes, steals and
-opening children whose parents finished) and shard sync. Calls from the consumer's tasks
-(``checkpoint``, ``finish``, ``release_all``) take the lease's lock, so a lease's writes
-never race each other and the counter held is always the last one written.
+group: renewals (the holder's), take rounds (a consistent Scan - every round on the two
+watchers, about once a failover time elsewhere, see :class:`~._policy.ScanSchedule` - then
+takes, steals and opening children whose parents finished) and shard sync. Calls from the
+consumer's tasks (``checkpoint``, ``finish``, ``release_all``) take the lease's lock, so a
+lease's writes never race each other and the counter held is always the last one written.
 
 A failed write condition on a held lease ends that lease at once (:class:`LeaseLost`); a
 lease that could not be renewed for ``failover_time`` (the table unreachable) is dropped too,
