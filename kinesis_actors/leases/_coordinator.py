@@ -695,5 +695,17 @@ class LeaseCoordinator(LeaseHolder):
                 self._transient("a shard sync", error)
 
     async def _sync_all(self) -> None:
-        # A lambda, not the bound method: each listing of the table replaces self._by_key.
-        await self._shards.sync_all(self._known(), lambda: self._by_key.values())  # noqa: PLW0108
+        """Shard sync, on the leases known now. A non-watcher's last listing may be a
+        failover time old, and a shard whose lease it does not see is created anew: a child
+        whose parent's lease it missed would start at the initial position (``LATEST``: its
+        first records skipped) instead of its parents' end. So it lists the table first (once
+        per sync, a minute apart by default); the listing only adds what it knows of the
+        table (leases are never deleted, ``SHARD_END`` never undone), and the expiry history
+        is left to the take rounds."""
+        streams = self._known()
+        fresh: list[Lease] = []
+        if not self._schedule.watching:
+            listed = await self._table.list()
+            fresh = [lease for lease in listed if streams.owner_of(lease) is not None]
+        # A lambda: each listing of the table replaces self._by_key.
+        await self._shards.sync_all(streams, lambda: [*fresh, *self._by_key.values()])
