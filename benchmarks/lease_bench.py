@@ -34,7 +34,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +58,9 @@ __all__ = ["kcl_calls_per_s", "kcl_failover_window", "main", "run"]
 KCL_FAILOVER = 10.0
 KCL_EPSILON = 0.025
 KCL_SHARD_SYNC = 60.0
+#: How many workers list the lease table every take round (the lease package's watchers,
+#: docs/leases.md "Who lists the table"); the others list it once a failover time.
+WATCHERS = 2
 #: How long the shares may take to even out before the cost is measured anyway.
 _BALANCE_TIMEOUT = 90.0
 #: The local server's account limit on open shards: the cost and failover streams of a run
@@ -94,16 +97,54 @@ def kcl_failover_window(failover: float = KCL_FAILOVER) -> tuple[float, float]:
     return taker - renewer, 2 * taker
 
 
-class _Counting:
-    """A DynamoDB caller that counts every request it forwards, per operation."""
+def _item_size(item: Mapping[str, Any]) -> int:
+    """An item's size as DynamoDB bills it, near enough: each attribute's name plus its value
+    (strings and numbers by their text, sets by their members)."""
+    size = 0
+    for name, typed in item.items():
+        size += len(name)
+        for value in typed.values():
+            members = value if isinstance(value, list) else [value]
+            size += sum(len(str(member)) for member in members)
+    return size
 
-    def __init__(self, client: DynamoDBClient, calls: Counter[str]) -> None:
+
+def _read_units(operation: str, params: Mapping[str, Any], reply: Mapping[str, Any]) -> float:
+    """Read capacity units of one reply, by DynamoDB's rule: a Scan or Query page is billed on
+    the items it read, rounded up to 4 KB (half for an eventually consistent read); a GetItem
+    on its item, rounded up the same way."""
+    items = reply.get("Items")
+    if items is None:
+        item = reply.get("Item")
+        if operation != "GetItem" or item is None:
+            return 0.0
+        items = [item]
+    size = sum(_item_size(item) for item in items)
+    units = float(max(1, -(-size // 4096)))
+    return units if params.get("ConsistentRead") else units / 2
+
+
+class _Counting:
+    """A DynamoDB caller that counts every request it forwards, per operation, and the items,
+    bytes and read units its replies carry."""
+
+    def __init__(self, client: DynamoDBClient, calls: Counter[str], reads: Counter[str]) -> None:
         self._client = client
         self._calls = calls
+        self._reads = reads
 
-    def call(self, operation: str, params: Mapping[str, Any]) -> Awaitable[dict[str, Any]]:
+    async def call(self, operation: str, params: Mapping[str, Any]) -> dict[str, Any]:
         self._calls[operation] += 1
-        return self._client.call(operation, params)
+        reply = await self._client.call(operation, params)
+        items = reply.get("Items")
+        if items is None and reply.get("Item") is not None:
+            items = [reply["Item"]]
+        if items is not None:
+            self._reads["items"] += len(items)
+            self._reads["bytes"] += sum(_item_size(item) for item in items)
+            # In hundredths, to keep a Counter of ints (an eventually consistent page is 0.5).
+            self._reads["read_units_x100"] += round(100 * _read_units(operation, params, reply))
+        return reply
 
 
 @dataclass
@@ -112,6 +153,8 @@ class _Worker:
 
     worker_id: str
     calls: Counter[str] = field(default_factory=Counter)
+    #: items, bytes and read units of the replies (see _Counting).
+    reads: Counter[str] = field(default_factory=Counter)
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     #: shard id -> when this worker last acquired it (removed when lost).
     acquired: dict[str, float] = field(default_factory=dict)
@@ -134,7 +177,7 @@ async def _run_worker(worker: _Worker, group: _Group) -> None:
                 group.dynamodb.client() as ddb,
                 group.kinesis.client(tls=False) as kinesis,
                 LeaseCoordinator(
-                    _Counting(ddb, worker.calls),
+                    _Counting(ddb, worker.calls, worker.reads),
                     kinesis,
                     group.table,
                     group.stream,
@@ -206,10 +249,12 @@ async def measure_cost(
             lambda: _even(crew, leases) or bool(_failures(crew)), _BALANCE_TIMEOUT
         )
         before = sum((worker.calls for worker in crew), Counter[str]())
+        reads_before = [Counter(worker.reads) for worker in crew]
         start = time.monotonic()
         await anyio.sleep(seconds)
         elapsed = time.monotonic() - start
         after = sum((worker.calls for worker in crew), Counter[str]())
+        reads = [worker.reads - old for worker, old in zip(crew, reads_before, strict=True)]
         held = [len(worker.acquired) for worker in crew]
         tasks.cancel_scope.cancel()
     calls = after - before
@@ -225,10 +270,20 @@ async def measure_cost(
         "calls": dict(sorted(calls.items())),
         "calls_per_s": round(ours, 2),
         "per_operation_per_s": {op: round(n / elapsed, 2) for op, n in sorted(calls.items())},
+        # Renewals, plus a listing a round by each of the two watchers and one a failover
+        # time by every other worker (one Scan page each at these sizes).
         "expected_calls_per_s": round(
-            leases / config.renew_period + workers / config.take_period, 2
+            leases / config.renew_period
+            + min(workers, WATCHERS) / config.take_period
+            + max(0, workers - WATCHERS) / config.failover_time,
+            2,
         ),
         "kcl": {key: round(value, 2) for key, value in kcl.items()},
+        # Per worker: items and kilobytes read a second, and read units a second (modelled
+        # from the replies' sizes, see _read_units).
+        "items_read_per_s": [round(r["items"] / elapsed, 1) for r in reads],
+        "kb_read_per_s": [round(r["bytes"] / 1000 / elapsed, 1) for r in reads],
+        "read_units_per_s": [round(r["read_units_x100"] / 100 / elapsed, 2) for r in reads],
         "ratio_to_kcl": round(ours / kcl["calls_per_s"], 3),
         "failures": _failures(crew),
     }
@@ -376,6 +431,10 @@ def render(results: Mapping[str, Any]) -> str:
             f"{row['leases']:>6} {row['workers']:>7} {row['calls_per_s']:>8.2f} "
             f"{row['expected_calls_per_s']:>8.2f} {row['kcl']['calls_per_s']:>7.2f} "
             f"{row['ratio_to_kcl']:>6.3f}  {ops}; {row['held']}{even}"
+        )
+        lines.append(
+            f"  read per worker: items/s {row['items_read_per_s']}, kB/s {row['kb_read_per_s']}, "
+            f"read units/s {row['read_units_per_s']}"
         )
         lines.extend(f"  failed: {failure}" for failure in row["failures"])
     runs = results["failover"]

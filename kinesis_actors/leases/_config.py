@@ -33,13 +33,15 @@ class LeaseConfig:
     - ``renew_interval`` (None: ``failover_time / 3``, the KCL's renewer period): how often
       held leases are renewed. At most ``failover_time / 2``, so that one failed renewal does
       not lose a lease, and at least :data:`MIN_INTERVAL` (50 ms).
-    - ``take_interval`` (None: ``failover_time / 6``): how often the table is scanned to take
-      expired, free or (to balance) other workers' leases, and to open children whose parents
+    - ``take_interval`` (None: ``failover_time / 6``): how often a take round runs: it takes
+      expired, free or (to balance) other workers' leases, and opens children whose parents
       another worker finished. The KCL's taker runs every ``2 * failover_time``; a take comes
       at most ``failover_time + 2 * take_interval`` after the owner's last renewal, so half the
       renewal interval bounds a failover by ``failover_time + renew_interval`` (13.3 s with the
-      defaults, against the KCL's up to 30 s), for one Scan per worker per interval. At most
-      ``failover_time / 2`` and at least :data:`MIN_INTERVAL`.
+      defaults, against the KCL's up to 30 s). The two watchers (the lowest live ids) Scan the
+      table every round, the other workers about once a failover time (see
+      ``docs/leases.md``, "Who lists the table"). At most ``failover_time / 2`` and at least
+      :data:`MIN_INTERVAL`.
     - ``shard_sync_interval`` (60 s, the KCL's ``shardSyncIntervalMillis``): how often
       ListShards runs to create leases for new shards (also at start and when a held shard
       ends).

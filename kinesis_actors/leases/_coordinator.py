@@ -4,10 +4,11 @@ The decisions are :mod:`._policy`'s and :mod:`._sync`'s; keeping a held lease (r
 write/adopt/release protocol, the event queue) is :class:`~._holder.LeaseHolder`'s, which this
 class extends, and shard sync's listing and creates are :class:`~._shard_sync.ShardSync`'s.
 This module owns the rest (the streams, the task group) and runs three loops in one task
-group: renewals (the holder's), take rounds (a consistent Scan, then takes, steals and
-opening children whose parents finished) and shard sync. Calls from the consumer's tasks
-(``checkpoint``, ``finish``, ``release_all``) take the lease's lock, so a lease's writes
-never race each other and the counter held is always the last one written.
+group: renewals (the holder's), take rounds (a consistent Scan - every round on the two
+watchers, about once a failover time elsewhere, see :class:`~._policy.ScanSchedule` - then
+takes, steals and opening children whose parents finished) and shard sync. Calls from the
+consumer's tasks (``checkpoint``, ``finish``, ``release_all``) take the lease's lock, so a
+lease's writes never race each other and the counter held is always the last one written.
 
 A failed write condition on a held lease ends that lease at once (:class:`LeaseLost`); a
 lease that could not be renewed for ``failover_time`` (the table unreachable) is dropped too,
@@ -36,7 +37,7 @@ from ._errors import LeaseLostError, WorkerIdConflictError
 from ._events import LeaseAcquired, LeaseLost, LeaseStats
 from ._holder import EPSILON, Held, LeaseHolder
 from ._items import LATEST, SHARD_END, TRIM_HORIZON, Lease
-from ._policy import parents_finished, plan_takes, write_landed
+from ._policy import ScanSchedule, live_owners, parents_finished, plan_takes, write_landed
 from ._shard_sync import ShardSync
 from ._streams import Streams, describe_stream
 from ._sync import INITIAL_POSITIONS
@@ -162,6 +163,7 @@ class LeaseCoordinator(LeaseHolder):
         self._releasing = False
         # Handoffs this worker asked for: lease key -> (asked at, asked of).
         self._asked: dict[str, tuple[float, str]] = {}
+        self._schedule = ScanSchedule(self._worker_id, self._config.failover_time)
         self._scope: anyio.CancelScope | None = None
         self._task_group: Any = None
 
@@ -431,10 +433,36 @@ class LeaseCoordinator(LeaseHolder):
                 )
         return ours
 
+    def _following(self) -> bool:
+        """Whether this worker needs every round's listing for its own sake: a handoff it
+        asked for is pending, or a lease it holds waits on its parents."""
+        return bool(self._asked) or any(
+            not held.ready and not held.needs_pin and held.lease.parent_shard_ids
+            for held in self._held.values()
+        )
+
     async def _take_round(self) -> None:
+        """One round: list the table (a watcher's round, see :class:`ScanSchedule`, or one
+        due), take, steal and follow handoffs by that listing; every round pins and hands
+        ready leases to their readers."""
+        now = self._clock()
+        if not self._schedule.due(
+            now, following=self._following(), period=self._config.take_period
+        ):
+            if not self._releasing:
+                pins = [(key, held) for key, held in self._held.items() if held.needs_pin]
+                await self._each(pins, lambda pin: self._pin(*pin))
+            self._open_ready()
+            return
         ours = self._observe(await self._table.list())
+        now = self._clock()
+        self._schedule.listed(
+            live_owners(ours, lambda lease: self._tracker.expired(lease, now)), now
+        )
+        self._stats = replace(
+            self._stats, listings=self._stats.listings + 1, watching=self._schedule.watching
+        )
         if not self._releasing:
-            now = self._clock()
             still = 2 * self._config.renew_period
             plan = plan_takes(
                 ours,
@@ -448,6 +476,7 @@ class LeaseCoordinator(LeaseHolder):
                 ),
                 max_leases=self._config.max_leases,
                 max_leases_to_steal=self._config.max_leases_to_steal,
+                rescue=self._schedule.watching,
                 rng=self._rng,
             )
             live = sum(1 for lease in ours if not lease.finished)
@@ -666,5 +695,17 @@ class LeaseCoordinator(LeaseHolder):
                 self._transient("a shard sync", error)
 
     async def _sync_all(self) -> None:
-        # A lambda, not the bound method: each listing of the table replaces self._by_key.
-        await self._shards.sync_all(self._known(), lambda: self._by_key.values())  # noqa: PLW0108
+        """Shard sync, on the leases known now. A non-watcher's last listing may be a
+        failover time old, and a shard whose lease it does not see is created anew: a child
+        whose parent's lease it missed would start at the initial position (``LATEST``: its
+        first records skipped) instead of its parents' end. So it lists the table first (once
+        per sync, a minute apart by default); the listing only adds what it knows of the
+        table (leases are never deleted, ``SHARD_END`` never undone), and the expiry history
+        is left to the take rounds."""
+        streams = self._known()
+        fresh: list[Lease] = []
+        if not self._schedule.watching:
+            listed = await self._table.list()
+            fresh = [lease for lease in listed if streams.owner_of(lease) is not None]
+        # A lambda: each listing of the table replaces self._by_key.
+        await self._shards.sync_all(streams, lambda: [*fresh, *self._by_key.values()])

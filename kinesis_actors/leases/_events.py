@@ -85,7 +85,10 @@ class LeaseStats:
     ``handoffs_received`` (asked of other workers / handed to us) and ``handoffs_given``;
     ``renewal_latency_last`` / ``_max`` in seconds (None before the first renewal);
     ``workers``: distinct live owners seen at the last scan, this worker included;
-    ``leases``: unfinished leases of our streams at the last scan.
+    ``leases``: unfinished leases of our streams at the last scan; ``listings``: full
+    listings of the table by take rounds (a watcher lists it every round, another worker
+    about once a failover time); ``watching``: whether this worker is a watcher by its last
+    listing.
     """
 
     worker_id: str
@@ -112,3 +115,5 @@ class LeaseStats:
     renewal_latency_max: float | None = None
     workers: int = 1
     leases: int = 0
+    listings: int = 0
+    watching: bool = True

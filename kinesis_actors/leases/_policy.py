@@ -33,6 +33,20 @@ renewed twice - it is taken back at once, without waiting the failover time at w
 the survivors would take it (and the restarted worker then steal its share back from them).
 Two counter changes seen while it stays so make it a conflict (one change may be a write of
 ours that landed after we gave up on it).
+
+**Who scans (:class:`ScanSchedule`).** Expiry is seen only by a worker that lists the table
+every take round: one that lists it once a failover time sees a counter change up to a
+failover time late, and a dead owner's lease expires up to twice the failover time after its
+last renewal. Two workers are enough to keep the bound for any one death: the *watchers*, the
+two lowest ids among the live owners (and this worker), list the whole table every round and
+take every free or expired lease they find, beyond their share if need be (the others then
+steal back toward the even share). When a watcher dies the other one still watches its
+leases. Every other worker lists the table once a failover time (to steal its share and to
+learn whether it has become a watcher), and every round while it needs the listing: during
+its first failover time (its expiry history is empty: a restarted worker takes back its own
+id's leases), while a handoff it asked for is pending, while a lease it holds waits on a
+parent. One watcher would not do: the KCL 3.x's leader scans alone, and a new leader starts
+its expiry history afresh, so a dead leader's leases wait a further lease duration.
 """
 
 from __future__ import annotations
@@ -45,7 +59,20 @@ from dataclasses import dataclass
 
 from ._items import Lease
 
-__all__ = ["ExpiryTracker", "TakePlan", "parents_finished", "plan_takes", "write_landed"]
+__all__ = [
+    "WATCHERS",
+    "ExpiryTracker",
+    "ScanSchedule",
+    "TakePlan",
+    "live_owners",
+    "parents_finished",
+    "plan_takes",
+    "write_landed",
+]
+
+#: How many workers list the whole table every take round (see the module's doc): two, so
+#: that the death of either leaves one watching its leases.
+WATCHERS = 2
 
 
 @dataclass(slots=True)
@@ -120,6 +147,7 @@ def plan_takes(
     reclaimable: Callable[[Lease], bool] | None = None,
     max_leases: int | None = None,
     max_leases_to_steal: int | None = None,
+    rescue: bool = False,
     rng: random.Random | None = None,
 ) -> TakePlan:
     """Decide a take round from a listing of the (unfinished) leases this worker may hold.
@@ -128,7 +156,9 @@ def plan_takes(
     expired (see :class:`ExpiryTracker`); ``reclaimable`` whether a lease owned by our own id
     that we do not hold has stood still long enough to be taken back (see the module's doc;
     None: only once expired). Finished leases (``SHARD_END``) need no owner and are left out
-    of the count and the plan.
+    of the count and the plan. ``rescue`` (a watcher's round, see :class:`ScanSchedule`):
+    take every free and expired lease, beyond the share if need be (``max_leases`` still
+    caps), and steal nothing while any is left.
     """
     rng = rng or random.Random()
     live = [lease for lease in leases if not lease.finished]
@@ -154,6 +184,9 @@ def plan_takes(
         target = min(target, max_leases)
     ours = sum(1 for lease in live if lease.key in held) + watched
     need = target - ours
+    if rescue and (own or candidates):
+        room = len(own) + len(candidates) if max_leases is None else max_leases - ours
+        need = max(need, room)
     if need <= 0:
         return TakePlan((), (), target, workers)
     if own or candidates:
@@ -188,6 +221,61 @@ def plan_takes(
         stolen.append(pools[victim].pop())
         owners[victim] -= 1
     return TakePlan((), tuple(stolen), target, workers)
+
+
+def live_owners(leases: Iterable[Lease], expired: Callable[[Lease], bool]) -> set[str]:
+    """The owners of unfinished leases that are not expired: the workers known to be alive."""
+    return {
+        lease.owner
+        for lease in leases
+        if lease.owner is not None and not lease.finished and not expired(lease)
+    }
+
+
+class ScanSchedule:
+    """Whether a take round lists the whole table, or does without (see the module's doc).
+
+    Every listing is told to :meth:`listed` with the live owners it showed; a round asks
+    :meth:`due`. Rounds that skip the listing still follow their own leases (renewals say
+    what they need of those) and hand ready leases to the reader.
+    """
+
+    def __init__(self, worker_id: str, failover_time: float) -> None:
+        self.worker_id = worker_id
+        self.failover_time = failover_time
+        self._started_at: float | None = None  # the first listing
+        self._listed_at: float | None = None
+        self._watchers: tuple[str, ...] = (worker_id,)
+
+    @property
+    def watchers(self) -> tuple[str, ...]:
+        """The watchers by the last listing: the :data:`WATCHERS` lowest ids among the live
+        owners and this worker."""
+        return self._watchers
+
+    @property
+    def watching(self) -> bool:
+        """Whether this worker is a watcher by the last listing."""
+        return self.worker_id in self._watchers
+
+    def listed(self, owners: Collection[str], now: float) -> None:
+        """A listing of the whole table was made at ``now``; ``owners`` are its live owners."""
+        if self._started_at is None:
+            self._started_at = now
+        self._listed_at = now
+        self._watchers = tuple(sorted({*owners, self.worker_id})[:WATCHERS])
+
+    def due(self, now: float, *, following: bool, period: float) -> bool:
+        """Whether the round at ``now`` lists the table: a watcher's does; so does one in this
+        worker's first failover time (from its first listing), one that is ``following`` a
+        handoff it asked for or a lease waiting on its parents, and one whose last listing is
+        a failover time old (less half a round ``period``, so that the listing falls on the
+        nearest round rather than the one after)."""
+        if self._listed_at is None or self._started_at is None or self.watching or following:
+            return True
+        if now - self._started_at < self.failover_time:
+            return True
+        return now - self._listed_at >= self.failover_time - period / 2
 
 
 def parents_finished(parent_keys: Iterable[str], by_key: Mapping[str, Lease]) -> bool:

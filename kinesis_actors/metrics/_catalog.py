@@ -264,6 +264,10 @@ _LEASES = _table(
      "Live workers seen in the table at the last scan, this one included."),
     ("leases", "unfinished", "gauge", "{lease}",
      "Unfinished leases of the consumer's streams at the last scan."),
+    ("listings", "table.listings", "counter", "{listing}",
+     "Full listings of the lease table by take rounds (every round on a watcher)."),
+    ("watching", "watching", "gauge", "{worker}",
+     "1 while this worker is one of the two watchers that list the table every round, else 0."),
 )  # fmt: skip
 _RENEWAL_LATENCY = (
     ("renewal_latency_last", InstrumentSpec(
@@ -349,7 +353,8 @@ def consumer_points(metrics: Mapping[str, Any], attributes: Mapping[str, str]) -
     leases = metrics.get("leases")
     if leases is not None:
         for field, spec in _LEASES:
-            yield Point(spec.name, leases[field], attributes)
+            value = leases[field]
+            yield Point(spec.name, int(value) if isinstance(value, bool) else value, attributes)
         for field, spec in _RENEWAL_LATENCY:
             if leases[field] is not None:
                 yield Point(spec.name, leases[field], attributes)

@@ -9,7 +9,10 @@ import pytest
 
 from kinesis_actors.leases import SHARD_END, Lease
 from kinesis_actors.leases._policy import (
+    WATCHERS,
     ExpiryTracker,
+    ScanSchedule,
+    live_owners,
     parents_finished,
     plan_takes,
     write_landed,
@@ -218,3 +221,88 @@ def test_a_checkpoint_or_release_that_landed_carries_what_it_wrote() -> None:
     released = lease(1, None, counter=8, checkpoint=SHARD_END)
     assert write_landed(held, released, None, SHARD_END)
     assert not write_landed(held, released, "me", SHARD_END)
+
+
+# -- who lists the table every round -------------------------------------------------------
+
+
+def listed_schedule(worker_id: str, owners: set[str], *, at: float = 0.0) -> ScanSchedule:
+    schedule = ScanSchedule(worker_id, failover_time=10.0)
+    schedule.listed(owners, now=at)
+    return schedule
+
+
+def test_the_two_lowest_live_ids_watch_and_list_the_table_every_round() -> None:
+    assert WATCHERS == 2
+    for worker in ("a", "b"):
+        schedule = listed_schedule(worker, {"a", "b", "c", "d"}, at=-100.0)
+        assert schedule.watchers == ("a", "b")
+        assert schedule.watching
+        assert schedule.due(0.0, following=False, period=1.0)
+
+
+def test_a_worker_with_no_lease_and_the_lowest_id_counts_itself_among_the_watchers() -> None:
+    schedule = listed_schedule("0-new", {"a", "b", "c"}, at=-100.0)
+    assert schedule.watchers == ("0-new", "a")
+    assert schedule.due(0.0, following=False, period=1.0)
+
+
+def test_any_other_worker_lists_the_table_once_a_failover_time_after_its_first() -> None:
+    schedule = ScanSchedule("c", failover_time=10.0)
+    assert schedule.due(0.0, following=False, period=1.0)  # never listed
+    schedule.listed({"a", "b", "c", "d"}, now=0.0)
+    assert not schedule.watching
+    # Its first failover time: every round (its expiry history is being built).
+    assert schedule.due(9.0, following=False, period=1.0)
+    schedule.listed({"a", "b", "c", "d"}, now=10.0)
+    assert not schedule.due(11.0, following=False, period=1.0)
+    assert not schedule.due(19.0, following=False, period=1.0)
+    assert schedule.due(19.5, following=False, period=1.0)  # the round nearest 20
+
+
+def test_a_worker_following_a_handoff_or_a_gated_child_lists_every_round() -> None:
+    schedule = listed_schedule("c", {"a", "b", "c"}, at=-100.0)
+    schedule.listed({"a", "b", "c"}, now=0.0)
+    assert not schedule.due(1.0, following=False, period=1.0)
+    assert schedule.due(1.0, following=True, period=1.0)
+
+
+def test_a_dead_watcher_drops_out_at_the_next_listing_and_the_next_id_watches() -> None:
+    schedule = listed_schedule("c", {"a", "b", "c"}, at=-100.0)
+    assert not schedule.watching
+    schedule.listed({"b", "c"}, now=0.0)  # 'a' expired: no longer a live owner
+    assert schedule.watchers == ("b", "c")
+    assert schedule.due(1.0, following=False, period=1.0)
+
+
+def test_live_owners_leave_out_expired_free_and_finished_leases() -> None:
+    leases = [
+        lease(1, "a"),
+        lease(2, "dead"),
+        lease(3),
+        lease(4, "done", checkpoint=SHARD_END),
+    ]
+    assert live_owners(leases, lambda found: found.owner == "dead") == {"a"}
+
+
+def test_a_watcher_rescues_every_expired_lease_beyond_its_share() -> None:
+    leases = [lease(n, "me") for n in range(3)]
+    leases += [lease(n, "b") for n in range(3, 6)]
+    leases += [lease(n, "dead") for n in range(6, 12)]
+    expired = lambda found: found.owner == "dead"  # noqa: E731
+    held = {found.key for found in leases if found.owner == "me"}
+    plain = plan_takes(leases, worker_id="me", held=held, expired=expired)
+    assert len(plain.take) == 3  # toward its share: 12 leases over 2 live workers
+    rescue = plan_takes(leases, worker_id="me", held=held, expired=expired, rescue=True)
+    assert {found.key for found in rescue.take} == {f"shard-{n}" for n in range(6, 12)}
+    assert rescue.steal == ()
+    capped = plan_takes(
+        leases, worker_id="me", held=held, expired=expired, rescue=True, max_leases=5
+    )
+    assert len(capped.take) == 2
+
+
+def test_a_watcher_with_nothing_to_rescue_steals_toward_its_share_as_before() -> None:
+    leases = [lease(n, "b") for n in range(4)]
+    plan = plan_takes(leases, worker_id="me", held=set(), expired=lambda _: False, rescue=True)
+    assert plan.take == () and len(plan.steal) == 2
