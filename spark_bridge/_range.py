@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 import pyarrow as pa
 import pyarrow.compute as pc
-from anyio.streams.memory import MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from kinesis_actors import KinesisClient
 from kinesis_actors.client import StreamRef, stream_params
@@ -49,6 +49,11 @@ _MIN_CALL_INTERVAL = 0.2
 _IDLE_INITIAL, _IDLE_MAX = 0.05, 0.5
 _SHARDS_AT_ONCE = 64
 """Shards of one task read at once (a task holds at most this many pages)."""
+_COALESCE_ROWS = 10_000
+"""Pages waiting when the task asks are taken together up to this many rows (Spark's own
+``maxRecordsPerBatch`` default) and handed on as one batch: a task of many small shards
+otherwise pays a crossing from the loop and a conversion per page."""
+_COALESCE_BYTES = 8 * 1024 * 1024
 _RETRIES = 5
 """Replies retried after the client's own retries gave up: a garbled reply or a passing
 ResourceNotFound must not fail a task that a second look would complete."""
@@ -317,6 +322,31 @@ async def _read_all(
         raise failures[0]
 
 
+async def _receive_some(
+    receive: MemoryObjectReceiveStream[pa.RecordBatch],
+) -> list[pa.RecordBatch]:
+    """The next page, and those already waiting after it, up to the coalescing bounds.
+
+    Raises :class:`anyio.EndOfStream` only when nothing was taken."""
+    batches = [await receive.receive()]
+    rows, nbytes = batches[0].num_rows, batches[0].nbytes
+    while rows < _COALESCE_ROWS and nbytes < _COALESCE_BYTES:
+        try:
+            batch = receive.receive_nowait()
+        except (anyio.WouldBlock, anyio.EndOfStream):
+            break
+        batches.append(batch)
+        rows += batch.num_rows
+        nbytes += batch.nbytes
+    return batches
+
+
+def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """One batch of ``batches``' rows, in order (``pa.concat_batches`` is pyarrow 19's)."""
+    combined: pa.RecordBatch = pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+    return combined
+
+
 def read_ranges(
     connection: Connection,
     ranges: Sequence[ShardRange],
@@ -328,7 +358,9 @@ def read_ranges(
     concurrently on the process's shared loop (``_worker``), each shard's pages in order.
 
     Memory: the batches go through an unbuffered channel, so each shard being read holds at
-    most one page while it waits for the task to take it (``_SHARDS_AT_ONCE`` pages).
+    most one page while it waits for the task to take it (``_SHARDS_AT_ONCE`` pages). Pages
+    waiting together are handed on as one batch (``_COALESCE_ROWS``, ``_COALESCE_BYTES``):
+    the task holds at most that much more.
     """
     todo = [shard for shard in ranges if not shard.empty()]
     if not todo:
@@ -342,10 +374,10 @@ def read_ranges(
     try:
         while True:
             try:
-                batch = portal.call(receive.receive)
+                batches = portal.call(_receive_some, receive)
             except anyio.EndOfStream:
                 break
-            yield batch
+            yield batches[0] if len(batches) == 1 else _concat(batches)
         future.result()
     finally:
         if not future.done():

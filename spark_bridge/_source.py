@@ -251,13 +251,14 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     end=_entry(stream, shard_id, end),
                 )
             )
-            log.debug(
-                "reading %s/%s from %s to %s",
-                stream,
-                shard_id,
-                ranges[-1].start.describe(),
-                ranges[-1].end.describe(),
-            )
+            if log.isEnabledFor(logging.DEBUG):  # describe() is JSON: not for every shard
+                log.debug(
+                    "reading %s/%s from %s to %s",
+                    stream,
+                    shard_id,
+                    ranges[-1].start.describe(),
+                    ranges[-1].end.describe(),
+                )
         for batch in read_ranges(
             partition.connection,
             ranges,
