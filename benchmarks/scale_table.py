@@ -26,6 +26,7 @@ import datetime
 import json
 import sys
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -113,14 +114,21 @@ def run(
         "shards": list(counts),
         "callers": list(callers),
         "loadavg": {},
+        "failed": {},
     }
 
     def part(name: str, measure: Callable[[], Any]) -> None:
+        """One part; a part that fails is reported and the others still run (a run is long:
+        one server's limit must not throw away what the others measured)."""
         if name not in parts:
             return
         progress(f"{name} at {', '.join(map(str, counts))} (load average {load()})")
         began = load()
-        results[name] = measure()
+        try:
+            results[name] = measure()
+        except Exception as exc:
+            results["failed"][name] = repr(exc)
+            progress(f"{name} failed: {''.join(traceback.format_exception(exc))}")
         results["loadavg"][name] = {"start": began, "end": load()}
 
     part("polling", lambda: scale_bench.run(counts, idle, records, settle)["rows"])
@@ -350,6 +358,8 @@ def markdown(results: dict[str, Any]) -> str:
         out += _leases_rows(counts, _by(results["leases"], "shards"))
     if "unary" in results:
         out += _unary(results["callers"], results["unary"])
+    failed = results.get("failed", {})
+    out += [_line(f"{name}: failed", [error.replace("|", "/")]) for name, error in failed.items()]
     width = max(line.count("|") for line in out)  # callers and shards may differ in number
     out = [line + " |" * (width - line.count("|")) for line in out]
     facts = results["machine"]

@@ -20,7 +20,7 @@ def test_a_tiny_run_measures_every_default_part_and_prints_one_table() -> None:
     assert {(row["peer"], row["concurrency"]) for row in results["unary"]} == {
         (peer, level) for peer in ("kinesis-actors", "boto3") for level in (1, 2)
     }
-    assert set(results["loadavg"]) == {"polling", "efo", "unary"}
+    assert set(results["loadavg"]) == {"polling", "efo", "unary"} and not results["failed"]
     json.dumps(results)
     table = scale_table.markdown(results)
     lines = [line for line in table.splitlines() if line.startswith("|")]
@@ -64,6 +64,7 @@ def test_the_table_sets_each_figure_beside_its_before_and_marks_what_did_not_run
         "spark": [spark],
         "leases": [leases],
         "unary": [],
+        "failed": {"efo": "LimitExceeded('a | b')"},
     }
     table = scale_table.markdown(results)
     assert "| 26.5 / 77 → 1.00 / 1.10 |" in table
@@ -74,3 +75,4 @@ def test_the_table_sets_each_figure_beside_its_before_and_marks_what_did_not_run
     assert "34 / 103 → 10 / 12" in table and "27 / 16 → 14 / not done" in table
     assert "14.5 / 30 → not run" in table  # 512 shards: no polling row given
     assert "1,257 → not run" in table
+    assert "| efo: failed | LimitExceeded('a / b') |" in table
