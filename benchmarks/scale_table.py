@@ -64,7 +64,9 @@ BEFORE: dict[str, dict[int, str]] = {
 
 def _before(key: str, count: int) -> str | None:
     cells = BEFORE.get(key, {})
-    return cells.get(1000 if count == 1024 else count)
+    if count in cells:
+        return cells[count]
+    return cells.get(1000) if count == 1024 else None  # the 1,024 shards
 
 
 def _leases(count: int) -> dict[str, Any]:

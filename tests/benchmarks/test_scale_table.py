@@ -26,6 +26,8 @@ def test_a_tiny_run_measures_every_default_part_and_prints_one_table() -> None:
     lines = [line for line in table.splitlines() if line.startswith("|")]
     assert len({line.count("|") for line in lines}) == 1  # every row as wide as the header
     assert "1,257 → " in table  # the unary call's before at one caller
+    assert scale_table._before("unary", 1024) == "4,431"
+    assert scale_table._before("polling_idle", 1024) == scale_table._before("polling_idle", 1000)
 
 
 def test_the_table_sets_each_figure_beside_its_before_and_marks_what_did_not_run() -> None:
