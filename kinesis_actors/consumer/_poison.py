@@ -3,7 +3,8 @@
 A record without ``Data``, ``SequenceNumber``, ``ApproximateArrivalTimestamp`` or
 ``PartitionKey``, with bad base64 or a sequence number that is not a string of digits, cannot
 be delivered. The client reports such records in ``MalformedReplyError.bad_records`` (with the
-rest of the reply); the consumer also checks each record itself (``_replies.bad_records``).
+rest of the reply); a reply the client returns has every record decoded, so the consumer
+checks none again.
 
 ``ConsumerConfig.poison_records`` decides:
 

@@ -27,7 +27,7 @@ from ._metrics import ShardMetrics
 from ._pacing import ReadPacer
 from ._poison import screen
 from ._proof import NotFoundPolicy, check_resumed_at, judge_not_found, unreadable
-from ._replies import BadRecord, GetRecordsReply, bad_records, get_records_reply, shard_iterator
+from ._replies import BadRecord, GetRecordsReply, get_records_reply, shard_iterator
 
 __all__ = ["PollingReader", "ShardRead", "ShardReader"]
 
@@ -175,7 +175,6 @@ class PollingReader:
                     },
                 )
                 reply = get_records_reply(result)
-                bad = bad_records(reply.records)
             except errors.ExpiredIteratorError:
                 self._metrics.expired_iterators += 1
                 self._iterator = None
@@ -206,7 +205,8 @@ class PollingReader:
                 continue
             self._failures = 0
             self._not_found.read_succeeded()
-            return self._accept(reply, bad, started)
+            # The client decoded every record (or raised MalformedReplyError, above).
+            return self._accept(reply, (), started)
 
     def _transient(self, exc: errors.KinesisError) -> None:
         """The client already retried; back this shard off and try again, a bounded number

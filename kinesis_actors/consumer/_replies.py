@@ -13,8 +13,6 @@ any other service failure (retried, paced, bounded).
 
 from __future__ import annotations
 
-import datetime as dt
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,13 +22,11 @@ from ..errors import MalformedReplyError
 __all__ = [
     "BadRecord",
     "GetRecordsReply",
-    "bad_records",
     "get_records_reply",
     "malformed",
     "shard_iterator",
 ]
 
-_SEQUENCE = re.compile(r"[0-9]{1,129}")
 
 BadRecord = tuple[int, str | None, str]
 """(index in the reply, sequence number or None, what is wrong): the client's shape."""
@@ -98,27 +94,3 @@ def shard_iterator(reply: Any) -> str:
     if not isinstance(iterator, str) or not iterator:
         raise malformed("GetShardIterator", "no 'ShardIterator'", reply)
     return iterator
-
-
-def bad_records(records: Sequence[Any]) -> list[BadRecord]:
-    """The records of a reply the consumer cannot deliver, in the client's shape.
-
-    A record needs ``Data`` (bytes), ``SequenceNumber`` (a string of digits),
-    ``ApproximateArrivalTimestamp`` and ``PartitionKey`` (a string).
-    """
-    bad: list[BadRecord] = []
-    for index, record in enumerate(records):
-        if not isinstance(record, Mapping):
-            bad.append((index, None, "not an object"))
-            continue
-        sequence = record.get("SequenceNumber")
-        known = sequence if isinstance(sequence, str) and _SEQUENCE.fullmatch(sequence) else None
-        if known is None:
-            bad.append((index, None, f"SequenceNumber is {sequence!r:.60}"))
-        elif not isinstance(record.get("Data"), bytes | bytearray):
-            bad.append((index, known, "no Data (bytes)"))
-        elif not isinstance(record.get("ApproximateArrivalTimestamp"), dt.datetime):
-            bad.append((index, known, "no ApproximateArrivalTimestamp"))
-        elif not isinstance(record.get("PartitionKey"), str):
-            bad.append((index, known, "no PartitionKey"))
-    return bad

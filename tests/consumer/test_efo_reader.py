@@ -253,14 +253,19 @@ async def test_a_listed_shard_that_stays_not_found_is_unreadable() -> None:
 
 
 def poisoned() -> list[Any]:
-    broken = record("5")
-    del broken["Data"]
+    """An event whose record 1 (sequence number 5) has no ``Data``, as the client reports it:
+    a MalformedReplyError naming the record, with the rest of the event."""
     return [
-        {
-            "Records": [record("4"), broken, record("6")],
-            "ContinuationSequenceNumber": "6",
-            "MillisBehindLatest": 0,
-        }
+        errors.MalformedReplyError(
+            "1 malformed record",
+            operation="SubscribeToShard",
+            bad_records=((1, "5", "no Data"),),
+            reply={
+                "Records": [record("4"), record("6")],
+                "ContinuationSequenceNumber": "6",
+                "MillisBehindLatest": 0,
+            },
+        )
     ]
 
 

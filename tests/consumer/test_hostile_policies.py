@@ -17,7 +17,6 @@ from kinesis_actors.consumer._pacing import PacingSettings, ReadPacer
 from kinesis_actors.consumer._poison import screen
 from kinesis_actors.consumer._proof import NotFoundPolicy
 from kinesis_actors.consumer._replies import (
-    bad_records,
     get_records_reply,
     shard_iterator,
 )
@@ -83,26 +82,6 @@ def test_other_replies_are_checked_and_name_their_operation(
     assert caught.value.operation == operation
 
 
-def test_bad_records_name_index_sequence_and_problem() -> None:
-    records = [
-        record("1"),
-        record("2", Data=None),
-        record(3),
-        record("4", ApproximateArrivalTimestamp=None),
-        "junk",
-        record("6", PartitionKey=None),
-    ]
-    bad = bad_records(records)
-    assert [(index, sequence) for index, sequence, _ in bad] == [
-        (1, "2"),
-        (2, None),
-        (3, "4"),
-        (4, None),
-        (5, "6"),
-    ]
-    assert "Data" in bad[0][2] and "SequenceNumber" in bad[1][2]
-
-
 def test_a_poison_record_fails_by_default_naming_it() -> None:
     records = [record("1"), record("2", Data=None)]
     with pytest.raises(errors.PoisonRecordError) as caught:
@@ -110,7 +89,7 @@ def test_a_poison_record_fails_by_default_naming_it() -> None:
             "s",
             "shardId-0",
             records,
-            bad_records(records),
+            [(1, "2", "no Data (bytes)")],
             policy="fail",
             metrics=ShardMetrics(),
             operation="GetRecords",
@@ -132,7 +111,7 @@ def test_skipping_keeps_the_rest_counts_and_moves_past_a_trailing_poison_record(
         "s",
         "shardId-0",
         records,
-        bad_records(records),
+        [(2, "3", "no Data (bytes)")],
         policy="skip",
         metrics=metrics,
         operation="GetRecords",

@@ -455,8 +455,8 @@ async def test_iterating_a_closed_consumer_raises_consumer_closed_error(
 class Poison:
     """A ``Rewrite`` transform: in GetRecords replies with records, record ``index`` is
     broken (``how``: its ``Data`` removed, or not base64), ``times`` replies, then the
-    server's answers pass untouched. The client reports bad base64 in
-    ``MalformedReplyError.bad_records``; a missing ``Data`` too, and the consumer checks."""
+    server's answers pass untouched. The client reports both in
+    ``MalformedReplyError.bad_records``."""
 
     def __init__(self, how: str = "no-data", index: int = 1, times: int = 1_000_000) -> None:
         self.how, self.index, self.times = how, index, times
