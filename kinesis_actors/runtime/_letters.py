@@ -36,8 +36,11 @@ class DropReason(enum.Enum):
     """Being handled when its actor crashed or was cancelled."""
 
 
-class MailboxFull(Exception):
-    """The mailbox (or its control lane) is full and the policy says not to wait."""
+class MailboxFull(anyio.WouldBlock):
+    """The mailbox (or its control lane) is full and the policy says not to wait.
+
+    An :class:`anyio.WouldBlock`, as ``receive_nowait`` raises on an empty mailbox: one
+    ``except WouldBlock`` serves both sides, as with anyio's own streams."""
 
 
 class MailboxClosed(Exception):

@@ -75,6 +75,17 @@ async def test_block_policy_try_send_and_send_nowait_refuse_when_full() -> None:
     assert mailbox.stats().rejected == 2
 
 
+async def test_both_nowait_sides_raise_would_block() -> None:
+    """``send_nowait`` on a full mailbox and ``receive_nowait`` on an empty one: one
+    ``except anyio.WouldBlock`` serves both, as with anyio's streams."""
+    mailbox: Mailbox[int] = Mailbox(1, FullPolicy.BLOCK)
+    with pytest.raises(anyio.WouldBlock):
+        mailbox.receive_nowait()
+    mailbox.send_nowait(1)
+    with pytest.raises(anyio.WouldBlock):
+        mailbox.send_nowait(2)
+
+
 async def test_fail_policy_raises_and_counts() -> None:
     mailbox: Mailbox[int] = Mailbox(2, FullPolicy.FAIL)
     await mailbox.send(1)
