@@ -7,7 +7,7 @@ empty events (they advance the position), LATEST pinning and the generation toke
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -44,16 +44,26 @@ def record(sequence: str) -> dict[str, Any]:
     }
 
 
+#: In a script: the subscription goes silent here (a zombie) until it is closed.
+SILENCE = object()
+
+
 class ScriptedClient:
     """``subscribe_to_shard`` yields scripted subscriptions: each a list of events, where an
-    exception instance is raised instead of yielded; the iteration then ends."""
+    exception instance is raised instead of yielded (the iteration then ends) and ``SILENCE``
+    waits for ever; a script that is an exception fails the subscription itself."""
 
-    def __init__(self, *scripts: list[Any], listed: bool = True) -> None:
+    def __init__(
+        self, *scripts: list[Any], listed: bool = True, consumer_exists: bool = True
+    ) -> None:
         self.scripts = list(scripts)
         self.listed = listed  # whether ListShards lists the shard
+        self.consumer_exists = consumer_exists  # whether DescribeStreamConsumer finds it
         self.calls: list[str] = []
         self.positions: list[Mapping[str, Any]] = []
         self.open = 0
+        self.most_open = 0  # subscriptions open at once, at most
+        self.silenced = anyio.Event()  # a subscription went silent
 
     @asynccontextmanager
     async def subscribe_to_shard(
@@ -64,6 +74,7 @@ class ScriptedClient:
         if isinstance(script, BaseException):  # the subscription itself fails
             raise script
         self.open += 1
+        self.most_open = max(self.most_open, self.open)
         try:
             yield self._events(script)
         finally:
@@ -74,11 +85,16 @@ class ScriptedClient:
             await anyio.lowlevel.checkpoint()
             if isinstance(item, BaseException):
                 raise item
+            if item is SILENCE:
+                self.silenced.set()
+                await anyio.sleep_forever()
             yield item
 
     async def call(self, operation: str, params: Mapping[str, Any]) -> dict[str, Any]:
         self.calls.append(operation)
         if operation == "DescribeStreamConsumer":
+            if not self.consumer_exists:
+                raise errors.ResourceNotFoundError("no consumer", code="ResourceNotFoundException")
             return {"ConsumerDescription": {"ConsumerStatus": "ACTIVE"}}
         if operation == "ListShards":
             shards = [{"ShardId": "shardId-000000000000"}] if self.listed else []
@@ -87,7 +103,12 @@ class ScriptedClient:
 
 
 def reader(
-    client: ScriptedClient, start: StartingPosition | None = None, poison: str = "fail"
+    client: ScriptedClient,
+    start: StartingPosition | None = None,
+    poison: str = "fail",
+    *,
+    settings: EfoSettings = FAST,
+    clock: Callable[[], float] = anyio.current_time,
 ) -> EfoReader:
     return EfoReader(
         client,  # type: ignore[arg-type]
@@ -96,8 +117,9 @@ def reader(
         "arn:consumer",
         start or StartingPosition.trim_horizon(),
         metrics=ShardMetrics(),
-        settings=FAST,
+        settings=settings,
         poison=poison,
+        clock=clock,
     )
 
 
