@@ -30,8 +30,6 @@ ALLOWED: dict[str, str] = {
     "needs_refresh written in _pipeline and _waiting",
     "Consumer": "Consumer(ShardScheduler): _rediscover, _reschedule, _opened_at, _mode, "
     "_consumer_arns, _processors written in _consumer and _scheduler",
-    "LeaseCoordinator": "LeaseCoordinator(LeaseHolder): _stats, _by_key, _failure written in "
-    "_coordinator and _holder",
     "Mailbox": "Mailbox(Room): _held, _weight, _received written in _mailbox's inlined hot "
     "paths and _room",
 }

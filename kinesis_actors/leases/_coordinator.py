@@ -1,14 +1,17 @@
 """The lease coordinator: one actor per worker that takes, holds and hands over leases.
 
 The decisions are :mod:`._policy`'s and :mod:`._sync`'s; keeping a held lease (renewals, the
-write/adopt/release protocol, the event queue) is :class:`~._holder.LeaseHolder`'s, which this
-class extends, and shard sync's listing and creates are :class:`~._shard_sync.ShardSync`'s.
-This module owns the rest (the streams, the task group) and runs three loops in one task
-group: renewals (the holder's), take rounds (a consistent Scan - every round on the two
-watchers, about once a failover time elsewhere, see :class:`~._policy.ScanSchedule` - then
-takes, steals and opening children whose parents finished) and shard sync. Calls from the
-consumer's tasks (``checkpoint``, ``finish``, ``release_all``) take the lease's lock, so a
-lease's writes never race each other and the counter held is always the last one written.
+write/adopt/release protocol, the event queue, what is known of the table) is the
+:class:`~._holder.LeaseHolder`'s, a component this class owns and drives through its methods
+(it writes none of the holder's fields, nor the holder any of its), and shard sync's listing
+and creates are :class:`~._shard_sync.ShardSync`'s. This module owns the rest (the streams,
+the task group, the handoffs asked, its own counters of :class:`LeaseStats`) and runs three
+loops in one task group: renewals (the holder's), take rounds (a consistent Scan - every
+round on the two watchers, about once a failover time elsewhere, see
+:class:`~._policy.ScanSchedule` - then takes, steals and opening children whose parents
+finished) and shard sync. Calls from the consumer's tasks (``checkpoint``, ``finish``,
+``release_all``) take the lease's lock, so a lease's writes never race each other and the
+counter held is always the last one written.
 
 A failed write condition on a held lease ends that lease at once (:class:`LeaseLost`); a
 lease that could not be renewed for ``failover_time`` (the table unreachable) is dropped too,
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from types import TracebackType
 from typing import Any, TypeVar
@@ -34,7 +37,7 @@ from ..errors import ConfigError, KinesisError
 from ..runtime import RestartIntensity, RestartIntensityExceeded
 from ._config import LeaseConfig
 from ._errors import LeaseLostError, WorkerIdConflictError
-from ._events import LeaseAcquired, LeaseLost, LeaseStats
+from ._events import LeaseEvent, LeaseStats
 from ._holder import EPSILON, Held, LeaseHolder
 from ._items import LATEST, SHARD_END, TRIM_HORIZON, Lease
 from ._policy import ScanSchedule, live_owners, parents_finished, plan_takes, write_landed
@@ -91,7 +94,7 @@ def _cause(error: BaseException) -> BaseException:
     return leaves[0] if leaves else error
 
 
-class LeaseCoordinator(LeaseHolder):
+class LeaseCoordinator:
     """Shares the shards of ``streams`` with the other workers of one lease table.
 
     An async context manager: entering checks (or creates) the table, reads the streams'
@@ -146,12 +149,14 @@ class LeaseCoordinator(LeaseHolder):
             )
         if not multi_stream and multi_stream is not None and len(names) > 1:
             raise ConfigError("multi_stream=False needs exactly one stream")
-        super().__init__(
-            LeaseTable(dynamodb, table),
-            worker_id,
-            config or LeaseConfig(),
-            clock or anyio.current_time,
+        self._table = LeaseTable(dynamodb, table)
+        self._worker_id = worker_id
+        self._config = config or LeaseConfig()
+        self._clock = clock or anyio.current_time
+        self._holder = LeaseHolder(
+            self._table, worker_id, self._config, self._clock, on_shard_end=self._want_sync
         )
+        self._stats = LeaseStats(worker_id=worker_id)
         self._kinesis = kinesis
         self._names = names
         self._initial = initial_position
@@ -177,6 +182,20 @@ class LeaseCoordinator(LeaseHolder):
         """The lease table's I/O (for tools that list it)."""
         return self._table
 
+    # -- events ------------------------------------------------------------------------------
+
+    async def next_event(self) -> LeaseEvent:
+        """The next :class:`LeaseAcquired`, :class:`LeaseLost` or :class:`LeaseHandoff`,
+        awaiting one.
+
+        Raises the coordinator's failure (for example
+        :class:`~kinesis_actors.leases.WorkerIdConflictError`) once it has stopped on one.
+        """
+        return await self._holder.next_event()
+
+    def __aiter__(self) -> AsyncIterator[LeaseEvent]:
+        return self._holder.events()
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def __aenter__(self) -> LeaseCoordinator:
@@ -201,13 +220,14 @@ class LeaseCoordinator(LeaseHolder):
         if task_group is not None:
             task_group.cancel_scope.cancel()  # the loops, started or not yet
             await task_group.__aexit__(None, None, None)
-        if exc_type is None and self._failure is not None:
-            raise self._failure
+        failure = self._holder.failure
+        if exc_type is None and failure is not None:
+            raise failure
 
     async def _run(self) -> None:
         with anyio.CancelScope() as self._scope:
             async with anyio.create_task_group() as loops:
-                loops.start_soon(self._guard, "renewal", self._renew_loop)
+                loops.start_soon(self._guard, "renewal", self._holder.renew_rounds)
                 loops.start_soon(self._guard, "take", self._take_loop)
                 loops.start_soon(self._guard, "shard sync", self._sync_loop)
 
@@ -246,24 +266,30 @@ class LeaseCoordinator(LeaseHolder):
 
     def _fail(self, error: Exception) -> None:
         """Stop on ``error``: the loops end, and the user's next call raises it."""
-        if self._failure is None:
+        if self._holder.fail(error):
             logger.error("lease coordinator %s stopped: %s", self._worker_id, error)
-            self._failure = error
-        self._wake()
         if self._scope is not None:
             self._scope.cancel()
+
+    def _transient(self, what: str, error: KinesisError) -> None:
+        """A transient fault of a round the client's retries did not mend (``what``
+        failed): counted and logged; the round runs again at its next interval."""
+        self._stats = replace(self._stats, transient_errors=self._stats.transient_errors + 1)
+        logger.warning("%s of %s failed, retried next round: %s", what, self._worker_id, error)
 
     # -- the user's calls --------------------------------------------------------------------
 
     def held(self) -> frozenset[tuple[str, str]]:
         """``(stream, shard_id)`` of every lease handed to the reader and still held."""
-        return frozenset((h.stream, h.lease.shard_id) for h in self._held.values() if h.ready)
+        return frozenset(
+            (h.stream, h.lease.shard_id) for h in self._holder.held.values() if h.ready
+        )
 
     def _holding(self, stream: str, shard_id: str) -> tuple[str, Held]:
-        if self._failure is not None:
-            raise self._failure
+        if self._holder.failure is not None:
+            raise self._holder.failure
         key = self._known().key(stream, shard_id)
-        held = self._held.get(key)
+        held = self._holder.held.get(key)
         if held is None or not held.ready:
             raise LeaseLostError(
                 f"{self._worker_id} does not hold the lease of {stream}/{shard_id}",
@@ -281,7 +307,7 @@ class LeaseCoordinator(LeaseHolder):
         Raises :class:`~kinesis_actors.leases.LeaseLostError` if the lease is not held.
         """
         _, held = self._holding(stream, shard_id)
-        held.pending = (sequence, sub_sequence)
+        self._holder.note(held, (sequence, sub_sequence))
 
     async def checkpoint(
         self, stream: str, shard_id: str, sequence: str, sub_sequence: int = 0
@@ -294,7 +320,7 @@ class LeaseCoordinator(LeaseHolder):
         """
         key, held = self._holding(stream, shard_id)
         async with held.lock:
-            if await self._write(key, held, (sequence, sub_sequence)) is None:
+            if await self._holder.write(key, held, (sequence, sub_sequence)) is None:
                 raise LeaseLostError(
                     f"the lease of {stream}/{shard_id} was taken by another worker; the "
                     "checkpoint was not written",
@@ -316,7 +342,7 @@ class LeaseCoordinator(LeaseHolder):
             raise RuntimeError(f"nobody asked for the lease of {stream}/{shard_id}")
         async with held.lock:
             final = checkpoint if checkpoint is not None else held.pending
-            new = await self._hand_over(key, held, final, ())
+            new = await self._holder.hand_over(key, held, final, ())
         if new is None:
             raise LeaseLostError(
                 f"the lease of {stream}/{shard_id} was lost before it was handed over",
@@ -334,16 +360,15 @@ class LeaseCoordinator(LeaseHolder):
         async with held.lock:
             children = self._shards.children.get((stream, shard_id), ())
             if held.handing_to is not None:  # asked for meanwhile: the taker gets it ended
-                new = await self._hand_over(key, held, (SHARD_END, 0), children)
+                new = await self._holder.hand_over(key, held, (SHARD_END, 0), children)
             else:
-                new = await self._release(key, held, (SHARD_END, 0), children)
+                new = await self._holder.release(key, held, (SHARD_END, 0), children)
         if new is None:
             raise LeaseLostError(
                 f"the lease of {stream}/{shard_id} was taken before it was finished",
                 stream=stream,
                 shard_id=shard_id,
             )
-        self._by_key[key] = new
         self._open_ready()
         self._sync_wanted.set()
 
@@ -362,14 +387,14 @@ class LeaseCoordinator(LeaseHolder):
 
         async def release(key: str, held: Held) -> None:
             async with held.lock:
-                if self._held.get(key) is not held:
+                if self._holder.held.get(key) is not held:
                     return
                 checkpoint = finals.get((held.stream, held.lease.shard_id), held.pending)
                 try:
                     if held.handing_to is not None:
-                        new = await self._hand_over(key, held, checkpoint, ())
+                        new = await self._holder.hand_over(key, held, checkpoint, ())
                     else:
-                        new = await self._release(key, held, checkpoint, ())
+                        new = await self._holder.release(key, held, checkpoint, ())
                 except FATAL as error:
                     self._fail(error)
                     return
@@ -378,28 +403,26 @@ class LeaseCoordinator(LeaseHolder):
                     return
             if new is not None:
                 self._stats = replace(self._stats, released=self._stats.released + 1)
-                if held.ready:
-                    self._push(LeaseLost(held.stream, held.lease.shard_id, "released"))
+                self._holder.tell_lost(held, "released")
 
         async with anyio.create_task_group() as group:
-            for key, held in list(self._held.items()):
+            for key, held in list(self._holder.held.items()):
                 group.start_soon(release, key, held)
-        if self._failure is not None:
-            raise self._failure
+        if self._holder.failure is not None:
+            raise self._holder.failure
 
     def snapshot(self) -> LeaseStats:
         """The protocol's statistics now, a frozen :class:`LeaseStats`."""
         client = getattr(self._table.client, "stats", None)  # a DynamoDBClient's ClientStats
-        return replace(
+        own = replace(
             self._stats,
             table_retries=getattr(client, "retries", 0),
             table_throttled=getattr(client, "throttled", 0),
-            held=len(self._held),
-            ready=sum(1 for h in self._held.values() if h.ready),
             table_calls=self._table.calls,
             shard_syncs=self._shards.syncs,
             leases_created=self._shards.created,
         )
+        return self._holder.report(own)
 
     def _known(self) -> Streams:
         if self._streams is None:
@@ -411,18 +434,17 @@ class LeaseCoordinator(LeaseHolder):
     def _observe(self, leases: list[Lease]) -> list[Lease]:
         streams = self._known()
         ours = [lease for lease in leases if streams.owner_of(lease) is not None]
-        now = self._clock()
-        self._tracker.observe(ours, now)
-        self._by_key = {lease.key: lease for lease in ours}
+        holder = self._holder
+        holder.observe(ours, self._clock())
         for lease in ours:
             if (
                 lease.owner == self._worker_id
-                and lease.key not in self._held
+                and lease.key not in holder.held
                 and lease.checkpoint_owner is None  # else its owner renews it, handing it to us
                 and lease.key not in self._asked
-                and self._tracker.changes_by_same_owner(lease.key) >= 2
+                and holder.changes_by_same_owner(lease.key) >= 2
             ):
-                changes = self._tracker.changes_by_same_owner(lease.key)
+                changes = holder.changes_by_same_owner(lease.key)
                 raise WorkerIdConflictError(
                     f"lease {lease.key!r} is owned by this worker's id {self._worker_id!r} "
                     f"and was renewed {changes} times (counter now {lease.counter}) while "
@@ -438,7 +460,7 @@ class LeaseCoordinator(LeaseHolder):
         asked for is pending, or a lease it holds waits on its parents."""
         return bool(self._asked) or any(
             not held.ready and not held.needs_pin and held.lease.parent_shard_ids
-            for held in self._held.values()
+            for held in self._holder.held.values()
         )
 
     async def _take_round(self) -> None:
@@ -450,14 +472,14 @@ class LeaseCoordinator(LeaseHolder):
             now, following=self._following(), period=self._config.take_period
         ):
             if not self._releasing:
-                pins = [(key, held) for key, held in self._held.items() if held.needs_pin]
+                pins = [(k, h) for k, h in self._holder.held.items() if h.needs_pin]
                 await self._each(pins, lambda pin: self._pin(*pin))
             self._open_ready()
             return
         ours = self._observe(await self._table.list())
         now = self._clock()
         self._schedule.listed(
-            live_owners(ours, lambda lease: self._tracker.expired(lease, now)), now
+            live_owners(ours, lambda lease: self._holder.expired(lease, now)), now
         )
         self._stats = replace(
             self._stats, listings=self._stats.listings + 1, watching=self._schedule.watching
@@ -467,12 +489,11 @@ class LeaseCoordinator(LeaseHolder):
             plan = plan_takes(
                 ours,
                 worker_id=self._worker_id,
-                held=self._held.keys(),
-                expired=lambda lease: self._tracker.expired(lease, now),
+                held=self._holder.held.keys(),
+                expired=lambda lease: self._holder.expired(lease, now),
                 # A handoff in progress is followed by _follow_handoffs, never cut short.
                 reclaimable=lambda lease: (
-                    lease.checkpoint_owner is None
-                    and self._tracker.expired(lease, now, after=still)
+                    lease.checkpoint_owner is None and self._holder.expired(lease, now, after=still)
                 ),
                 max_leases=self._config.max_leases,
                 max_leases_to_steal=self._config.max_leases_to_steal,
@@ -487,7 +508,7 @@ class LeaseCoordinator(LeaseHolder):
             else:
                 await self._each(plan.steal, lambda lease: self._take(lease, stolen=True))
             await self._follow_handoffs(now)
-            pins = [(key, held) for key, held in self._held.items() if held.needs_pin]
+            pins = [(k, h) for k, h in self._holder.held.items() if h.needs_pin]
             await self._each(pins, lambda pin: self._pin(*pin))
         self._open_ready()
 
@@ -532,19 +553,14 @@ class LeaseCoordinator(LeaseHolder):
                 return
             new = current
             self._stats = replace(self._stats, replies_settled=self._stats.replies_settled + 1)
-        self._tracker.forget(lease.key)
         # A stolen lease's reader stops at its owner's next renewal: wait that long before
         # reading, so that no shard is read twice at once. So does one taken back from our
         # own id (an earlier run that may only have been paused).
         reclaimed = lease.owner == self._worker_id
         ready_at = started + self._config.renew_period + EPSILON if stolen or reclaimed else 0.0
         previous = lease.owner if lease.owner != self._worker_id else None
-        held = Held(new, info.name, started, previous, ready_at=ready_at)
-        if new.checkpoint == LATEST and not new.parent_shard_ids:
-            held.pinned_before = new.latest_pinned_at
-            held.needs_pin = new.latest_pinned_at is None and self._initial == LATEST
-        self._held[lease.key] = held
-        self._by_key[lease.key] = new
+        held = self._new_held(new, info.name, started, previous, ready_at)
+        self._holder.hold(held)
         self._open(lease.key, held, self._clock())
         if stolen:
             self._stats = replace(self._stats, stolen=self._stats.stolen + 1)
@@ -573,7 +589,7 @@ class LeaseCoordinator(LeaseHolder):
                 return
             new = current
         self._asked[lease.key] = (self._clock(), owner)
-        self._by_key[lease.key] = new
+        self._holder.learn(new)
         self._stats = replace(self._stats, handoffs_asked=self._stats.handoffs_asked + 1)
         logger.info("%s asked %s to hand %s over", self._worker_id, owner, lease.key)
 
@@ -582,16 +598,17 @@ class LeaseCoordinator(LeaseHolder):
         over is held (and read at once: its owner stopped first); one not handed over in
         time, or whose owner died, is taken as before; one that changed hands otherwise is
         forgotten."""
-        by_key = self._by_key
+        by_key = self._holder.by_key
+        held = self._holder.held
         patience = self._config.handoff_timeout + self._config.failover_time
         for key, (asked_at, owner) in list(self._asked.items()):
             lease = by_key.get(key)
-            if lease is None or lease.owner != self._worker_id or key in self._held:
+            if lease is None or lease.owner != self._worker_id or key in held:
                 del self._asked[key]
             elif lease.checkpoint_owner is None:
                 del self._asked[key]
                 self._adopt_handed(lease, owner)
-            elif now - asked_at > patience or self._tracker.expired(lease, now):
+            elif now - asked_at > patience or self._holder.expired(lease, now):
                 del self._asked[key]
                 await self._take(lease, stolen=True)
 
@@ -599,15 +616,29 @@ class LeaseCoordinator(LeaseHolder):
         info = self._known().owner_of(lease)
         if info is None or lease.finished:
             return
-        held = Held(lease, info.name, self._clock(), previous)
-        if lease.checkpoint == LATEST and not lease.parent_shard_ids:
-            held.pinned_before = lease.latest_pinned_at
-            held.needs_pin = lease.latest_pinned_at is None and self._initial == LATEST
-        self._held[lease.key] = held
-        self._tracker.forget(lease.key)
+        held = self._new_held(lease, info.name, self._clock(), previous, 0.0)
+        self._holder.hold(held)
         self._open(lease.key, held, self._clock())
         self._stats = replace(self._stats, handoffs_received=self._stats.handoffs_received + 1)
         logger.info("%s was handed %s by %s", self._worker_id, lease.key, previous)
+
+    def _new_held(
+        self, lease: Lease, stream: str, now: float, previous: str | None, ready_at: float
+    ) -> Held:
+        """A lease just taken or handed to us, to hold: a LATEST one with no parents is
+        pinned before it is read, unless an earlier owner pinned it already."""
+        if lease.checkpoint != LATEST or lease.parent_shard_ids:
+            return Held(lease, stream, now, previous, ready_at=ready_at)
+        pinned = lease.latest_pinned_at
+        return Held(
+            lease,
+            stream,
+            now,
+            previous,
+            ready_at=ready_at,
+            pinned_before=pinned,
+            needs_pin=pinned is None and self._initial == LATEST,
+        )
 
     async def _pin(self, key: str, held: Held) -> None:
         """Pin a LATEST lease's start (``latestPinnedAt``, the service's clock minus a margin)
@@ -620,23 +651,22 @@ class LeaseCoordinator(LeaseHolder):
         with arrival timestamps, and a host whose clock ran 30 s fast pinned a time 28 s
         after its reader's start, so the next owner skipped what arrived in between."""
         async with held.lock:
-            if self._held.get(key) is not held or not held.needs_pin:
+            if self._holder.held.get(key) is not held or not held.needs_pin:
                 return
             pin = int(service_now(self._kinesis).timestamp() * 1000) - PIN_MARGIN_MS
             try:
-                new = await self._write(key, held, None, pin=pin)
+                new = await self._holder.write(key, held, None, pin=pin)
             except FATAL:
                 raise
             except KinesisError as error:
                 self._transient(f"pinning the start of {key}", error)
                 return
-            if new is not None:
-                held.needs_pin = False
+            if new is not None:  # pinned: it needs no pin any more
                 self._open(key, held, self._clock())
 
     def _open_ready(self) -> None:
         now = self._clock()
-        for key, held in self._held.items():
+        for key, held in self._holder.held.items():
             self._open(key, held, now)
 
     def _open(self, key: str, held: Held, now: float) -> None:
@@ -646,21 +676,10 @@ class LeaseCoordinator(LeaseHolder):
         leases reach their readers as they are taken, not all after the last."""
         if held.ready or held.needs_pin or now < held.ready_at or held.lease.finished:
             return
-        if not parents_finished(self._known().parents_of(held.lease), self._by_key):
+        if not parents_finished(self._known().parents_of(held.lease), self._holder.by_key):
             return
-        held.ready = True
         logger.debug("%s may read %s", self._worker_id, key)
-        self._push(
-            LeaseAcquired(
-                held.stream,
-                held.lease.shard_id,
-                held.lease.checkpoint,
-                held.lease.sub_sequence,
-                held.lease.parent_shard_ids,
-                held.previous_owner,
-                held.pinned_before,
-            )
-        )
+        self._holder.hand_out(held)
 
     async def _take_loop(self) -> None:
         period = self._config.take_period
@@ -679,7 +698,9 @@ class LeaseCoordinator(LeaseHolder):
 
     # -- shard sync --------------------------------------------------------------------------
 
-    def _ended_elsewhere(self) -> None:
+    def _want_sync(self) -> None:
+        """A held lease was found ``SHARD_END`` by another hand (the holder tells): check it
+        against the stream's shards at once (see ``_sync.ended_but_open``)."""
         self._sync_wanted.set()
 
     async def _sync_loop(self) -> None:
@@ -707,5 +728,5 @@ class LeaseCoordinator(LeaseHolder):
         if not self._schedule.watching:
             listed = await self._table.list()
             fresh = [lease for lease in listed if streams.owner_of(lease) is not None]
-        # A lambda: each listing of the table replaces self._by_key.
-        await self._shards.sync_all(streams, lambda: [*fresh, *self._by_key.values()])
+        # A lambda: each listing of the table replaces the holder's by_key.
+        await self._shards.sync_all(streams, lambda: [*fresh, *self._holder.by_key.values()])

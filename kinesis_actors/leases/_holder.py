@@ -1,22 +1,27 @@
-"""What a worker holds, and the writes that keep it: the base of :class:`LeaseCoordinator`.
+"""What a worker holds, and the writes that keep it: a component of :class:`LeaseCoordinator`.
 
 :class:`LeaseHolder` owns the state of the leases held (:class:`Held`, each written under its
-own lock), the last listing of the table by key, the expiry tracker, the statistics and the
-queue of :class:`LeaseAcquired` / :class:`LeaseLost` events for the reader. It does the writes
-on a held lease: renewals (a loop of rounds that keeps its cadence and drops a lease not
-renewed for ``failover_time``) and the conditional write and release protocol - a failed
-condition is settled by reading the item back: a write of ours that landed after its reply
-was lost is kept, anything else ends the lease (:class:`LeaseLost`), never the worker.
+own lock, and only here), what is known of the table (the last listing by key, kept current
+by every write, and the expiry tracker), the counters of its own writes and the queue of
+:class:`LeaseAcquired` / :class:`LeaseLost` / :class:`LeaseHandoff` events for the reader,
+which ends with the coordinator's failure. It does the writes on a held lease: renewals (a
+loop of rounds that keeps its cadence and drops a lease not renewed for ``failover_time``)
+and the conditional write and release protocol - a failed condition is settled by reading
+the item back: a write of ours that landed after its reply was lost is kept, anything else
+ends the lease (:class:`LeaseLost`), never the worker.
 
-Finding and taking leases, shard sync, the lifecycle and the user's calls are
-:mod:`._coordinator`'s, which subclasses this.
+The coordinator (:mod:`._coordinator`) owns one and drives it through the methods and
+read-only properties below; it decides what to take, when a lease may be read and when to
+stop, and owns everything else (the streams, the task group, take rounds, shard sync, its
+own counters). Nothing here writes the coordinator's fields: a shard found ended elsewhere
+is told through the ``on_shard_end`` callback, the counters through :meth:`report`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 import anyio
@@ -41,7 +46,8 @@ EPSILON = 0.025
 
 @dataclass(slots=True)
 class Held:
-    """A held lease: owned by the coordinator, written under ``lock``."""
+    """A held lease: created by the coordinator, then written only by its
+    :class:`LeaseHolder`, under ``lock``."""
 
     lease: Lease
     stream: str
@@ -57,6 +63,21 @@ class Held:
     lock: anyio.Lock = field(default_factory=anyio.Lock)
 
 
+@dataclass(slots=True)
+class _Counts:
+    """The holder's share of :class:`LeaseStats`: counted on the renewal path as plain
+    increments (no frozen copy per renewal), turned into the snapshot by :meth:`report`."""
+
+    renewals: int = 0
+    checkpoints: int = 0
+    lost: int = 0
+    replies_settled: int = 0
+    transient_errors: int = 0
+    handoffs_given: int = 0
+    renewal_latency_last: float | None = None
+    renewal_latency_max: float | None = None
+
+
 class LeaseHolder:
     """The leases a worker holds, their events and their writes (see the module's doc)."""
 
@@ -66,18 +87,119 @@ class LeaseHolder:
         worker_id: str,
         config: LeaseConfig,
         clock: Callable[[], float],
+        on_shard_end: Callable[[], None],
     ) -> None:
         self._table = table
         self._worker_id = worker_id
         self._config = config
         self._clock = clock
+        self._on_shard_end = on_shard_end
         self._tracker = ExpiryTracker(config.failover_time)
         self._held: dict[str, Held] = {}
         self._by_key: dict[str, Lease] = {}
         self._events: deque[LeaseEvent] = deque()  # Bounded by 2 per lease (see _push).
         self._changed = anyio.Event()
         self._failure: BaseException | None = None
-        self._stats = LeaseStats(worker_id=worker_id)
+        self._counts = _Counts()
+
+    # -- what the coordinator reads ----------------------------------------------------------
+
+    @property
+    def held(self) -> Mapping[str, Held]:
+        """The leases held, by key (read-only: :meth:`hold` adds one, the writes remove)."""
+        return self._held
+
+    @property
+    def by_key(self) -> Mapping[str, Lease]:
+        """The table as last known, by key: the last listing, and every write since."""
+        return self._by_key
+
+    @property
+    def failure(self) -> BaseException | None:
+        """What the coordinator stopped on (see :meth:`fail`), None while it runs."""
+        return self._failure
+
+    def expired(self, lease: Lease, now: float, *, after: float | None = None) -> bool:
+        """Whether ``lease`` may be taken without stealing (see :class:`ExpiryTracker`)."""
+        return self._tracker.expired(lease, now, after=after)
+
+    def changes_by_same_owner(self, key: str) -> int:
+        """How often ``key``'s counter moved under one owner (see :class:`ExpiryTracker`)."""
+        return self._tracker.changes_by_same_owner(key)
+
+    def report(self, stats: LeaseStats) -> LeaseStats:
+        """``stats`` (the coordinator's counters) with the holder's added: what is held now,
+        the renewals and the counts shared by both (lost replies settled, transient
+        faults)."""
+        counts = self._counts
+        return replace(
+            stats,
+            held=len(self._held),
+            ready=sum(1 for h in self._held.values() if h.ready),
+            renewals=counts.renewals,
+            checkpoints=counts.checkpoints,
+            lost=counts.lost,
+            replies_settled=stats.replies_settled + counts.replies_settled,
+            transient_errors=stats.transient_errors + counts.transient_errors,
+            handoffs_given=counts.handoffs_given,
+            renewal_latency_last=counts.renewal_latency_last,
+            renewal_latency_max=counts.renewal_latency_max,
+        )
+
+    # -- what the coordinator tells ----------------------------------------------------------
+
+    def observe(self, leases: Iterable[Lease], now: float) -> None:
+        """A complete listing of the table (this worker's streams' leases), seen at ``now``."""
+        listed = list(leases)
+        self._tracker.observe(listed, now)
+        self._by_key = {lease.key: lease for lease in listed}
+
+    def learn(self, lease: Lease) -> None:
+        """A write of the coordinator's own (an ask for a handoff) made ``lease``."""
+        self._by_key[lease.key] = lease
+
+    def hold(self, held: Held) -> None:
+        """A lease taken or handed to this worker: held from now on, renewed by
+        :meth:`renew_rounds`."""
+        key = held.lease.key
+        self._held[key] = held
+        self._by_key[key] = held.lease
+        self._tracker.forget(key)
+
+    def note(self, held: Held, checkpoint: tuple[str, int]) -> None:
+        """A checkpoint to write with ``held``'s next renewal."""
+        held.pending = checkpoint
+
+    def hand_out(self, held: Held) -> None:
+        """``held`` may be read now (the coordinator decided): tell the reader, once."""
+        if held.ready:
+            return
+        held.ready = True
+        self._push(
+            LeaseAcquired(
+                held.stream,
+                held.lease.shard_id,
+                held.lease.checkpoint,
+                held.lease.sub_sequence,
+                held.lease.parent_shard_ids,
+                held.previous_owner,
+                held.pinned_before,
+            )
+        )
+
+    def tell_lost(self, held: Held, reason: str) -> None:
+        """Tell ``held``'s reader, if it was handed out, that it must stop reading."""
+        if held.ready:
+            self._push(LeaseLost(held.stream, held.lease.shard_id, reason))
+
+    def fail(self, error: BaseException) -> bool:
+        """The coordinator stopped on ``error``: the reader's next wait raises it. True the
+        first time (a later failure is not kept)."""
+        first = self._failure is None
+        if first:
+            self._failure = error
+        self._wake()
+        return first
 
     # -- events ------------------------------------------------------------------------------
 
@@ -99,11 +221,8 @@ class LeaseHolder:
         self._wake()
 
     async def next_event(self) -> LeaseEvent:
-        """The next :class:`LeaseAcquired` or :class:`LeaseLost`, awaiting one.
-
-        Raises the coordinator's failure (for example
-        :class:`~kinesis_actors.leases.WorkerIdConflictError`) once it has stopped on one.
-        """
+        """The next event, awaiting one; raises the coordinator's failure once it has
+        stopped on one (see :meth:`fail`)."""
         await anyio.lowlevel.checkpoint()
         while True:
             if self._failure is not None:
@@ -112,16 +231,15 @@ class LeaseHolder:
                 return self._events.popleft()
             await self._changed.wait()
 
-    def __aiter__(self) -> AsyncIterator[LeaseEvent]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[LeaseEvent]:
+    async def events(self) -> AsyncIterator[LeaseEvent]:
+        """:meth:`next_event`, again and again."""
         while True:
             yield await self.next_event()
 
     # -- renewals ----------------------------------------------------------------------------
 
-    async def _renew_loop(self) -> None:
+    async def renew_rounds(self) -> None:
+        """Renew the held leases, a round every ``checkpoint_period``, until cancelled."""
         tick = self._config.checkpoint_period
         renew = self._config.renew_period
         limit = anyio.CapacityLimiter(_RENEW_CONCURRENCY)
@@ -159,20 +277,20 @@ class LeaseHolder:
                 try:
                     if held.handing_to is not None and late:
                         # The reader did not hand it over in time: the coordinator does.
-                        if await self._hand_over(key, held, held.pending, ()) and held.ready:
-                            self._push(LeaseLost(held.stream, held.lease.shard_id, "handed over"))
+                        if await self.hand_over(key, held, held.pending, ()):
+                            self.tell_lost(held, "handed over")
                         return
-                    await self._write(key, held, held.pending)
+                    await self.write(key, held, held.pending)
                 except PERMANENT_FAULTS:
                     raise
                 except KinesisError as error:
                     self._transient(f"renewal of {key}", error)
 
-    async def _write(
+    async def write(
         self, key: str, held: Held, checkpoint: tuple[str, int] | None, pin: int | None = None
     ) -> Lease | None:
-        """Renew ``held`` (with ``checkpoint``, and ``pin`` as its ``latestPinnedAt``), under
-        its lock; None if it was lost (or handed over)."""
+        """Renew ``held`` (with ``checkpoint``, and ``pin`` as its ``latestPinnedAt``: then
+        it no longer needs one), under its lock; None if it was lost (or handed over)."""
         started = self._clock()
         handing = held.handing_to is not None
         new = await self._table.renew(
@@ -192,17 +310,16 @@ class LeaseHolder:
             if new is None:
                 return None
         latency = self._clock() - started
-        worst = max(latency, self._stats.renewal_latency_max or 0.0)
-        self._stats = replace(
-            self._stats,
-            renewals=self._stats.renewals + 1,
-            checkpoints=self._stats.checkpoints + (checkpoint is not None),
-            renewal_latency_last=latency,
-            renewal_latency_max=worst,
-        )
+        counts = self._counts
+        counts.renewals += 1
+        counts.checkpoints += checkpoint is not None
+        counts.renewal_latency_last = latency
+        counts.renewal_latency_max = max(latency, counts.renewal_latency_max or 0.0)
         held.lease, held.renewed_at = new, started
         if checkpoint is not None and held.pending == checkpoint:
             held.pending = None
+        if pin is not None:
+            held.needs_pin = False
         self._by_key[key] = new
         return new
 
@@ -218,11 +335,12 @@ class LeaseHolder:
         run) - and it is dropped (:class:`LeaseLost`), to be taken again like any other: None.
 
         A failed condition is never by itself evidence of another process under our id; that
-        takes a counter that keeps moving while we do not hold the lease (see ``_observe``)."""
+        takes a counter that keeps moving while we do not hold the lease (the coordinator's
+        check of each listing)."""
         current = await self._table.get(key)
         sequence = None if checkpoint is None else checkpoint[0]
         if current is not None and write_landed(held.lease, current, owner, sequence):
-            self._stats = replace(self._stats, replies_settled=self._stats.replies_settled + 1)
+            self._counts.replies_settled += 1
             return current
         if (
             current is not None
@@ -234,7 +352,7 @@ class LeaseHolder:
             return None
         self._drop(key, held, "taken")
         if current is not None and current.finished:
-            self._ended_elsewhere()  # nobody but its reader ends a shard: check the stream
+            self._on_shard_end()  # nobody but its reader ends a shard: check the stream
         if current is not None and current.owner == self._worker_id:
             logger.warning(
                 "lease %s still names %s as owner, but its counter is %d where this worker "
@@ -257,9 +375,9 @@ class LeaseHolder:
         if held.ready:
             self._push(LeaseHandoff(held.stream, held.lease.shard_id, str(current.owner)))
         else:
-            await self._hand_over(key, held, None, ())
+            await self.hand_over(key, held, None, ())
 
-    async def _hand_over(
+    async def hand_over(
         self,
         key: str,
         held: Held,
@@ -274,12 +392,12 @@ class LeaseHolder:
             new = await self._settle(key, held, taker, checkpoint)
             if new is None or new.checkpoint_owner is not None:
                 return None
-        self._stats = replace(self._stats, handoffs_given=self._stats.handoffs_given + 1)
+        self._counts.handoffs_given += 1
         self._let_go(key, new, checkpoint)
         logger.info("%s handed %s over to %s", self._worker_id, key, taker)
         return new
 
-    async def _release(
+    async def release(
         self,
         key: str,
         held: Held,
@@ -298,27 +416,22 @@ class LeaseHolder:
     def _let_go(self, key: str, new: Lease, checkpoint: tuple[str, int] | None) -> None:
         """A release or a handover was written: the lease is no longer held."""
         if checkpoint is not None:
-            self._stats = replace(self._stats, checkpoints=self._stats.checkpoints + 1)
+            self._counts.checkpoints += 1
         self._held.pop(key, None)
         self._tracker.forget(key)
         self._by_key[key] = new
 
     def _transient(self, what: str, error: KinesisError) -> None:
-        """A transient fault the client's retries did not mend (``what`` failed): counted
-        and logged; the round runs again at its next interval."""
-        self._stats = replace(self._stats, transient_errors=self._stats.transient_errors + 1)
+        """A transient fault of a write the client's retries did not mend (``what``
+        failed): counted and logged; the round runs again at its next interval."""
+        self._counts.transient_errors += 1
         logger.warning("%s of %s failed, retried next round: %s", what, self._worker_id, error)
-
-    def _ended_elsewhere(self) -> None:
-        """A held lease was found ``SHARD_END`` by another hand; the coordinator checks it
-        against the stream's shards at once (see ``_sync.ended_but_open``)."""
 
     def _drop(self, key: str, held: Held, reason: str) -> None:
         if self._held.get(key) is not held:
             return
         del self._held[key]
         self._tracker.forget(key)
-        self._stats = replace(self._stats, lost=self._stats.lost + 1)
+        self._counts.lost += 1
         logger.warning("%s lost lease %s (%s)", self._worker_id, key, reason)
-        if held.ready:
-            self._push(LeaseLost(held.stream, held.lease.shard_id, reason))
+        self.tell_lost(held, reason)
