@@ -635,3 +635,22 @@ def test_acknowledged_aggregates_speed_their_throttled_shard_up_by_their_bytes()
     assert stats is not None and stats.throttles == 2 and stats.decreases == 1
     assert stats.factor == pytest.approx(0.9 + 0.001 * used)
     assert stats.factor > 0.99  # it was 0.902: two Kinesis records
+
+
+def test_the_lane_whose_head_waited_longest_meets_the_shards_tokens_first() -> None:
+    """Both halves of a saturated shard share its tokens: the older head goes first, so
+    neither half runs dry and sends its keys a record at a time while the other holds the
+    backlog (what the lanes' dict order did)."""
+    limiter = ShardRateLimiter(records_per_s=1e9, bytes_per_s=800, max_record_bytes=800)
+    h = Harness(limiter=limiter)
+    keys = [f"k{i}" for i in range(400) if TWO_SHARDS.shard_for(f"k{i}") == "s0"]
+    middle = (HALF + 1) // 2  # where s0's upper half starts
+    lower = [key for key in keys if hash_key(key) < middle][:5]
+    upper = [key for key in keys if hash_key(key) >= middle][:5]
+    for key in lower:  # its lane is made first, and its records are the younger
+        h.add(key, b"y" * 100, now=0.5)
+    for key in upper:
+        h.add(key, b"x" * 100, now=0.2)
+    sent = {entry.partition_key for part in h.call(now=1.0).parts for entry in part.entries}
+    assert set(upper) <= sent  # the shard's 800 bytes of tokens went to the older half
+    assert not set(lower) <= sent  # the younger half had the rest
