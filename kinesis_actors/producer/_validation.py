@@ -57,7 +57,17 @@ def key_facts(partition_key: str) -> tuple[int, int]:
 def valid_key_facts(partition_key: str) -> tuple[int, int] | None:
     """:func:`key_facts`, or ``None`` for an invalid key: the put paths' fast way, whose
     slow way (:func:`prepare_record`) raises the typed error. After a miss of
-    :data:`known_key_facts`, which they call first (one C call for a known key)."""
+    :data:`known_key_facts`, which they call first (one C call for a known key).
+
+    A short ASCII key, the usual new one, is hashed and kept here, :func:`key_facts`'s first
+    branch inlined: with a new key per record (UUIDs) every record comes this way, and the
+    two calls were a third of its 0.8 us (measured)."""
+    if partition_key.isascii() and 0 < len(partition_key) <= PARTITION_KEY_MAX_CHARS:
+        facts = len(partition_key), hash_key(partition_key)
+        if len(_known_keys) >= KEY_FACTS_LIMIT:
+            _known_keys.clear()
+        _known_keys[partition_key] = facts
+        return facts
     try:
         return key_facts(partition_key)
     except ValueError:
