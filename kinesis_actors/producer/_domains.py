@@ -94,7 +94,7 @@ class Lane:
     key, which lands whole wherever the service places it.
     """
 
-    __slots__ = ("ready", "resume_at", "shard_id", "stale")
+    __slots__ = ("oldest", "ready", "resume_at", "shard_id", "stale")
 
     def __init__(self, shard_id: str, *, stale: bool = False) -> None:
         self.shard_id = shard_id
@@ -103,6 +103,7 @@ class Lane:
         # entries whose domain moved on are stale and dropped when they reach the head.
         self.ready: deque[Domain] = deque()
         self.resume_at = 0.0
+        self.oldest = 0.0  # when its head record was accepted, as read by the last call built
 
 
 def key_bytes(partition_key: str) -> int:

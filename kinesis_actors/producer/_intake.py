@@ -23,7 +23,7 @@ from ._config import ProducerConfig
 from ._handle import NO_OUTCOMES, PUT_BLOCK, Outcomes, PutHandle, PutHandles, fail_unsent
 from ._ledger import Ledger
 from ._stream import DEFAULT_MAX_RECORD_BYTES
-from ._validation import batch_entries, known_key_facts, prepare_record, valid_key_facts
+from ._validation import batch_entries, key_size, known_hash_key, prepare_record, valid_hash_key
 
 if TYPE_CHECKING:
     from ._sender import Sender
@@ -75,13 +75,18 @@ class Intake(Ledger):
         if explicit_hash_key is None and type(partition_key) is str and type(data) is bytes:
             # The common record, without prepare_record's call and tuple; anything else,
             # or a bad record, goes the long way for its typed error.
-            facts = known_key_facts(partition_key) or valid_key_facts(partition_key)
-            if facts is not None:
-                size = len(data) + facts[0]
+            hashed = known_hash_key(partition_key)
+            if hashed is None:
+                hashed = valid_hash_key(partition_key)
+            if hashed is not None:
+                if partition_key.isascii():
+                    size = len(data) + len(partition_key)
+                else:
+                    size = len(data) + key_size(partition_key)
                 if data and size <= self._max_record_bytes:
                     spares = self._spares
                     entry = spares.pop() if spares else Entry()
-                    entry.fill(data, partition_key, None, facts[1], size, outcomes, slot, 0)
+                    entry.fill(data, partition_key, None, hashed, size, outcomes, slot, 0)
         if entry is None:
             self._check_open()  # a closed producer's error before a bad record's
             data, size, hashed = prepare_record(

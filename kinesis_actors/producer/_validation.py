@@ -20,46 +20,64 @@ __all__ = [
     "KEY_FACTS_LIMIT",
     "batch_entries",
     "key_facts",
-    "known_key_facts",
+    "key_size",
+    "known_hash_key",
     "prepare_record",
-    "valid_key_facts",
+    "valid_hash_key",
 ]
 
 
 KEY_FACTS_LIMIT = 65_536
-"""How many partition keys' facts are kept (a few MB at most); past it, the keeping starts
-over."""
+"""How many partition keys' hash keys are kept (a few MB at most); past it, the keeping
+starts over."""
 
-# key -> (size in UTF-8 bytes, hash key). A plain dict emptied when full, not an LRU: on this
-# machine a known key costs one dict lookup (inlined by batch_entries) and a new one about
-# 800 ns, where through functools.lru_cache they cost 44 and 1,300 (its evictions were half of
-# a new key, and with keys that never repeat, such as UUIDs, every key is new).
-_known_keys: dict[str, tuple[int, int]] = {}
-known_key_facts = _known_keys.get  # the facts of a key seen before, or None: a C call
+# key -> hash key. A plain dict emptied when full, not an LRU: on this machine a known key
+# costs one dict lookup (inlined by the put paths) and a new one about 500 ns, where through
+# functools.lru_cache they cost 44 and 1,300 (its evictions were half of a new key, and with
+# keys that never repeat, such as UUIDs, every key is new). The key's size is not kept with
+# it: a (size, hash key) tuple per new key was an allocation the collector counts, and with
+# a new key per record those set off a young collection every 700 records (measured: 0.64 us
+# a record in collections, 0.30 without them). An ASCII key's size is its length.
+_known_keys: dict[str, int] = {}
+known_hash_key = _known_keys.get  # the hash key of a valid key seen before, or None: a C call
+
+
+def key_size(partition_key: str) -> int:
+    """A partition key's size in UTF-8 bytes, as the service counts it against the limits."""
+    return len(partition_key) if partition_key.isascii() else len(partition_key.encode("utf-8"))
 
 
 def key_facts(partition_key: str) -> tuple[int, int]:
     """A valid partition key's ``(size in UTF-8 bytes, hash key)``; ``ValueError`` if it is
-    not valid. Kept for the key's next records (see ``KEY_FACTS_LIMIT``)."""
-    facts = _known_keys.get(partition_key)
-    if facts is None:
-        if partition_key.isascii() and 0 < len(partition_key) <= PARTITION_KEY_MAX_CHARS:
-            facts = len(partition_key), hash_key(partition_key)
-        else:
+    not valid. Its hash key is kept for its next records (see ``KEY_FACTS_LIMIT``)."""
+    hashed = _known_keys.get(partition_key)
+    if hashed is None:
+        if not (partition_key.isascii() and 0 < len(partition_key) <= PARTITION_KEY_MAX_CHARS):
             validate_partition_key(partition_key)  # raises, naming the limit or the surrogate
-            facts = len(partition_key.encode("utf-8")), hash_key(partition_key)
+        hashed = hash_key(partition_key)
         if len(_known_keys) >= KEY_FACTS_LIMIT:
             _known_keys.clear()
-        _known_keys[partition_key] = facts
-    return facts
+        _known_keys[partition_key] = hashed
+    return key_size(partition_key), hashed
 
 
-def valid_key_facts(partition_key: str) -> tuple[int, int] | None:
-    """:func:`key_facts`, or ``None`` for an invalid key: the put paths' fast way, whose
-    slow way (:func:`prepare_record`) raises the typed error. After a miss of
-    :data:`known_key_facts`, which they call first (one C call for a known key)."""
+def valid_hash_key(partition_key: str) -> int | None:
+    """A valid key's hash key, kept (as :func:`key_facts` keeps it), or ``None`` for an
+    invalid key: the put paths' fast way, whose slow way (:func:`prepare_record`) raises the
+    typed error. After a miss of :data:`known_hash_key`, which they call first (one C call
+    for a known key).
+
+    A short ASCII key, the usual new one, is hashed and kept here without a further call:
+    with a new key per record (UUIDs) every record comes this way, and the two calls of
+    ``key_facts`` were a third of its 0.8 us (measured)."""
+    if partition_key.isascii() and 0 < len(partition_key) <= PARTITION_KEY_MAX_CHARS:
+        hashed = hash_key(partition_key)
+        if len(_known_keys) >= KEY_FACTS_LIMIT:
+            _known_keys.clear()
+        _known_keys[partition_key] = hashed
+        return hashed
     try:
-        return key_facts(partition_key)
+        return key_facts(partition_key)[1]
     except ValueError:
         return None
 
@@ -125,8 +143,8 @@ def batch_entries(
     count that does not match is a :class:`~kinesis_actors.errors.ValidationError`.
 
     One pass; a ``(bytes, str)`` record (or ``(bytes, str, None)``) within the limit costs
-    one lookup of its key's facts (:func:`key_facts`) and no tuple. Anything else goes
-    through :func:`prepare_record`, which raises the typed error.
+    one lookup of its key's hash key (:func:`valid_hash_key` when new) and no tuple.
+    Anything else goes through :func:`prepare_record`, which raises the typed error.
     """
     if not isinstance(records, list | tuple):
         records = list(records)
@@ -142,7 +160,7 @@ def batch_entries(
     shared = outcomes if handles is None else None
     if isinstance(handles, PutHandles):
         shared = handles._outcomes
-    known = known_key_facts
+    known = known_hash_key
     for index, record in enumerate(records):
         if shared is not None:
             block, slot = shared, index
@@ -162,12 +180,14 @@ def batch_entries(
             )
         # exact types: no subclass; a third field of None is no explicit hash key
         if explicit_hash_key is None and type(key) is str and type(data) is bytes and data:
-            facts = known(key) or valid_key_facts(key)  # None: prepare_record raises, typed
-            if facts is not None:
-                size = len(data) + facts[0]
+            hashed = known(key)
+            if hashed is None:
+                hashed = valid_hash_key(key)  # None: prepare_record raises, typed
+            if hashed is not None:
+                size = len(data) + (len(key) if key.isascii() else key_size(key))
                 if size <= limit:
                     entry = spares.pop() if spares else Entry()
-                    append(entry.fill(data, key, None, facts[1], size, block, slot, epoch))
+                    append(entry.fill(data, key, None, hashed, size, block, slot, epoch))
                     continue
         try:
             data, size, hashed = prepare_record(data, key, explicit_hash_key, limit, stream)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -297,7 +298,8 @@ def test_a_rate_limited_lane_waits_and_does_not_hold_up_the_other() -> None:
         by_lane[part.lane] = by_lane.get(part.lane, 0) + 1
     assert by_lane == {"s0": 2, "s1": 1}  # a bucket of 2 records; s1 unaffected
     wake = h.pipeline.next_wakeup(0.0, force=True)
-    assert wake is not None and 0.4 < wake <= 0.51
+    # The next token comes at 0.5 s; the lane looks at the quantum's next grid point.
+    assert wake == pytest.approx(0.6)
 
 
 def test_paced_shards_counts_the_shards_whose_pacing_holds_ready_records_back() -> None:
@@ -535,7 +537,7 @@ def test_every_kinesis_record_sent_is_charged_to_its_shard() -> None:
 
 
 def test_a_saturated_shard_waits_for_a_batch_worth_of_tokens() -> None:
-    """One call per quantum (50 ms of tokens), not one call per trickle of tokens."""
+    """One call per quantum (200 ms of tokens), not one call per trickle of tokens."""
     limiter = ShardRateLimiter(records_per_s=1_000, bytes_per_s=1e12)
     h = Harness(limiter=limiter, aggregation=False, preserve_order=False)
     key = next(f"k{i}" for i in range(50) if TWO_SHARDS.shard_for(f"k{i}") == "s0")
@@ -547,9 +549,35 @@ def test_a_saturated_shard_waits_for_a_batch_worth_of_tokens() -> None:
     assert len(second.parts) == 500
     assert h.pipeline.next_call(0.001, force=True) is None  # one token earned: not enough
     wake = h.pipeline.next_wakeup(0.001, force=True)
-    assert wake == pytest.approx(0.05, abs=1e-6)
-    third = h.call(now=0.05)
-    assert 45 <= len(third.parts) <= 55
+    assert wake == pytest.approx(0.2, abs=1e-6)  # the grid's next point
+    third = h.call(now=0.2)
+    assert 195 <= len(third.parts) <= 205
+
+
+def test_a_saturated_shard_calls_on_the_quantums_grid_whatever_the_loops_latency() -> None:
+    """A caller late by its latency at every wake-up still sends a quantum's tokens at every
+    point of the grid: the calls keep their spacing (without the grid they drifted by the
+    latency each time, so some seconds held a call less)."""
+    limiter = ShardRateLimiter(records_per_s=1_000, bytes_per_s=1e12)
+    h = Harness(limiter=limiter, aggregation=False, preserve_order=False)
+    key = next(f"k{i}" for i in range(50) if TWO_SHARDS.shard_for(f"k{i}") == "s0")
+    for _ in range(6_000):
+        h.add(key, b"x")
+    now, sent = 0.0, []
+    while len(sent) < 12:
+        call = h.pipeline.next_call(now, force=True)
+        if call is not None:
+            sent.append((now, len(call.parts)))
+            h.pipeline.complete(call, ok(call), now)
+            continue  # an answer wakes the caller, which looks again at once
+        wake = h.pipeline.next_wakeup(now, force=True)
+        assert wake is not None
+        now = wake + 0.013  # the loop's latency, every time
+    steady = sent[4:]  # past the first second's burst
+    points = [round((at - 0.013) / 0.2, 6) for at, _ in steady]
+    assert points == [float(round(point)) for point in points]
+    assert [b - a for a, b in pairwise(points)] == [1.0] * (len(points) - 1)
+    assert all(195 <= parts <= 205 for _, parts in steady)
 
 
 def test_records_over_half_an_aggregate_go_alone() -> None:
@@ -635,3 +663,22 @@ def test_acknowledged_aggregates_speed_their_throttled_shard_up_by_their_bytes()
     assert stats is not None and stats.throttles == 2 and stats.decreases == 1
     assert stats.factor == pytest.approx(0.9 + 0.001 * used)
     assert stats.factor > 0.99  # it was 0.902: two Kinesis records
+
+
+def test_the_lane_whose_head_waited_longest_meets_the_shards_tokens_first() -> None:
+    """Both halves of a saturated shard share its tokens: the older head goes first, so
+    neither half runs dry and sends its keys a record at a time while the other holds the
+    backlog (what the lanes' dict order did)."""
+    limiter = ShardRateLimiter(records_per_s=1e9, bytes_per_s=800, max_record_bytes=800)
+    h = Harness(limiter=limiter)
+    keys = [f"k{i}" for i in range(400) if TWO_SHARDS.shard_for(f"k{i}") == "s0"]
+    middle = (HALF + 1) // 2  # where s0's upper half starts
+    lower = [key for key in keys if hash_key(key) < middle][:5]
+    upper = [key for key in keys if hash_key(key) >= middle][:5]
+    for key in lower:  # its lane is made first, and its records are the younger
+        h.add(key, b"y" * 100, now=0.5)
+    for key in upper:
+        h.add(key, b"x" * 100, now=0.2)
+    sent = {entry.partition_key for part in h.call(now=1.0).parts for entry in part.entries}
+    assert set(upper) <= sent  # the shard's 800 bytes of tokens went to the older half
+    assert not set(lower) <= sent  # the younger half had the rest

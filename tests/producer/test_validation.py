@@ -1,4 +1,5 @@
-"""A partition key's facts (size and hash key), kept for its next records, and bounded."""
+"""A partition key's facts (size and hash key); its hash key is kept for its next records,
+bounded."""
 
 from __future__ import annotations
 
@@ -20,10 +21,12 @@ def test_key_facts_are_the_keys_size_and_hash_or_its_validation_error(key: str) 
     except ValueError as expected:
         with pytest.raises(ValueError, match=re.escape(str(expected))):
             key_facts(key)
+        assert _validation.valid_hash_key(key) is None
         assert key not in _validation._known_keys  # a bad key is never kept
     else:
         assert key_facts(key) == (len(key.encode("utf-8")), hash_key(key))
-        assert _validation.known_key_facts(key) == key_facts(key)
+        assert _validation.known_hash_key(key) == key_facts(key)[1]
+        assert _validation.valid_hash_key(key) == hash_key(key)
 
 
 @pytest.mark.parametrize(

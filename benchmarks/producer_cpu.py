@@ -1,0 +1,230 @@
+"""Client CPU per record of the producer: unpaced, at a paced stream's capacity, with a new
+key per record (beside boto3 and async-kinesis), and unpaced at many shards.
+
+    .venv/bin/python -m benchmarks.producer_cpu [--rounds 5] [--rows a,b,...] [--json]
+
+Every row runs in a fresh process with its own load target, rows in turn, ``--rounds`` times;
+the table gives each row's median and range. The clock (this process's CPU,
+``time.process_time``) runs from the open producer's first put to the end of its flush.
+Records are 100 bytes, aggregated, pushed with ``put_many`` of 500 (``put`` in the rows named
+so); 1,000 keys spread evenly over the shards unless the row takes a new key per record.
+
+- ``unpaced-N``: an N-shard target without limits, ``rate_limit`` lifted so that the
+  producer's pacing never binds (the client alone);
+- ``capacity``: a 2-shard target emulating the service's write limits (1,000 records/s,
+  1 MiB/s a shard) and ``ProducerConfig()`` (pacing at those limits): the producer at the
+  stream's capacity, its puts waiting for room. Beside the CPU: the share of the target's
+  capacity each steady shard-second (as the producer benchmark's scenario 2 counts it), the
+  waits for room and the calls;
+- ``newkey``: a new partition key per record, unpaced, 4 shards; ``newkey-boto3``
+  (``put_records`` of 500 with aws-kinesis-agg) and ``newkey-async-kinesis`` (its KPL
+  aggregation, which takes no keys) on the same keys and target.
+
+Run by hand (a few minutes), not by the suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from benchmarks._common import Clock, load, payloads
+from benchmarks.loadtarget import Limits, LoadTarget
+from benchmarks.peers import UNPACED, PushSpec, partition_keys, push_async_kinesis, push_boto3
+from benchmarks.producer_bench import _balanced_keys, _steady_shares
+from kinesis_actors.producer import Producer, ProducerConfig
+
+__all__ = ["ROWS", "main", "measure"]
+
+RECORD_BYTES = 100
+COUNT = 200_000
+BATCH = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One row: the target (``shards``, emulated ``limits`` or none) and what pushes."""
+
+    shards: int
+    paced: bool = False
+    unique_keys: bool = False
+    peer: str = "project"  # or boto3, async-kinesis
+    single: bool = False  # put per record instead of put_many
+
+
+ROWS: dict[str, Row] = {
+    "unpaced-2": Row(2),
+    "capacity": Row(2, paced=True),
+    "unpaced-2-put": Row(2, single=True),
+    "capacity-put": Row(2, paced=True, single=True),
+    "unpaced-16": Row(16),
+    "unpaced-1024": Row(1024),
+    "newkey": Row(4, unique_keys=True),
+    "newkey-boto3": Row(4, unique_keys=True, peer="boto3"),
+    "newkey-async-kinesis": Row(4, unique_keys=True, peer="async-kinesis"),
+}
+
+
+async def _push(
+    target: LoadTarget, config: ProducerConfig, keys: list[str], count: int, single: bool
+) -> tuple[Clock, dict[str, Any]]:
+    data = payloads(RECORD_BYTES)
+    clock = Clock(target)
+    async with (
+        target.client() as client,
+        Producer(client, target.stream_name, config) as producer,
+    ):
+        gc.collect()
+        clock.start()
+        if single:
+            put = producer.put
+            for index in range(count):
+                await put(data[index % len(data)], keys[index % len(keys)])
+        else:
+            put_many = producer.put_many
+            for start in range(0, count, BATCH):
+                await put_many(
+                    [
+                        (data[index % len(data)], keys[index % len(keys)])
+                        for index in range(start, min(count, start + BATCH))
+                    ]
+                )
+        await producer.flush()
+        clock.stop()
+        return clock, producer.metrics.to_dict()
+
+
+def _project(row: Row, count: int) -> dict[str, Any]:
+    keys = (
+        partition_keys(PushSpec(RECORD_BYTES, True, count=count, unique_keys=True))
+        if row.unique_keys
+        else _balanced_keys(row.shards)
+    )
+    config = ProducerConfig() if row.paced else ProducerConfig(rate_limit=UNPACED)
+    with LoadTarget(shards=row.shards, tls=False) as warm:  # imports, caches, connections
+        anyio.run(_push, warm, ProducerConfig(rate_limit=UNPACED), _balanced_keys(2), 20_000, False)
+    limits = Limits() if row.paced else None
+    with LoadTarget(shards=row.shards, tls=False, limits=limits) as target:
+        clock, metrics = anyio.run(_push, target, config, keys, count, row.single)
+        stats = target.stats()
+    figures: dict[str, Any] = {
+        "client_cpu_us_per_record": clock.cpu / count * 1e6,
+        "target_cpu_us_per_record": clock.target_cpu / count * 1e6,
+        "seconds": clock.wall,
+        "backpressure_cycles": metrics["backpressure_cycles"],
+        "calls": metrics["calls"],
+        "kinesis_records": metrics["kinesis_records_sent"],
+        "throttled": metrics["throttled"],
+        "records_failed": metrics["records_failed"],
+    }
+    if row.paced:
+        shares, _, _, steady = _steady_shares(stats["series"])
+        figures |= {
+            "share_mean": statistics.fmean(shares) if shares else 0.0,
+            "share_min": min(shares, default=0.0),
+            "steady_seconds": steady,
+        }
+    return figures
+
+
+def _peer(row: Row, count: int) -> dict[str, Any]:
+    push: Callable[[LoadTarget, PushSpec, Clock], dict[str, Any]] = (
+        push_boto3 if row.peer == "boto3" else push_async_kinesis
+    )
+    with LoadTarget(shards=row.shards, tls=False) as target:
+        push(target, PushSpec(RECORD_BYTES, True, count=count // 10), Clock(target))  # warm up
+        gc.collect()
+        clock = Clock(target)
+        spec = PushSpec(RECORD_BYTES, True, count=count, unique_keys=row.unique_keys)
+        extra = push(target, spec, clock)
+    return {
+        "client_cpu_us_per_record": clock.cpu / count * 1e6,
+        "target_cpu_us_per_record": clock.target_cpu / count * 1e6,
+        "seconds": clock.wall,
+        "calls": extra.get("calls"),
+        "records_failed": extra.get("failed"),
+    }
+
+
+def measure(name: str, count: int = COUNT) -> dict[str, Any]:
+    """One row in this process."""
+    row = ROWS[name]
+    started = load()
+    figures = _project(row, count) if row.peer == "project" else _peer(row, count)
+    return {"row": name, "records": count, "loadavg_before": started} | figures
+
+
+def _in_child(name: str, count: int) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "benchmarks.producer_cpu", "--one", name, "--count", str(count)]
+    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    result: dict[str, Any] = json.loads(out.splitlines()[-1])
+    return result
+
+
+def run(names: list[str], rounds: int, count: int) -> dict[str, Any]:
+    """Each row ``rounds`` times, in a fresh process each, rows in turn."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    started = load()
+    for round_ in range(rounds):
+        for name in names:
+            runs[name].append(_in_child(name, count))
+            print(f"round {round_ + 1}/{rounds} {name}: {runs[name][-1]}", file=sys.stderr)
+    return {"loadavg_start": started, "loadavg_end": load(), "runs": runs}
+
+
+def _median(rows: list[dict[str, Any]], key: str) -> str:
+    values = sorted(row[key] for row in rows if row.get(key) is not None)
+    if not values:
+        return "-"
+    return f"{statistics.median(values):.2f} ({values[0]:.2f}-{values[-1]:.2f})"
+
+
+def report(results: dict[str, Any]) -> str:
+    lines = [
+        f"load average {results['loadavg_start']} at start, {results['loadavg_end']} at end",
+        "row: client us/record median (range); target us/record; waits for room; calls; "
+        "share of capacity mean / min",
+    ]
+    for name, rows in results["runs"].items():
+        parts = [
+            _median(rows, "client_cpu_us_per_record"),
+            _median(rows, "target_cpu_us_per_record"),
+            _median(rows, "backpressure_cycles"),
+            _median(rows, "calls"),
+        ]
+        if "share_mean" in rows[0]:
+            parts.append(f"{_median(rows, 'share_mean')} / {_median(rows, 'share_min')}")
+        lines.append(f"  {name}: " + "; ".join(parts))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated row names")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--count", type=int, default=COUNT, help="records a row")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # a child: one row, JSON out
+    parser.add_argument("--json", action="store_true", help="print every run as JSON")
+    args = parser.parse_args(argv)
+    if args.one:
+        print(json.dumps(measure(args.one, args.count)))
+        return 0
+    started = time.perf_counter()
+    results = run(args.rows.split(","), args.rounds, args.count)
+    results["seconds"] = time.perf_counter() - started
+    print(json.dumps(results, indent=2) if args.json else report(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
