@@ -109,7 +109,7 @@ class KinesisClient(ServiceClient):
             )
         try:
             response = await self._first_contact(
-                lambda: pool.open_stream(headers, request.body), request.operation
+                lambda: H2Stream.on(pool, headers, request.body), request.operation
             )
         except errors.TransportError:
             self._counters.add("transport_errors")

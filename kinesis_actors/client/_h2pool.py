@@ -20,18 +20,28 @@ import copy
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 import anyio
 
 from .. import errors
 from ._h2conn import CLOSE_TIMEOUT, MuxConnection, Target
-from ._h2stream import H2Stream
 from ._proxy import Proxy
 
-__all__ = ["H2Pool", "H2PoolStatistics"]
+__all__ = ["H2Pool", "H2PoolStatistics", "OpenedStream"]
 
 _SKIPPED_HEADERS = ("host", "connection", "transfer-encoding")
+
+
+class OpenedStream(NamedTuple):
+    """A stream the pool opened: its connection, its id there, and the response's status and
+    headers. :class:`~._h2stream.H2Stream` wraps it and gives its slot back on close."""
+
+    connection: MuxConnection
+    stream_id: int
+    status: int
+    headers: dict[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +97,9 @@ class H2Pool:
         usable = [c for c in self._connections if c.usable]
         return H2PoolStatistics(connections=len(usable), streams=sum(c.reserved for c in usable))
 
-    async def open_stream(self, headers: Mapping[str, str], body: bytes) -> H2Stream:
+    async def open_stream(self, headers: Mapping[str, str], body: bytes) -> OpenedStream:
         """POST ``body`` with ``headers`` on a connection with a free slot; the stream, once
-        its response headers have arrived."""
+        its response headers have arrived (its slot is the caller's to :meth:`release`)."""
         while True:
             connection, new = self._reserve()
             stream_id = 0
@@ -112,7 +122,7 @@ class H2Pool:
                 with anyio.CancelScope(shield=True):
                     await self.release(connection, stream_id)
                 raise
-            return H2Stream(self, connection, stream_id, status, response_headers)
+            return OpenedStream(connection, stream_id, status, response_headers)
 
     async def _connect(self, connection: MuxConnection) -> None:
         try:

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Self
 import anyio
 
 from ._h2conn import CLOSE_TIMEOUT
+from ._h2pool import H2Pool
 
 if TYPE_CHECKING:
     from ._h2conn import MuxConnection
-    from ._h2pool import H2Pool
     from ._proxy import Proxy
 
 __all__ = ["H2Stream"]
@@ -34,7 +34,7 @@ _CLOSE_TIMEOUT = CLOSE_TIMEOUT
 class H2Stream:
     """POST a request over HTTP/2 and stream the response body.
 
-    Opened by the pool (``H2Pool.open_stream``) or, on a connection of its own, by
+    Opened on a pool's connection by :meth:`on` or, on a connection of its own, by
     :meth:`open`; an async context manager. ``status`` and ``headers`` are known once it is
     open; :meth:`receive` returns the next chunk of the body, or ``b""`` at its end.
     """
@@ -73,8 +73,6 @@ class H2Stream:
         """Connect (through ``proxy``'s tunnel if given) on a connection of its own, send the
         request, and wait for the response headers (the connection closes with the stream:
         a pool of one slot)."""
-        from ._h2pool import H2Pool  # noqa: PLC0415  (the pool imports us)
-
         pool = H2Pool(
             url,
             ssl_context=ssl_context,
@@ -85,7 +83,14 @@ class H2Stream:
             subscriptions_per_connection=1,
             operation=operation,
         )
-        return await pool.open_stream(headers, body)
+        return await cls.on(pool, headers, body)
+
+    @classmethod
+    async def on(cls, pool: H2Pool, headers: Mapping[str, str], body: bytes) -> H2Stream:
+        """Send the request on a slot of ``pool`` (a connection it shares with others, or a
+        new one) and wait for the response headers; closing the stream gives the slot back."""
+        opened = await pool.open_stream(headers, body)
+        return cls(pool, opened.connection, opened.stream_id, opened.status, opened.headers)
 
     async def __aenter__(self) -> Self:
         return self

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from ._calls import Entry
+from ._entry import Entry
 
 __all__ = [
     "IDLE",

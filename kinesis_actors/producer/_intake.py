@@ -5,7 +5,7 @@ into the bounded queue, waiting while it is full (the backpressure).
 (inheritance, as with :class:`~._ledger.Ledger`: the put path gains no call). The queue is the
 dispatcher actor's mailbox; a record is admitted with its room (one record, its size in
 bytes) and an entry in the current flush epoch, and that room comes back when the ledger
-settles it. Entries come from the ledger's spares first (see :class:`~._calls.Entry`).
+settles it. Entries come from the ledger's spares first (see :class:`~._entry.Entry`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import anyio
 
 from .. import errors
 from ..runtime import MailboxClosed
-from ._calls import Entry
 from ._config import ProducerConfig
+from ._entry import Entry
 from ._handle import NO_OUTCOMES, PUT_BLOCK, Outcomes, PutHandle, PutHandles, fail_unsent
 from ._ledger import Ledger
 from ._stream import DEFAULT_MAX_RECORD_BYTES

@@ -25,8 +25,9 @@ import anyio
 
 from .. import errors
 from ..runtime import Mailbox, RestartIntensityExceeded
-from ._calls import Entry, Part
+from ._calls import Part
 from ._config import ProducerConfig
+from ._entry import Entry
 from ._handle import NO_OUTCOMES, Outcomes, PutResult
 
 __all__ = ["Ledger"]

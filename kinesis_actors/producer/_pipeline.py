@@ -40,8 +40,9 @@ from typing import Any
 
 from .. import errors
 from ..records import Aggregator, OutboundRecord, ShardMap
-from ._calls import Call, Entry, Part
+from ._calls import Call, Part
 from ._domains import IDLE, READY, WAITING, Domain, DomainKey, Lane, domain_key, key_bytes
+from ._entry import Entry
 from ._handle import PutResult
 from ._ratelimit import Grant, ShardRateLimiter
 from ._retries import RecordRetries
@@ -334,7 +335,7 @@ class Pipeline(WaitingRoom):
         return max(earliest, math.ceil(earliest / quantum) * quantum)
 
     def _single(self, lane: Lane, domain: Domain, grant: Grant) -> Part | Entry:
-        """The domain's first record sent as itself, its own part (see :class:`~._calls.Entry`):
+        """The domain's first record sent as itself, its own part (see :class:`~._entry.Entry`):
         its size is the entry's (data plus key), with no key to measure again."""
         return self._sent_alone(lane, self.take_one(lane, domain), domain, grant)
 

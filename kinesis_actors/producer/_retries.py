@@ -27,7 +27,7 @@ from typing import Any
 
 from .. import errors
 from ..client import is_retryable
-from ._calls import Entry
+from ._entry import Entry
 
 __all__ = ["RecordRetries", "put_records_results"]
 

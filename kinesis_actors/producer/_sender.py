@@ -54,8 +54,8 @@ from ..runtime import (
     Supervisor,
     SupervisorSnapshot,
 )
-from ._calls import Entry
 from ._config import ProducerConfig
+from ._entry import Entry
 from ._health import EndpointHealth
 from ._pipeline import Call, Pipeline
 from ._retries import put_records_results

@@ -13,7 +13,7 @@ from ..records import (
     parse_explicit_hash_key,
     validate_partition_key,
 )
-from ._calls import Entry
+from ._entry import Entry
 from ._handle import Outcomes, PutHandle, PutHandles
 
 __all__ = [

@@ -31,8 +31,9 @@ from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter
 
 from ..records import Aggregator, ShardMap
-from ._calls import Entry, Part
+from ._calls import Part
 from ._domains import IDLE, IN_FLIGHT, READY, WAITING, Domain, DomainKey, Lane
+from ._entry import Entry
 
 __all__ = ["UNPREDICTED_LANE", "WHOLE_STREAM_LANE", "LaneKey", "WaitingRoom"]
 

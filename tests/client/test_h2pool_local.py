@@ -16,7 +16,7 @@ import pytest
 from anyio.abc import SocketAttribute
 
 from kinesis_actors import ClientConfig, KinesisClient, LocalKinesis, errors
-from kinesis_actors.client import Subscription
+from kinesis_actors.client import H2Stream, Subscription
 from kinesis_actors.client._h2pool import H2Pool
 from tests.unreachable import Blackhole
 
@@ -198,7 +198,7 @@ async def test_a_subscriber_waiting_on_a_connect_cancelled_elsewhere_tries_again
         async def subscribe(scope: anyio.CancelScope) -> None:
             with scope:
                 try:
-                    await pool.open_stream({}, b"")
+                    await H2Stream.on(pool, {}, b"")
                 except BaseException as exc:
                     outcomes.append(type(exc).__name__)
                     raise

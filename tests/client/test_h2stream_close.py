@@ -141,7 +141,7 @@ async def test_an_early_close_ends_the_connection_in_order_not_with_a_reset(
         with anyio.fail_after(15):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(listener.serve, server.serve)
-                stream: H2Stream = await plain_pool.open_stream({}, b"{}")
+                stream: H2Stream = await H2Stream.on(plain_pool, {}, b"{}")
                 assert stream.status == 200
                 server.send_now.set()
                 await server.in_flight.wait()
@@ -166,8 +166,8 @@ async def test_a_stream_closed_with_data_in_flight_is_reset_once_and_its_sibling
         with anyio.fail_after(15):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(listener.serve, server.serve)
-                first = await plain_pool.open_stream({}, b"{}")
-                second = await plain_pool.open_stream({}, b"{}")
+                first = await H2Stream.on(plain_pool, {}, b"{}")
+                second = await H2Stream.on(plain_pool, {}, b"{}")
                 assert plain_pool.statistics().connections == 1
                 assert plain_pool.statistics().streams == 2
                 server.send_now.set()

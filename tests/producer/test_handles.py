@@ -18,7 +18,8 @@ import pytest
 
 from kinesis_actors import KinesisClient, LocalKinesis, Producer, ProducerConfig, errors
 from kinesis_actors.producer import PutHandle, PutHandles, PutResult
-from kinesis_actors.producer._calls import Entry, Part
+from kinesis_actors.producer._calls import Part
+from kinesis_actors.producer._entry import Entry
 from kinesis_actors.producer._handle import NO_OUTCOMES, PUT_BLOCK, Outcomes
 from kinesis_actors.producer._ledger import Ledger
 from kinesis_actors.producer._validation import batch_entries
