@@ -28,8 +28,6 @@ ALLOWED: dict[str, str] = {
     "_max_record_bytes written in two of _producer, _intake, _ledger",
     "Pipeline": "Pipeline(WaitingRoom): the ready/pending counters, _waiting_seq and "
     "needs_refresh written in _pipeline and _waiting",
-    "Consumer": "Consumer(ShardScheduler): _rediscover, _reschedule, _opened_at, _mode, "
-    "_consumer_arns, _processors written in _consumer and _scheduler",
     "Mailbox": "Mailbox(Room): _held, _weight, _received written in _mailbox's inlined hot "
     "paths and _room",
 }

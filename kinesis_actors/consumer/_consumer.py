@@ -2,14 +2,21 @@
 
 Shape (all in one task group, opened with the consumer):
 
-* from :class:`~._scheduler.ShardScheduler`, its base: discovery, a scheduler that starts a
-  shard's pipeline and reader once the shard is this worker's and its parents are released
-  (``_shards``), a supervisor of reader actors, one per shard (``_actors.ReaderActor``), and
-  with ``lease_table`` the lease membership (``_membership``): shards are this worker's while
-  it holds their leases, commits become the leases' checkpoints, a lost lease stops its shard
-  at once, and a clean close hands every lease over;
+* a :class:`~._scheduler.ShardScheduler`, a component the consumer owns (``_scheduler``):
+  discovery, a scheduler that starts a shard's pipeline and reader once the shard is this
+  worker's and its parents are released (``_shards``), a supervisor of reader actors, one per
+  shard (``_actors.ReaderActor``), and with ``lease_table`` the lease membership
+  (``_membership``): shards are this worker's while it holds their leases, commits become the
+  leases' checkpoints, a lost lease stops its shard at once, and a clean close hands every
+  lease over;
 * either the async iterator, which takes batches in arrival order across shards, or
   :meth:`Consumer.run`, a supervisor of one processor actor per shard.
+
+The consumer owns its lifecycle, the stream identities, the EFO consumer ARNs, how the
+application takes batches (the mode, the arrivals, the processors) and the failure; the
+scheduler owns the shards (see its module). Neither writes a field of the other: the
+consumer drives the scheduler through its methods, the scheduler calls back the consumer
+through the callbacks given to its constructor.
 
 Nothing that reads the network awaits a buffer: readers take a credit first (runtime's
 protocol), so memory is O(shards x prefetch_batches) and one slow shard stalls only itself.
@@ -17,12 +24,12 @@ protocol), so memory is O(shards x prefetch_batches) and one slow shard stalls o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack
-from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
@@ -35,6 +42,7 @@ from ..client import KinesisClient
 from ..errors import ConfigError
 from ..runtime import (
     RestartIntensityExceeded,
+    Supervisor,
     SupervisorSnapshot,
     raise_as_itself,
     unwrap_sole,
@@ -45,7 +53,7 @@ from ._config import ConsumerConfig, stream_names
 from ._identity import StreamIdentity, open_identities, parse_identities
 from ._lifecycle import closed_line, opened_line
 from ._pipeline import ShardPipeline
-from ._positions import encode_positions
+from ._positions import ShardKey, encode_positions
 from ._registration import (
     check_efo_endpoint,
     deregister_consumers,
@@ -65,7 +73,7 @@ log = logging.getLogger("kinesis_actors.consumer")
 _DEREGISTER_TIMEOUT = 10.0
 
 
-class Consumer(ShardScheduler):
+class Consumer:
     """Reads one or more streams shard by shard; an async context manager and iterator.
 
     ``async for batch in consumer`` yields :class:`RecordBatch` es in arrival order across
@@ -83,16 +91,34 @@ class Consumer(ShardScheduler):
         check_type("client", client, KinesisClient, "a KinesisClient")
         config = ConsumerConfig() if config is None else config
         check_type("config", config, ConsumerConfig, "a ConsumerConfig")
+        self._client = client
+        self._config = config
         # name → as given (an ARN for another account's stream): keyed by name throughout.
-        super().__init__(client, stream_names(streams, client.region), config)
+        self._streams = stream_names(streams, client.region)
         positions = config.positions
         self._saved_ids = parse_identities(positions, self._streams) if positions else {}
         self._identities: dict[str, StreamIdentity] = {}
+        self._consumer_arns: dict[str, str] = {}
+        self._mode: str | None = None
         self._arrivals: deque[ShardPipeline] = deque()  # one entry per buffered batch
+        self._processors: Supervisor | None = None
+        self._processing: set[ShardKey] = set()
         self._failure: BaseException | None = None
         self._state = "new"
         self._stack: AsyncExitStack | None = None
         self._tg: TaskGroup | None = None
+        self._scheduler = ShardScheduler(
+            client,
+            self._streams,
+            config,
+            origin=self,
+            fail=self._fail,
+            arrival=self._arrival,
+            mode=self._taken_as,
+            scheduled=self._start_processors,
+            stop_processor=self._stop_processor,
+            forget_processor=self._processing.discard,
+        )
 
     @property
     def streams(self) -> list[str]:
@@ -111,8 +137,6 @@ class Consumer(ShardScheduler):
             check_efo_endpoint(self._client)
         self._arrived = anyio.Event()
         self._done = anyio.Event()
-        self._rediscover = anyio.Event()
-        self._reschedule = anyio.Event()
         # An unknown stream fails here (ResourceNotFoundError), a document of another
         # stream or incarnation too (PositionsMismatchError).
         self._identities = await open_identities(self._client, self._streams, self._saved_ids)
@@ -122,26 +146,15 @@ class Consumer(ShardScheduler):
                 self._consumer_arns = await resolve_consumer_arns(
                     self._client, self._streams, config
                 )
-        self._opened_at = datetime.now(UTC)
         stack = AsyncExitStack()
         self._stack = stack
         await stack.__aenter__()
         try:
-            # Before the task group: a failure here is the cause itself, not an ExceptionGroup
-            # (a lease table of another schema, a worker id in use, a stream that is gone).
-            if self._group is not None:
-                await self._group.open(stack)
-                # Runs after the task group has stopped every reader (the stack is LIFO).
-                stack.push_async_callback(self._hand_over)
-            await self._discover()
+            # Before the task group: a failure here is the cause itself, not an ExceptionGroup.
+            await self._scheduler.open(stack, self._consumer_arns)
             self._say_opened()
             self._tg = await stack.enter_async_context(anyio.create_task_group())
-            await self._tg.start(self._supervise_readers)
-            await self._schedule()
-            self._tg.start_soon(self._discovery_loop)
-            self._tg.start_soon(self._scheduler_loop)
-            if self._group is not None:
-                self._tg.start_soon(self._lease_events, self._group)
+            await self._scheduler.start(self._tg)
         except BaseException as exc:
             if self._tg is not None:
                 self._tg.cancel_scope.cancel()
@@ -156,11 +169,9 @@ class Consumer(ShardScheduler):
         """The INFO line of an open: the streams with their shard counts, the mode, the
         lease table (``_lifecycle``)."""
         counts = dict.fromkeys(self._streams, 0)
-        listed = self._graph.keys()  # every shard listed, whoever reads it
-        for stream, _ in listed:
+        for stream, _ in self._scheduler.listed():  # every shard listed, whoever reads it
             counts[stream] += 1
-        group, config = self._group, self._config
-        worker = None if group is None else group.worker_id
+        config, worker = self._config, self._scheduler.worker_id
         line = opened_line(counts, config.mode, lease_table=config.lease_table, worker_id=worker)
         log.info("%s", line)
 
@@ -196,7 +207,7 @@ class Consumer(ShardScheduler):
         if clean and self._failure is None and deregisters_on_close(self._config):
             with anyio.move_on_after(_DEREGISTER_TIMEOUT, shield=True):
                 await deregister_consumers(self._client, self._consumer_arns)
-        shards = [pipeline.snapshot() for pipeline in self._pipelines.values()]
+        shards = [pipeline.snapshot() for pipeline in self._scheduler.pipelines()]
         log.info("%s", closed_line(shards, clean=clean and self._failure is None))
 
     def stop(self) -> None:
@@ -217,6 +228,10 @@ class Consumer(ShardScheduler):
             self._arrivals.append(pipeline)
             self._arrived.set()
 
+    def _taken_as(self) -> str | None:
+        """How the application takes batches (the scheduler asks, for a new pipeline)."""
+        return self._mode
+
     def _claim(self, mode: str) -> None:
         if self._state == "closed":
             raise errors.ConsumerClosedError("the Consumer is closed: it yields no more batches")
@@ -227,8 +242,7 @@ class Consumer(ShardScheduler):
         if self._mode is not None:
             raise RuntimeError("a Consumer is either iterated or run(handler), not both")
         self._mode = mode
-        for pipeline in self._pipelines.values():
-            pipeline.set_mode(mode)
+        self._scheduler.set_mode(mode)
         if mode == "run":
             self._arrivals.clear()
 
@@ -275,8 +289,7 @@ class Consumer(ShardScheduler):
                     "processors", self._config.restart_intensity
                 ) as supervisor:
                     self._processors = supervisor
-                    for pipeline in list(self._pipelines.values()):
-                        await self._start_processor(pipeline)
+                    await self._start_processors()
                     await self._done.wait()
                     stopping.cancel()
                     await anyio.lowlevel.checkpoint()
@@ -287,12 +300,26 @@ class Consumer(ShardScheduler):
         if self._failure is not None:
             raise self._failure
 
-    async def _start_processor(self, pipeline: ShardPipeline) -> None:
-        supervisor = self._processors
-        if supervisor is None or pipeline.key in self._processing or pipeline.finished:
+    async def _start_processors(self) -> None:
+        """Under ``run()``: give every pipeline that has none its processor (after each
+        scheduling round too)."""
+        if self._processors is None:  # not under run(): nothing to start
             return
-        self._processing.add(pipeline.key)
-        await supervisor.start_child(processor_spec(pipeline, self._handler, self.commit))
+        for pipeline in self._scheduler.pipelines():
+            supervisor = self._processors
+            if supervisor is None:
+                return
+            if pipeline.key in self._processing or pipeline.finished:
+                continue
+            self._processing.add(pipeline.key)
+            await supervisor.start_child(processor_spec(pipeline, self._handler, self.commit))
+
+    async def _stop_processor(self, key: ShardKey) -> None:
+        """``key``'s lease was lost: its handler in progress is cancelled."""
+        if self._processors is not None and key in self._processing:
+            with contextlib.suppress(KeyError):  # it may have returned already
+                await self._processors.stop_child(f"{key[0]}:{key[1]}")
+        self._processing.discard(key)
 
     # -- positions --------------------------------------------------------------------------
 
@@ -304,23 +331,13 @@ class Consumer(ShardScheduler):
         and is no error: the shard's new owner delivers its records again.
         """
         check_type("batch", batch, RecordBatch, "a RecordBatch from this consumer")
-        key = (batch.stream, batch.shard_id)
-        pipeline = self._pipelines.get(key) or self._handing.get(key)
-        group = self._group
-        if batch.origin is not self or (pipeline is None and group is None):
+        if batch.origin is not self or not self._scheduler.commit(
+            (batch.stream, batch.shard_id), batch.last_position
+        ):
             raise errors.ValidationError(
                 f"commit() takes only this consumer's batches; {batch!r} was read by "
                 f"{'another consumer' if batch.origin is not None else 'no consumer'}"
             )
-        position = batch.last_position
-        if pipeline is None or (group is not None and not pipeline.delivered_through(position)):
-            # Read under a lease lost since (a pipeline of a re-taken lease has not delivered
-            # it): the new owner delivers these records again.
-            log.debug("%s/%s: commit after the lease was lost, ignored", *key)
-            return
-        pipeline.commit(position)
-        if group is not None:
-            group.note(key, position)
 
     def positions(self) -> dict[str, Any]:
         """Every shard's committed position or ``finished`` flag, as JSON-serializable data.
@@ -328,24 +345,21 @@ class Consumer(ShardScheduler):
         Pass it back as ``ConsumerConfig(positions=...)`` to resume exactly after the last
         committed record of every shard.
         """
-        entries = dict(self._saved)
-        for key, pipeline in self._pipelines.items():
-            entries[key] = pipeline.saved()
-        return encode_positions(entries, self._streams, self._identities)
+        return encode_positions(self._scheduler.saved(), self._streams, self._identities)
 
     def shard_parents(self) -> dict[tuple[str, str], tuple[str, ...]]:
         """Every listed shard of this worker and its parents, by ``(stream, shard_id)``."""
-        return {shard.key: shard.parents for shard in self._graph.shards()}
+        return self._scheduler.shard_parents()
 
     @property
     def worker_id(self) -> str | None:
         """This worker's id in the lease table (None without ``lease_table``)."""
-        return None if self._group is None else self._group.worker_id
+        return self._scheduler.worker_id
 
     @property
     def leases(self) -> LeaseStats | None:
         """The lease protocol's statistics now (None without ``lease_table`` or before open)."""
-        return None if self._group is None else self._group.snapshot()
+        return self._scheduler.lease_stats()
 
     @property
     def supervision(self) -> tuple[SupervisorSnapshot, ...]:
@@ -353,11 +367,9 @@ class Consumer(ShardScheduler):
         readers' supervisor (one source actor per shard: its input is the shard, it has no
         mailbox) and, while :meth:`run` runs, the processors' (each one's mailbox is its
         shard's bounded buffer). Empty before the consumer is open."""
-        return tuple(
-            supervisor.snapshot()
-            for supervisor in (self._readers, self._processors)
-            if supervisor is not None
-        )
+        readers = self._scheduler.readers
+        processors = None if self._processors is None else self._processors.snapshot()
+        return tuple(snapshot for snapshot in (readers, processors) if snapshot is not None)
 
     @property
     def consumer_arns(self) -> dict[str, str]:
@@ -367,21 +379,9 @@ class Consumer(ShardScheduler):
     @property
     def metrics(self) -> dict[str, Any]:
         """A snapshot: per shard (``"stream/shard_id"``) counters, plus discovery counters."""
-        shards: dict[str, dict[str, Any]] = {}
-        for (stream, shard_id), pipeline in self._pipelines.items():
-            shards[f"{stream}/{shard_id}"] = pipeline.snapshot()
         leases = self.leases
         return {
-            "shards": shards,
+            "shards": self._scheduler.shard_metrics(),
             "leases": None if leases is None else dataclasses.asdict(leases),
-            "discoveries": self._discoveries,
-            "list_shards_calls": self._list_calls,
-            "discovery_failures": self._discovery_failures.total,
-            "buffered_batches": sum(p.depth for p in self._pipelines.values()),
-            "waiting_shards": sorted(
-                f"{shard.stream}/{shard.shard_id}"
-                for shard in self._graph.shards()
-                if shard.key not in self._pipelines
-                and not (shard.key in self._saved and self._saved[shard.key].finished)
-            ),
+            **self._scheduler.discovery_metrics(),
         }

@@ -1,14 +1,19 @@
 """Which shards this worker reads, and when: discovery, the scheduler, readers, leases.
 
-:class:`ShardScheduler` is the base of :class:`~._consumer.Consumer` (inheritance, not
-delegation, as the producer's ``WaitingRoom`` under its ``Pipeline``): it owns the shard
-graph, the shards' pipelines and the readers' supervisor; it runs discovery (one paginated
-ListShards per stream per round, every ``shard_discovery_interval`` ±20 %, and early when a
-shard ends with children not seen yet) and the scheduler (a shard's pipeline and reader start
-once the shard is this worker's and its parents are released, ``_shards``); with a lease
-table it applies the coordinator's events (``_membership``). The facade adds how the
-application takes batches (iteration, ``run(handler)``), commit and positions, and supplies
-the three hooks below.
+:class:`ShardScheduler` is a component the :class:`~._consumer.Consumer` owns (``_scheduler``),
+not its base: it owns the shard graph, the saved positions, the shards' pipelines (and those
+being handed over), the readers' supervisor, the lease membership and the discovery counters,
+and it writes none of the consumer's fields (nor the consumer any of its). It runs discovery
+(one paginated ListShards per stream per round, every ``shard_discovery_interval`` ±20 %, and
+early when a shard ends with children not seen yet: its two events are its own) and the
+scheduler (a shard's pipeline and reader start once the shard is this worker's and its parents
+are released, ``_shards``); with a lease table it applies the coordinator's events
+(``_membership``). The consumer drives it through :meth:`~ShardScheduler.open`,
+:meth:`~ShardScheduler.start`, :meth:`~ShardScheduler.set_mode` and
+:meth:`~ShardScheduler.commit`, reads it through read-only properties and snapshots, and is
+told back through the callbacks it gives the constructor: a failure, a batch buffered, the
+mode the application took batches in, a scheduling round done (under ``run()``: processors to
+start), a shard's processor to stop or forget.
 """
 
 from __future__ import annotations
@@ -16,16 +21,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 
 from .. import errors
 from ..client import KinesisClient
 from ..records import Position
-from ..runtime import IntensityScope, RestartIntensityExceeded, Supervisor
+from ..runtime import IntensityScope, RestartIntensityExceeded, Supervisor, SupervisorSnapshot
 from ._config import ConsumerConfig, StartingPosition
 from ._discovery import DiscoveryFailures, list_shards
 from ._efo import EfoReader
@@ -40,6 +46,9 @@ from ._shards import ShardGraph, ShardInfo
 from ._supervision import reader_spec, shard_supervisor
 
 if TYPE_CHECKING:
+    from contextlib import AsyncExitStack
+
+    from ..leases import LeaseStats
     from ._membership import LeaseMembership
 
 __all__ = ["ShardScheduler"]
@@ -52,14 +61,41 @@ _HANDOVER_TIMEOUT = 10.0
 
 
 class ShardScheduler:
-    """The shards of a consumer: what is listed, what is this worker's, what is read now."""
+    """The shards of a consumer: what is listed, what is this worker's, what is read now.
+
+    ``fail`` stops the consumer with an error (raised into the application's loop);
+    ``arrival`` is told of every batch buffered (each pipeline's ``on_arrival``); ``mode``
+    says how the application takes batches (None until it has started to); ``scheduled`` is
+    awaited after every scheduling round (under ``run()``: processors for the new pipelines);
+    ``stop_processor`` stops a shard's processor at once (its lease lost) and
+    ``forget_processor`` lets a shard have a new processor later (it was handed over).
+    ``origin`` is stamped on every batch (``RecordBatch.origin``).
+    """
 
     _rediscover: anyio.Event
     _reschedule: anyio.Event
 
     def __init__(
-        self, client: KinesisClient, streams: dict[str, str], config: ConsumerConfig
+        self,
+        client: KinesisClient,
+        streams: dict[str, str],
+        config: ConsumerConfig,
+        *,
+        origin: object,
+        fail: Callable[[BaseException], None],
+        arrival: Callable[[ShardPipeline], None],
+        mode: Callable[[], str | None],
+        scheduled: Callable[[], Awaitable[None]],
+        stop_processor: Callable[[ShardKey], Awaitable[None]],
+        forget_processor: Callable[[ShardKey], None],
     ) -> None:
+        self._origin = origin
+        self._fail = fail
+        self._arrival = arrival
+        self._taken_as = mode
+        self._scheduled = scheduled
+        self._stop_processor = stop_processor
+        self._forget_processor = forget_processor
         self._client = client
         # name → as given (an ARN for another account's stream): keyed by name throughout.
         self._streams = streams
@@ -99,14 +135,11 @@ class ShardScheduler:
         # Shards asked for by another worker: reading stopped, commits still taken.
         self._handing: dict[ShardKey, ShardPipeline] = {}
         self._initial: set[ShardKey] | None = None
-        self._mode: str | None = None
         self._opened_at = datetime.now(UTC)
         self._list_calls = 0
         self._discoveries = 0
         self._discovery_failures = DiscoveryFailures()
         self._readers: Supervisor | None = None
-        self._processors: Supervisor | None = None
-        self._processing: set[ShardKey] = set()
         self._consumer_arns: dict[str, str] = {}
         self._efo = EfoSettings(
             watchdog_timeout=config.efo_watchdog_timeout,
@@ -115,19 +148,113 @@ class ShardScheduler:
             fallback_after=config.efo_fallback_after,
         )
 
-    # -- the facade's hooks -----------------------------------------------------------------
+    # -- the consumer's commands -----------------------------------------------------------
 
-    def _fail(self, error: BaseException) -> None:
-        """Stop the consumer with ``error``, raised into the application's loop."""
-        raise NotImplementedError
+    async def open(self, stack: AsyncExitStack, consumer_arns: dict[str, str]) -> None:
+        """The consumer opens: join the lease table (its close on ``stack``, the final
+        checkpoints and releases before it) and list every stream's shards. ``consumer_arns``
+        (EFO) are the ones resolved for this open. Before the task group: a failure here is
+        the cause itself (a lease table of another schema, a worker id in use, a stream that
+        is gone)."""
+        self._rediscover = anyio.Event()
+        self._reschedule = anyio.Event()
+        self._consumer_arns = consumer_arns
+        self._opened_at = datetime.now(UTC)
+        if self._group is not None:
+            await self._group.open(stack)
+            # Runs after the task group has stopped every reader (the stack is LIFO).
+            stack.push_async_callback(self._hand_over)
+        await self._discover()
 
-    def _arrival(self, pipeline: ShardPipeline) -> None:
-        """A batch of ``pipeline`` was buffered."""
-        raise NotImplementedError
+    async def start(self, tg: TaskGroup) -> None:
+        """In the consumer's task group: the readers' supervisor, the first shards, then
+        the discovery and scheduler loops (and the lease events)."""
+        await tg.start(self._supervise_readers)
+        await self._schedule()
+        tg.start_soon(self._discovery_loop)
+        tg.start_soon(self._scheduler_loop)
+        if self._group is not None:
+            tg.start_soon(self._lease_events, self._group)
 
-    async def _start_processor(self, pipeline: ShardPipeline) -> None:
-        """Under ``run()``: give ``pipeline`` its processor (if it has none)."""
-        raise NotImplementedError
+    def set_mode(self, mode: str) -> None:
+        """The application took its first batch this way: every pipeline follows (new ones
+        ask ``mode``)."""
+        for pipeline in self._pipelines.values():
+            pipeline.set_mode(mode)
+
+    def commit(self, key: ShardKey, position: Position) -> bool:
+        """Commit ``position`` in ``key``'s pipeline (and the lease's next checkpoint).
+        False when nothing could have read it: no such shard here, and no lease table."""
+        pipeline = self._pipelines.get(key) or self._handing.get(key)
+        group = self._group
+        if pipeline is None and group is None:
+            return False
+        if pipeline is None or (group is not None and not pipeline.delivered_through(position)):
+            # Read under a lease lost since (a pipeline of a re-taken lease has not delivered
+            # it): the new owner delivers these records again.
+            log.debug("%s/%s: commit after the lease was lost, ignored", *key)
+            return True
+        pipeline.commit(position)
+        if group is not None:
+            group.note(key, position)
+        return True
+
+    # -- what the consumer reads ------------------------------------------------------------
+
+    @property
+    def worker_id(self) -> str | None:
+        """This worker's id in the lease table (None without ``lease_table``)."""
+        return None if self._group is None else self._group.worker_id
+
+    def lease_stats(self) -> LeaseStats | None:
+        """The lease protocol's statistics now (None without ``lease_table``)."""
+        return None if self._group is None else self._group.snapshot()
+
+    @property
+    def readers(self) -> SupervisorSnapshot | None:
+        """The readers' supervisor as plain data (None before the consumer is open)."""
+        return None if self._readers is None else self._readers.snapshot()
+
+    def pipelines(self) -> list[ShardPipeline]:
+        """The pipelines of the shards read now (a copy: the caller may await between)."""
+        return list(self._pipelines.values())
+
+    def listed(self) -> set[ShardKey]:
+        """Every shard listed, whoever reads it."""
+        return self._graph.keys()
+
+    def shard_parents(self) -> dict[ShardKey, tuple[str, ...]]:
+        """Every listed shard of this worker and its parents."""
+        return {shard.key: shard.parents for shard in self._graph.shards()}
+
+    def saved(self) -> dict[ShardKey, SavedShard]:
+        """Every shard's position to save: the pipelines' own, else what was loaded."""
+        entries = dict(self._saved)
+        for key, pipeline in self._pipelines.items():
+            entries[key] = pipeline.saved()
+        return entries
+
+    def shard_metrics(self) -> dict[str, dict[str, Any]]:
+        """Per shard read now (``"stream/shard_id"``): its counters."""
+        return {
+            f"{stream}/{shard_id}": pipeline.snapshot()
+            for (stream, shard_id), pipeline in self._pipelines.items()
+        }
+
+    def discovery_metrics(self) -> dict[str, Any]:
+        """The discovery counters, what is buffered and the shards waiting for their turn."""
+        return {
+            "discoveries": self._discoveries,
+            "list_shards_calls": self._list_calls,
+            "discovery_failures": self._discovery_failures.total,
+            "buffered_batches": sum(p.depth for p in self._pipelines.values()),
+            "waiting_shards": sorted(
+                f"{shard.stream}/{shard.shard_id}"
+                for shard in self._graph.shards()
+                if shard.key not in self._pipelines
+                and not (shard.key in self._saved and self._saved[shard.key].finished)
+            ),
+        }
 
     # -- the background tasks ---------------------------------------------------------------
 
@@ -205,9 +332,7 @@ class ShardScheduler:
             ):
                 continue
             await self._start_shard(shard)
-        if self._mode == "run":
-            for pipeline in list(self._pipelines.values()):
-                await self._start_processor(pipeline)
+        await self._scheduled()
         group = self._group
         if group is not None:
             for key, pipeline in list(self._pipelines.items()):
@@ -240,11 +365,8 @@ class ShardScheduler:
             return
         del self._pipelines[key]
         dropped = pipeline.drop()
-        if self._processors is not None and key in self._processing:
-            # A handler in progress is cancelled: its batch was not committed either.
-            with contextlib.suppress(KeyError):  # it may have returned already
-                await self._processors.stop_child(f"{key[0]}:{key[1]}")
-        self._processing.discard(key)
+        # A handler in progress is cancelled: its batch was not committed either.
+        await self._stop_processor(key)
         log.info(
             "%s/%s: lease %s, stopped reading (%d batch(es) dropped)",
             *key,
@@ -282,7 +404,7 @@ class ShardScheduler:
             await group.hand_over(key, pipeline.committed)
         finally:
             del self._handing[key]
-            self._processing.discard(key)
+            self._forget_processor(key)
 
     async def _hand_over(self) -> None:
         """Close, readers stopped: the final checkpoints, then release every lease.
@@ -344,9 +466,9 @@ class ShardScheduler:
             self._config.prefetch_batches,
             on_change=self._reschedule_soon,
             on_arrival=self._arrival,
-            origin=self,
+            origin=self._origin,
         )
-        pipeline.set_mode(self._mode)
+        pipeline.set_mode(self._taken_as())
         self._pipelines[key] = pipeline
         line = start_line(
             key,

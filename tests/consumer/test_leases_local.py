@@ -454,10 +454,10 @@ async def test_a_lease_lost_and_taken_back_before_its_reader_ended_is_read_again
         with anyio.fail_after(30):
             seen = await read_until(consumer, len(first))
             key = (stream_name, seen[0].shard_id)
-            await consumer._lease_lost(key, "expired")
+            await consumer._scheduler._lease_lost(key, "expired")
             last = Position(seen[-1].sequence_number, seen[-1].sub_sequence_number)
-            consumer._lease_acquired(key, SavedShard(committed=last), ())
-            await consumer._schedule()
+            consumer._scheduler._lease_acquired(key, SavedShard(committed=last), ())
+            await consumer._scheduler._schedule()
             await put_plain(client, stream_name, then)
             after: list[Row] = []
             while not after or after[-1].data != then[-1][0]:

@@ -96,7 +96,7 @@ async def test_a_failure_while_opening_is_the_typed_error_not_a_group(
     async def fail_to_schedule() -> None:
         raise injected
 
-    consumer._schedule = fail_to_schedule  # type: ignore[method-assign]
+    consumer._scheduler._schedule = fail_to_schedule  # type: ignore[method-assign]
     with anyio.fail_after(60), pytest.raises(errors.ServiceError) as caught:
         async with consumer:
             pytest.fail("the consumer opened")  # pragma: no cover
