@@ -51,7 +51,7 @@ async def mailboxes() -> None:
     mailbox = Mailbox[Record](capacity=64, policy=FullPolicy.BLOCK, name="shard-7", on_drop=hook)
     await mailbox.send(x)  # applies the policy; BLOCK waits for room
     accepted = mailbox.try_send(x)  # never waits: False when full
-    mailbox.send_nowait(x)  # never waits; raises MailboxFull where try_send would say False
+    mailbox.send_nowait(x)  # never waits; MailboxFull (a WouldBlock) where try_send says False
     mailbox.send_control(x)  # priority lane, delivered before any data
     item = await mailbox.receive()  # or: async for item in mailbox
     mailbox.close()
