@@ -60,6 +60,8 @@ class Domain:
         "state",
     )
 
+    explicit_hash_key: str | None
+
     def __init__(self, key: DomainKey, hash_key: int, lane: Lane) -> None:
         # Bounded by the producer's queue: every entry here holds room in it until settled. A
         # list, not a deque: a deque is 760 bytes from birth, and with keys that rarely repeat
@@ -75,6 +77,7 @@ class Domain:
         """A pruned domain (idle, empty, in no lane's queue) made new for another key; and a
         new domain's keys, lane and counts."""
         self.key = key
+        # unpin(hash_key), inlined: this runs for every new key.
         self.hash_key = hash_key
         self.explicit_hash_key = None if isinstance(key, str) else key[1]
         self.pinned = False
@@ -82,6 +85,19 @@ class Domain:
         self.nbytes = 0
         self.not_before = 0.0
         return self
+
+    def pin(self, hash_key: int) -> None:
+        """Send under ``hash_key`` from now on (the caller moves the domain to its lane)."""
+        self.hash_key = hash_key
+        self.explicit_hash_key = str(hash_key)
+        self.pinned = True
+
+    def unpin(self, own: int) -> None:
+        """Send under the key's own hash key, ``own``, again."""
+        key = self.key
+        self.hash_key = own
+        self.explicit_hash_key = None if isinstance(key, str) else key[1]
+        self.pinned = False
 
 
 class Lane:

@@ -175,9 +175,7 @@ class WaitingRoom:
             _, own = self._pins.pop(key)
             domain = self._domains.get(key)
             if domain is not None:
-                domain.hash_key = own
-                domain.explicit_hash_key = None if isinstance(key, str) else key[1]
-                domain.pinned = False
+                domain.unpin(own)
 
     @property
     def pinned_keys(self) -> int:
@@ -206,9 +204,7 @@ class WaitingRoom:
     def _follow(self, domain: Domain, hash_key: int) -> None:
         """Point ``domain`` at ``hash_key``: its Kinesis records carry it, and its lane is
         that hash key's (a queue entry in its old lane is dropped as stale)."""
-        domain.hash_key = hash_key
-        domain.explicit_hash_key = str(hash_key)
-        domain.pinned = True
+        domain.pin(hash_key)
         lane = self._lane(hash_key)
         if lane is domain.lane:
             return
@@ -373,9 +369,7 @@ class WaitingRoom:
         domain = spares.pop().reuse(key, hash_key, lane) if spares else Domain(key, hash_key, lane)
         self._domains[key] = domain
         if pinned is not None:
-            domain.hash_key = pinned[0]
-            domain.explicit_hash_key = str(pinned[0])
-            domain.pinned = True
+            domain.pin(pinned[0])
         return domain
 
     def _lane(self, hash_key: int) -> Lane:

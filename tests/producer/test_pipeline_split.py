@@ -117,6 +117,17 @@ def owner(shards: ShardMap, part: Part | Entry) -> set[str | None]:
 KEYS = [f"user-{i}" for i in range(300)]
 
 
+def split_a_third_in(settled: list[Entry]) -> tuple[Pipeline, Service]:
+    """Two rounds of every key put, the first sent as the parent splits a third of the way
+    into its range (small aggregates straddle the point), every answer in."""
+    p = pipeline(settled, aggregation_max_bytes=2_000)
+    add(p, KEYS, rounds=2)
+    service = Service(children(MAX_HASH_KEY // 3))
+    for call in calls(p):
+        p.complete(call, service.answer(call), 1.0)
+    return p, service
+
+
 def test_an_aggregate_holds_keys_of_one_half_of_its_shard() -> None:
     settled: list[Entry] = []
     p = pipeline(settled)
@@ -265,12 +276,7 @@ def test_keys_an_off_midpoint_split_misplaced_follow_their_records_to_that_child
     carry the hash key they landed by), through the stale answers and the listing after,
     so no key has records in both children; the other keys go back to their own."""
     settled: list[Entry] = []
-    p = pipeline(settled, aggregation_max_bytes=2_000)
-    add(p, KEYS, rounds=2)
-    before = calls(p)
-    service = Service(children(MAX_HASH_KEY // 3))
-    for call in before:
-        p.complete(call, service.answer(call), 1.0)
+    p, service = split_a_third_in(settled)
     strays = {key for key, _ in service.misplaced}
     assert strays  # the split point fell inside aggregates in flight
     assert p.pinned_keys >= len(strays)
@@ -297,11 +303,7 @@ def test_a_merge_of_the_children_lifts_the_pins() -> None:
     follows (the children merged back), the key goes back to its own: its records are on
     the merged shard's parents, which readers finish first."""
     settled: list[Entry] = []
-    p = pipeline(settled, aggregation_max_bytes=2_000)
-    add(p, KEYS, rounds=2)
-    service = Service(children(MAX_HASH_KEY // 3))
-    for call in calls(p):
-        p.complete(call, service.answer(call), 1.0)
+    p, service = split_a_third_in(settled)
     p.set_shard_map(service.shards)
     assert p.pinned_keys > 0
     merged = ShardMap([HashRange("m", 0, MAX_HASH_KEY)])
@@ -321,11 +323,7 @@ def test_a_pinned_key_keeps_its_pin_when_its_domain_is_pruned_and_made_again() -
     """Pins outlive the idle domains that are pruned (thousands of other keys passing by):
     the key's next record, in a new domain, still follows its misplaced records."""
     settled: list[Entry] = []
-    p = pipeline(settled, aggregation_max_bytes=2_000)
-    add(p, KEYS, rounds=2)
-    service = Service(children(MAX_HASH_KEY // 3))
-    for call in calls(p):
-        p.complete(call, service.answer(call), 1.0)
+    p, service = split_a_third_in(settled)
     p.set_shard_map(service.shards)
     stray = min(key for key, _ in service.misplaced)
     where = service.landed[stray] - {"p"}
@@ -343,11 +341,7 @@ def test_a_pinned_key_keeps_its_pin_when_its_domain_is_pruned_and_made_again() -
 def test_a_pinned_key_sent_alone_carries_the_hash_key_it_follows() -> None:
     """A record too big to share an aggregate goes alone, and still under its pin."""
     settled: list[Entry] = []
-    p = pipeline(settled, aggregation_max_bytes=2_000)
-    add(p, KEYS, rounds=2)
-    service = Service(children(MAX_HASH_KEY // 3))
-    for call in calls(p):
-        p.complete(call, service.answer(call), 1.0)
+    p, service = split_a_third_in(settled)
     p.set_shard_map(service.shards)
     while p.pending_records:
         for call in calls(p, now=1.5):
@@ -368,10 +362,6 @@ def test_keys_past_the_pin_bound_are_refused_and_counted(monkeypatch: Any) -> No
     """Pins are bounded: past the bound a misplaced key is not pinned, and counted."""
     monkeypatch.setattr(_waiting, "MAX_PINS", 1)
     settled: list[Entry] = []
-    p = pipeline(settled, aggregation_max_bytes=2_000)
-    add(p, KEYS, rounds=2)
-    service = Service(children(MAX_HASH_KEY // 3))
-    for call in calls(p):
-        p.complete(call, service.answer(call), 1.0)
+    p, _ = split_a_third_in(settled)
     assert p.pinned_keys == 1
     assert p.pins_refused > 0
