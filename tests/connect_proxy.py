@@ -122,8 +122,10 @@ class ConnectProxy:
             for task in tasks:
                 task.cancel()
             # Every tunnel's task runs to its end (a cancellation it did not survive is an
-            # outcome here, not a traceback on the test's output).
-            loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            # outcome here, not a traceback on the test's output). With no task, gather()
+            # would look for this thread's current loop, and there is none.
+            if tasks:
+                loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
             loop.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
