@@ -11,6 +11,12 @@ so); 1,000 keys spread evenly over the shards unless the row takes a new key per
 
 - ``unpaced-N``: an N-shard target without limits, ``rate_limit`` lifted so that the
   producer's pacing never binds (the client alone);
+- ``unpaced-1024-deep``: 1,024 shards as deep as 16: the queue limits 64 times the default
+  (as many records a shard as ``unpaced-16`` holds), 16 times the records, and a ``linger``
+  of 2 s. An aggregate holds the records of its half shard that arrived within a linger or
+  a call's share of the queue, so at 1,024 shards with the defaults it holds a sixty-fourth
+  of what it holds at 16, and the client's CPU a record follows the number of aggregates;
+  this row measures what is left that grows with the shard count;
 - ``capacity``: a 2-shard target emulating the service's write limits (1,000 records/s,
   1 MiB/s a shard) and ``ProducerConfig()`` (pacing at those limits): the producer at the
   stream's capacity, its puts waiting for room. Beside the CPU: the share of the target's
@@ -33,7 +39,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
@@ -60,6 +66,8 @@ class Row:
     unique_keys: bool = False
     peer: str = "project"  # or boto3, async-kinesis
     single: bool = False  # put per record instead of put_many
+    depth: int = 1  # the queue limits and the records, times this
+    linger: float | None = None  # ProducerConfig's default unless set
 
 
 ROWS: dict[str, Row] = {
@@ -69,6 +77,7 @@ ROWS: dict[str, Row] = {
     "capacity-put": Row(2, paced=True, single=True),
     "unpaced-16": Row(16),
     "unpaced-1024": Row(1024),
+    "unpaced-1024-deep": Row(1024, depth=64, linger=2.0),
     "newkey": Row(4, unique_keys=True),
     "newkey-boto3": Row(4, unique_keys=True, peer="boto3"),
     "newkey-async-kinesis": Row(4, unique_keys=True, peer="async-kinesis"),
@@ -111,6 +120,13 @@ def _project(row: Row, count: int) -> dict[str, Any]:
         else _balanced_keys(row.shards)
     )
     config = ProducerConfig() if row.paced else ProducerConfig(rate_limit=UNPACED)
+    if row.depth != 1 or row.linger is not None:
+        config = replace(
+            config,
+            queue_limit_records=config.queue_limit_records * row.depth,
+            queue_limit_bytes=config.queue_limit_bytes * row.depth,
+            linger=config.linger if row.linger is None else row.linger,
+        )
     with LoadTarget(shards=row.shards, tls=False) as warm:  # imports, caches, connections
         anyio.run(_push, warm, ProducerConfig(rate_limit=UNPACED), _balanced_keys(2), 20_000, False)
     limits = Limits() if row.paced else None
@@ -121,6 +137,7 @@ def _project(row: Row, count: int) -> dict[str, Any]:
         "client_cpu_us_per_record": clock.cpu / count * 1e6,
         "target_cpu_us_per_record": clock.target_cpu / count * 1e6,
         "seconds": clock.wall,
+        "records_per_aggregate": count / max(1, metrics["kinesis_records_sent"]),
         "backpressure_cycles": metrics["backpressure_cycles"],
         "calls": metrics["calls"],
         "kinesis_records": metrics["kinesis_records_sent"],
@@ -159,6 +176,7 @@ def _peer(row: Row, count: int) -> dict[str, Any]:
 def measure(name: str, count: int = COUNT) -> dict[str, Any]:
     """One row in this process."""
     row = ROWS[name]
+    count *= row.depth
     started = load()
     figures = _project(row, count) if row.peer == "project" else _peer(row, count)
     return {"row": name, "records": count, "loadavg_before": started} | figures
@@ -193,7 +211,7 @@ def report(results: dict[str, Any]) -> str:
     lines = [
         f"load average {results['loadavg_start']} at start, {results['loadavg_end']} at end",
         "row: client us/record median (range); target us/record; waits for room; calls; "
-        "share of capacity mean / min",
+        "records an aggregate; share of capacity mean / min",
     ]
     for name, rows in results["runs"].items():
         parts = [
@@ -201,6 +219,7 @@ def report(results: dict[str, Any]) -> str:
             _median(rows, "target_cpu_us_per_record"),
             _median(rows, "backpressure_cycles"),
             _median(rows, "calls"),
+            _median(rows, "records_per_aggregate"),
         ]
         if "share_mean" in rows[0]:
             parts.append(f"{_median(rows, 'share_mean')} / {_median(rows, 'share_min')}")

@@ -58,6 +58,12 @@ class Harness:
         self.pipeline.add(entry)
         return entry
 
+    def call_of(self, entry: Entry, now: float) -> Call:
+        """The call that sends ``entry`` (added last) at ``now``, forced."""
+        call = self.call(now=now)
+        assert [e for part in call.parts for e in part.entries] == [entry]
+        return call
+
     def call(self, now: float = 1.0, force: bool = True) -> Call:
         call = self.pipeline.next_call(now, force=force)
         assert call is not None
@@ -682,3 +688,21 @@ def test_the_lane_whose_head_waited_longest_meets_the_shards_tokens_first() -> N
     sent = {entry.partition_key for part in h.call(now=1.0).parts for entry in part.entries}
     assert set(upper) <= sent  # the shard's 800 bytes of tokens went to the older half
     assert not set(lower) <= sent  # the younger half had the rest
+
+
+def test_a_record_for_an_open_shard_is_not_held_behind_another_shards_pacing() -> None:
+    """The dispatcher's looks read a summary of the lanes kept between them (the oldest head,
+    the first lane that may send). While one shard is paced, a record for another shard whose
+    tokens are there goes at the next look, not when the paced shard opens."""
+    h = Harness(limiter=ShardRateLimiter(records_per_s=1, bytes_per_s=1e12), linger=0.05)
+    keys = {TWO_SHARDS.shard_for(f"k{i}"): f"k{i}" for i in range(50)}
+    sent = h.call_of(h.add(keys["s0"], now=0.0), now=0.0)  # the shard's one token
+    h.pipeline.complete(sent, ok(sent), 0.0)
+    h.add(keys["s0"], now=0.01)  # paced: s0's next token comes at 1 s
+    assert h.pipeline.next_call(0.1) is None
+    assert h.pipeline.next_wakeup(0.1) == pytest.approx(1.0)
+    other = h.add(keys["s1"], now=0.3)
+    call = h.pipeline.next_call(0.3)  # the dispatcher's look when the record came
+    assert call is not None, "held until s0 opens"
+    assert [part.entries for part in call.parts] == [[other]]
+    assert h.pipeline.next_wakeup(0.3) == pytest.approx(1.0)  # s0's record, when s0 opens

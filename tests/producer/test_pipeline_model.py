@@ -13,6 +13,8 @@ pipeline must never break:
   acknowledged in the order they were added (without it a retry may land after a later record
   of its key, as the option's documentation says);
 - with a TTL, no record is sent past its deadline;
+- the lanes' summary the pipeline keeps between looks (the oldest head, the first lane
+  that may send) is what a pass over the lanes finds;
 - in the end every record is settled, and nothing is counted as waiting: after answering
   everything, or after a drain (a cancelled close) with the calls still out answered or
   abandoned.
@@ -61,7 +63,12 @@ class Model:
         self.preserve_order = preserve_order
         self.ttl = ttl
         self.pipeline = Pipeline(
-            limiter=ShardRateLimiter(records_per_s=1e9, bytes_per_s=1e12),
+            # Paced in a third of the runs: lanes then wait for their shard's tokens.
+            limiter=(
+                ShardRateLimiter(records_per_s=200, bytes_per_s=20_000)
+                if self.rng.random() < 0.33
+                else ShardRateLimiter(records_per_s=1e9, bytes_per_s=1e12)
+            ),
             settle=self._settle,
             aggregation=self.rng.random() < 0.8,
             aggregation_max_bytes=self.rng.choice([300, 2_000, 51_200]),
@@ -226,6 +233,12 @@ class Model:
         assert not any(id(entry) in self.settled for entry in flying)
         pending = len(self.added) - len(self.settled) - len(flying)
         assert self.pipeline.pending_records == pending
+        # What the lanes' summary says (kept between looks) is what a pass over them finds.
+        kept = self.pipeline._summary
+        if kept is not None:
+            oldest, first, lanes = self.pipeline._summarize()
+            assert kept[:2] == (oldest, first), "a stale summary of the lanes"
+            assert kept[2] <= lanes, "more lanes counted ready than have ready records"
         assert 0 <= self.pipeline.ready_records <= pending
         if self.preserve_order:
             keys = [
