@@ -1,26 +1,26 @@
-"""Spark bridge benchmarks: the ``kinesis`` source (both read paths, side by side) and sink.
+"""Spark bridge benchmarks: the ``kinesis`` source and sink.
 
 One run, one local Spark session (``local[2]``):
 
-1. **Source, executors read vs driver reads**: ``records`` records of 100 B, KPL-aggregated
-   by ``SyncProducer``, pre-loaded into a 4-shard stream of the benchmark load target
-   (``benchmarks.loadtarget``, fast enough that Spark and the bridge are measured, not the
-   server), then a short pause and 2,000 more. ``readStream.format("kinesis")`` with
-   ``Trigger.AvailableNow`` into the ``noop`` sink, once with the default read path
-   (``executors``: the driver plans, the tasks read their ranges) and once with
-   ``readPath=driver`` (the previous design: the driver reads and ships the rows in the
-   tasks). Rows/s over the query's wall time and over the micro-batches' ``addBatch``, and
-   the CPU of every process of the run (``/proc``), net of a warm-up query of each path.
-2. **The same through Python tuples** (executors path): ``kinesis_tuples``, whose ``read``
-   yields Python tuples instead of Arrow batches.
+1. **Source**: ``records`` records of 100 B, KPL-aggregated by ``SyncProducer``, pre-loaded
+   into a 4-shard stream of the benchmark load target (``benchmarks.loadtarget``, fast enough
+   that Spark and the bridge are measured, not the server), then a short pause and 2,000
+   more. ``readStream.format("kinesis")`` with ``Trigger.AvailableNow`` into the ``noop``
+   sink (the driver plans, the tasks read their ranges). Rows/s over the query's wall time
+   and over the micro-batches' ``addBatch``, and the CPU of every process of the run
+   (``/proc``), net of a warm-up query.
+2. **The same through Python tuples**: ``kinesis_tuples``, whose ``read`` yields Python
+   tuples instead of Arrow batches.
 3. **The planner in this process** (no Spark): one micro-batch of about 10,000 rows and one
    of every pre-loaded row, both ending at an anchor on the same shards: driver CPU per
    micro-batch, calls per shard, pickled partition sizes; and the executor range reader's
    rows/s in this process.
-4. **The old driver path in this process**: ``DriverConsumer`` + Arrow IPC, CPU per row and
-   payload bytes per row (what rode in the tasks).
-5. **Sink** against the embedded local server: ``df.write.format("kinesis")`` and a
+4. **Sink** against the embedded local server: ``df.write.format("kinesis")`` and a
    Kinesis -> Spark -> Kinesis ``writeStream``.
+
+The previous design, where the driver read every record and shipped the rows in the tasks
+(``readPath=driver``), was measured here side by side until it was removed; its figures are
+in docs/spark.md ("Where this stops scaling").
 
 Usage: ``python -m benchmarks.spark_bench [--quick] [--json PATH]``.
 """
@@ -48,8 +48,6 @@ from benchmarks.loadtarget import LoadTarget
 from kinesis_actors import LocalKinesis, ProducerConfig
 from kinesis_actors.sync import SyncProducer
 from spark_bridge import KinesisDataSource
-from spark_bridge._driver import DriverConsumer
-from spark_bridge._legacy import DriverReadStreamReader, _ipc
 from spark_bridge._options import parse_source_options
 from spark_bridge._source import KinesisStreamReader
 
@@ -58,8 +56,6 @@ __all__ = ["ProcessCpu", "TupleKinesisDataSource", "main", "markdown", "run"]
 TAIL_RECORDS = 2_000
 """Records put after the pre-load and a pause: the planner's anchors for the whole pre-load."""
 PAUSE_S = 1.5
-TODAY_DRIVER_US_PER_ROW = 5.2
-"""Driver CPU per row of the previous design, measured before the executors read (docs/spark.md)."""
 
 SHARDS = 4
 RECORD_BYTES = 100
@@ -308,57 +304,6 @@ def _source(spark: Any, fmt: str, options: dict[str, str], checkpoint: Path, n: 
     return _stream_query(lambda writer: writer.format("noop").start(), frame, checkpoint, n)
 
 
-def _driver_inprocess(local: LocalKinesis | LoadTarget, stream: str, count: int) -> dict[str, Any]:
-    """The source's driver side without Spark: consumer + staging + Arrow IPC, in this process.
-
-    Everything the ``python_streaming_source_runner`` does per row, short of pickling the
-    partitions: ``DriverConsumer`` reads the stream from TRIM_HORIZON (polling, the default
-    mode) and stages the rows; ``take`` cuts micro-batches of everything staged; ``_ipc``
-    serialises each shard's batches like ``partitions`` does.
-    """
-    options = parse_source_options({k.lower(): v for k, v in _options(local, stream).items()})
-    start = DriverReadStreamReader(options).initialOffset()
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    driver = DriverConsumer(options, start)
-    rows = takes = payload_bytes = arrow_batches = largest = 0
-    ipc_s = 0.0
-    try:
-        driver.wait_open(60.0)
-        deadline = time.monotonic() + QUERY_TIMEOUT
-        while rows < count:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the driver consumer staged {rows} of {count} rows")
-            plan = driver.take(start, None, None)
-            if plan.rows == 0:
-                driver.wait_for_data(0.5)
-                continue
-            start, rows, takes = plan.end, rows + plan.rows, takes + 1
-            began = time.perf_counter()
-            for batches in plan.batches.values():
-                payload_bytes += len(_ipc(batches))
-                arrow_batches += len(batches)
-                largest = max(largest, *(batch.num_rows for batch in batches))
-            ipc_s += time.perf_counter() - began
-    finally:
-        wall = time.perf_counter() - wall0
-        cpu = time.process_time() - cpu0
-        driver.close()
-    cpu_us = cpu / max(rows, 1) * 1e6
-    return {
-        "rows": rows,
-        "takes": takes,
-        "arrow_batches": arrow_batches,
-        "largest_arrow_batch_rows": largest,
-        "wall_s": round(wall, 3),
-        "rows_per_s": round(rows / wall, 1),
-        "cpu_s": round(cpu, 3),
-        "cpu_us_per_row": round(cpu_us, 3),
-        "ipc_us_per_row": round(ipc_s / max(rows, 1) * 1e6, 3),
-        "ipc_payload_bytes_per_row": round(payload_bytes / max(rows, 1), 1),
-        "ceiling_rows_per_s_per_core": round(1e6 / cpu_us) if cpu_us else None,
-    }
-
-
 def _read_partitions(reader: KinesisStreamReader, start: Any, end: Any) -> int:
     """What the tasks would read for (start, end), in this process: the rows counted."""
     rows = 0
@@ -492,8 +437,6 @@ def run(
         results["planner_inprocess"] = _planner_inprocess(
             target, source_stream, results["preload"]["span_s"], n
         )
-        progress("the previous driver path in this process (no Spark)")
-        results["driver_inprocess"] = _driver_inprocess(target, source_stream, total)
 
         progress("starting Spark")
         spark, owned = _session()
@@ -504,7 +447,6 @@ def run(
                 folder = Path(tmp)
                 paths: tuple[tuple[str, str, dict[str, str]], ...] = (
                     ("executors", "kinesis", {}),
-                    ("driver", "kinesis", {"readPath": "driver"}),
                     ("tuples", "kinesis_tuples", {}),
                 )
                 warmups: dict[str, Any] = {}
@@ -527,13 +469,6 @@ def run(
                         round(1e6 / net) if net else None
                     )
                     source[label] = figures
-                source["executors_over_driver_rows_per_s"] = _ratio(
-                    source["executors"]["rows_per_s"], source["driver"]["rows_per_s"]
-                )
-                source["driver_cpu_driver_over_executors"] = _ratio(
-                    source["driver"]["source_runner_net_cpu_us_per_row"],
-                    source["executors"]["source_runner_net_cpu_us_per_row"],
-                )
                 source["arrow_over_tuples_rows_per_s"] = _ratio(
                     source["executors"]["rows_per_s"], source["tuples"]["rows_per_s"]
                 )
@@ -581,10 +516,9 @@ def _notes(results: dict[str, Any]) -> list[str]:
         "start, planning, every micro-batch, the AvailableNow end check); rows_per_s_add_batch "
         "over the sum of the micro-batches' addBatch (the tasks: read, rows into noop).",
         "executors: the driver plans (a few calls per shard and trigger, see "
-        "planner_inprocess) and the tasks read their ranges with GetRecords. driver: "
-        "readPath=driver, the previous design, where the driver's consumer reads every record "
-        "and the rows ride in the tasks as Arrow IPC. Same stream, same rows, each from "
-        "TRIM_HORIZON with its own checkpoint, default options (executors: 10 s windows).",
+        "planner_inprocess) and the tasks read their ranges with GetRecords; tuples: the same "
+        "reads, yielded as Python tuples. Same stream, same rows, each from TRIM_HORIZON with "
+        "its own checkpoint, default options (10 s windows).",
         "source_runner_net_cpu_us_per_row: (CPU of the query's python_streaming_source_runner "
         "- that of a warm-up query of the same path reading the warm-up rows) / (rows - "
         "warm-up rows): the runner's fixed cost (process start, imports, opening clients) "
@@ -598,7 +532,7 @@ def _notes(results: dict[str, Any]) -> list[str]:
         "(kinesis-mock), whose PutRecords rate bounds the sink rows/s. All processes share the "
         "same 2 cores. CPU figures come from /proc (utime+stime), sampled every 0.2 s.",
     ]
-    if not all(source[label]["rows_match"] for label in ("executors", "driver", "tuples")):
+    if not all(source[label]["rows_match"] for label in ("executors", "tuples")):
         notes.append("WARNING: a source query did not deliver exactly the pre-loaded rows")
     return notes
 
@@ -630,7 +564,6 @@ def markdown(results: dict[str, Any]) -> str:
     ]
     for label, title in (
         ("executors", "source, executors read (Arrow)"),
-        ("driver", "source, driver reads (readPath=driver)"),
         ("tuples", "source, executors read (tuples)"),
     ):
         row = source[label]
@@ -657,7 +590,6 @@ def markdown(results: dict[str, Any]) -> str:
         f"| {_fmt(pipe['cpu_us_per_row'].get('jvm'))} |"
     )
     planner = results["planner_inprocess"]
-    inproc = results["driver_inprocess"]
     lines += [
         "",
         "| planner in this process | rows | driver CPU ms/batch | us/row "
@@ -671,19 +603,9 @@ def markdown(results: dict[str, Any]) -> str:
             f"| {_fmt(row['driver_cpu_ms_per_batch'])} | {_fmt(row['driver_cpu_us_per_row'])} "
             f"| {_fmt(row['data_calls_per_shard'])} | {_fmt(row['partition_bytes_max'])} |"
         )
-    largest_task = inproc["ipc_payload_bytes_per_row"] * planner["all"]["rows"] / SHARDS
     lines += [
         "",
-        f"Executors / driver path: {_fmt(source['executors_over_driver_rows_per_s'])}x rows/s "
-        f"(wall); driver CPU per row, driver path / executors path: "
-        f"{_fmt(source['driver_cpu_driver_over_executors'])}x (before: "
-        f"{TODAY_DRIVER_US_PER_ROW} us/row). Arrow / tuples: "
-        f"{_fmt(source['arrow_over_tuples_rows_per_s'])}x rows/s (wall).",
-        f"Driver path in this process: {_fmt(inproc['cpu_us_per_row'])} us CPU/row, "
-        f"{_fmt(inproc['ipc_payload_bytes_per_row'])} payload bytes/row in the tasks (a "
-        f"micro-batch of {planner['all']['rows']:,} rows: about "
-        f"{largest_task / 1024:,.0f} KiB per shard's task; executors path: "
-        f"{planner['all']['partition_bytes_max']} bytes).",
+        f"Arrow / tuples: {_fmt(source['arrow_over_tuples_rows_per_s'])}x rows/s (wall).",
     ]
     return "\n".join(lines)
 

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from pyspark.sql.datasource import DataSource
 
 from kinesis_actors.errors import ConfigError
 
-from ._legacy import DriverReadStreamReader
 from ._options import parse_sink_options, parse_source_options
 from ._schema import spark_schema
 from ._sink import KinesisBatchWriter, KinesisStreamWriter
 from ._source import KinesisStreamReader
 
 __all__ = ["KinesisDataSource"]
+
+log = logging.getLogger("spark_bridge.source")
 
 
 class KinesisDataSource(DataSource):
@@ -33,8 +35,12 @@ class KinesisDataSource(DataSource):
 
     def streamReader(self, schema: Any) -> Any:
         options = parse_source_options(self.options)
-        if options.read_path == "driver":
-            return DriverReadStreamReader(options)
+        if options.mode == "efo":
+            log.warning(
+                "consumerMode=efo: the kinesis source reads with GetRecords and registers no "
+                "EFO consumer (a Spark task reads an exact range, which SubscribeToShard cannot "
+                "end at); docs/spark.md, 'EFO'"
+            )
         return KinesisStreamReader(options)
 
     def reader(self, schema: Any) -> Any:

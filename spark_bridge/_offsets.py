@@ -20,8 +20,8 @@ before the cut when ``(its sequence, its sub-sequence) <= (sequence, sub)``, wit
 Version 2 documents also carry each stream's identity (ARN and creation time, from
 DescribeStreamSummary), so an offset of a stream that was deleted and created again under
 the same name is refused rather than read as if nothing happened. Version 1
-documents (checkpoints written before the executors read, or by ``readPath=driver``) have
-no identity and still load.
+documents (checkpoints of the previous source, ``readPath=driver``, since removed: the
+consumer's positions) have no identity and still load, so such a checkpoint resumes here.
 """
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ def _entry(entry: Any, where: str) -> ShardEntry:
 
 
 def parse_offset(document: Any, streams: tuple[str, ...]) -> Offset:
-    """Parse an offset of version 2, or of version 1 (written before the executors read).
+    """Parse an offset of version 2, or of version 1 (written by the removed driver read path).
 
     Raises :class:`ConfigError` (naming what is wrong and what to do) for any other shape, or
     for an offset of other streams than the query reads.

@@ -47,8 +47,6 @@ SOURCE_OPTIONS = CONNECTION_OPTIONS | {
     "startingpositions",
     "maxrecordspertrigger",
     "maxbytespertrigger",
-    "maxstagedrecords",
-    "maxstagedbytes",
     "replaytimeout",
     "deregisterconsumer",
     "arrivalwindowpertrigger",
@@ -57,6 +55,11 @@ SOURCE_OPTIONS = CONNECTION_OPTIONS | {
     "shardspertask",
     "maxfetchrate",
 }
+REMOVED_SOURCE_OPTIONS = {
+    "maxstagedrecords": "maxStagedRecords",
+    "maxstagedbytes": "maxStagedBytes",
+}
+"""Options of the removed ``readPath=driver`` (they bounded the rows its driver staged)."""
 SINK_OPTIONS = CONNECTION_OPTIONS | {
     "aggregation",
     "queuelimitrecords",
@@ -90,8 +93,6 @@ SPELLING = {
         "startingPositions",
         "maxRecordsPerTrigger",
         "maxBytesPerTrigger",
-        "maxStagedRecords",
-        "maxStagedBytes",
         "replayTimeout",
         "deregisterConsumer",
         "arrivalWindowPerTrigger",
@@ -167,13 +168,10 @@ class SourceOptions:
     initial_timestamp: datetime | None = None
     max_records_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
-    max_staged_records: int = 100_000
-    max_staged_bytes: int = 64 * 1024 * 1024
     replay_timeout: float = 120.0
     deregister_consumer: bool = False
     window_ms: int = 10_000
     settle_ms: int = 1_000
-    read_path: str = "executors"
     refs: tuple[str, ...] = ()
     starting_positions: Mapping[tuple[str, str], ShardEntry] = field(default_factory=dict)
     """``startingPositions``: a new query's start for the shards it names."""
@@ -222,6 +220,32 @@ def _unknown(options: Mapping[str, str], known: frozenset[str], what: str) -> No
         f"unknown {what} option {name!r}{hint}{others} (Spark passes option names lowercased; "
         f"any case works). The {what}'s options: {', '.join(names)}"
     )
+
+
+_DRIVER_REMOVED = (
+    "that path read every record on the driver, one process for "
+    "the whole stream, and shipped the rows inside the tasks (about 11 MB a task for 200,000 "
+    "rows). The executors read each micro-batch's ranges, with GetRecords under either "
+    "consumerMode. Drop the option; a checkpoint written with it resumes (its version-1 "
+    "offsets load). See docs/spark.md, 'readPath=driver (removed)'"
+)
+
+
+def _removed(options: Mapping[str, str]) -> None:
+    """A ConfigError for an option of the removed ``readPath=driver``, saying why and what to
+    do; ``readPath=executors`` (what every query does) stays accepted, a no-op."""
+    for lowered, name in sorted(REMOVED_SOURCE_OPTIONS.items()):
+        if lowered in options:
+            raise ConfigError(
+                f"option {name} was removed with readPath=driver, whose staging on the driver "
+                f"it bounded: {_DRIVER_REMOVED}"
+            )
+    raw = options.get("readpath")
+    if raw is None or raw.strip().lower() == "executors":
+        return
+    if raw.strip().lower() == "driver":
+        raise ConfigError(f"option readPath=driver was removed: {_DRIVER_REMOVED}")
+    raise ConfigError(f"option readPath must be executors (the only read path), got {raw!r}")
 
 
 def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
@@ -384,6 +408,7 @@ def _initial_position(options: Mapping[str, str]) -> tuple[str, datetime | None]
 def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     """Check every source option; the first bad one raises a ConfigError naming it."""
     options = _lower(options)
+    _removed(options)
     _unknown(options, SOURCE_OPTIONS, "source")
     connection = parse_connection(options)
     refs = _stream_refs(options, connection.region)
@@ -405,13 +430,8 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         raise ConfigError("option consumerName must not be empty")
     position, stamp = _initial_position(options)
     starts = parse_starting_positions(options.get("startingpositions"), tuple(refs))
-    read_path = _choice(options, "readPath", ("executors", "driver"), "executors")
-    if starts and read_path == "driver":
-        raise ConfigError("option startingPositions needs readPath=executors (the default)")
     max_records = _positive_int(options, "maxRecordsPerTrigger")
     max_bytes = _positive_int(options, "maxBytesPerTrigger")
-    staged_records = _positive_int(options, "maxStagedRecords")
-    staged_bytes = _positive_int(options, "maxStagedBytes")
     replay = _positive_float(options, "replayTimeout")
     return SourceOptions(
         streams=tuple(refs),
@@ -425,13 +445,10 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         starting_positions=starts,
         max_records_per_trigger=max_records,
         max_bytes_per_trigger=max_bytes,
-        max_staged_records=staged_records or max(100_000, 2 * (max_records or 0)),
-        max_staged_bytes=staged_bytes or max(64 * 1024 * 1024, 2 * (max_bytes or 0)),
         replay_timeout=replay or 120.0,
         deregister_consumer=_bool(options, "deregisterConsumer", False),
         window_ms=_duration_ms(options, "arrivalWindowPerTrigger", 10_000),
         settle_ms=_duration_ms(options, "settleLag", 1_000),
-        read_path=read_path,
         shards_per_task=_positive_int(options, "shardsPerTask"),
         max_fetch_rate=_mb_per_second(options, "maxFetchRate"),
     )

@@ -42,13 +42,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     # public name, or benchmarks/loadtarget keeps a copy of its four lines.
     ("benchmarks/loadtarget/_target.py", "kinesis_actors.local"): "local._die_with_parent",
     # spark_bench measures the bridge's internals in process (the planner, the range reader,
-    # the previous readPath=driver path with its Arrow IPC payloads, and a subclass of the
-    # reader that yields tuples): white-box figures with no public seam in spark_bridge, whose
-    # public surface is the data source. Follow-up: build the readers through
-    # KinesisDataSource(options).streamReader(schema) and move the in-process figures of the
-    # legacy path behind a documented seam (or drop them with readPath=driver).
-    ("benchmarks/spark_bench.py", "spark_bridge._driver"): "DriverConsumer",
-    ("benchmarks/spark_bench.py", "spark_bridge._legacy"): "DriverReadStreamReader, _ipc",
+    # and a subclass of the reader that yields tuples): white-box figures with no public seam
+    # in spark_bridge, whose public surface is the data source. Follow-up: build the readers
+    # through KinesisDataSource(options).streamReader(schema).
     ("benchmarks/spark_bench.py", "spark_bridge._options"): "parse_source_options",
     ("benchmarks/spark_bench.py", "spark_bridge._source"): "KinesisStreamReader",
 }

@@ -107,18 +107,16 @@ def _run(spark: Any, options: dict[str, str], checkpoint: Path) -> list[tuple[st
     return collect.rows
 
 
-@pytest.mark.parametrize("read_path", ["executors", "driver"])
 def test_read_by_arn_every_record_once_and_its_checkpoint_resumes_by_name(
     spark: Any,
     local_kinesis: LocalKinesis,
     stream_name: str,
     tmp_path: Path,
     recorded: tuple[FaultProxy, Recorder],
-    read_path: str,
 ) -> None:
     proxy, recorder = recorded
     arn = _arn(local_kinesis, stream_name, 2)
-    options = {**_connection(proxy), "streamName": arn, "readPath": read_path}
+    options = {**_connection(proxy), "streamName": arn}
 
     def produce(numbers: range) -> None:
         with SyncProducer(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import pickle
 import re
 from contextlib import AbstractContextManager
@@ -13,6 +14,7 @@ import pytest
 from kinesis_actors.client import ClientConfig
 from kinesis_actors.errors import ConfigError
 from kinesis_actors.records import RECORD_SCHEMA, Aggregator, build_record_batch
+from spark_bridge._datasource import KinesisDataSource
 from spark_bridge._options import (
     SINK_OPTIONS,
     SOURCE_OPTIONS,
@@ -26,6 +28,7 @@ from spark_bridge._options import (
     spelled,
 )
 from spark_bridge._schema import SPARK_ARROW_SCHEMA, spark_schema, to_spark_batch
+from spark_bridge._source import KinesisStreamReader
 
 
 def source(**options: str) -> SourceOptions:
@@ -272,6 +275,16 @@ def test_efo_needs_an_https_endpoint() -> None:
     assert source(consumerMode="polling", endpointUrl="http://localhost:4567").mode == "polling"
 
 
+def test_efo_is_accepted_and_the_source_says_it_reads_with_get_records(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    options = {"streamName": "orders", "consumerMode": "efo", "consumerName": "app"}
+    with caplog.at_level(logging.WARNING, logger="spark_bridge.source"):
+        reader = KinesisDataSource(options).streamReader(spark_schema())
+    assert isinstance(reader, KinesisStreamReader)
+    assert any("registers no EFO consumer" in record.getMessage() for record in caplog.records)
+
+
 def test_consumer_name_must_not_be_empty() -> None:
     with fails("consumerName"):
         source(consumerName="  ")
@@ -343,8 +356,6 @@ def test_initial_position_rejects_other_values(raw: str) -> None:
 SOURCE_INTS = {
     "maxRecordsPerTrigger": "max_records_per_trigger",
     "maxBytesPerTrigger": "max_bytes_per_trigger",
-    "maxStagedRecords": "max_staged_records",
-    "maxStagedBytes": "max_staged_bytes",
     "shardsPerTask": "shards_per_task",
 }
 BAD_INTS = ["0", "-1", "", "abc", "1.5", "1e3", "nan"]
@@ -389,15 +400,6 @@ def test_max_fetch_rate_is_in_mb_a_second_and_off_by_default() -> None:
     assert source(maxFetchRate="1.5").max_fetch_rate == 1_500_000
 
 
-def test_staged_limits_default_to_twice_the_trigger_limits_when_larger() -> None:
-    small = source(maxRecordsPerTrigger="10", maxBytesPerTrigger="10")
-    assert (small.max_staged_records, small.max_staged_bytes) == (100_000, 64 * 1024 * 1024)
-    large = source(maxRecordsPerTrigger="80000", maxBytesPerTrigger=str(50 * 1024 * 1024))
-    assert (large.max_staged_records, large.max_staged_bytes) == (160_000, 100 * 1024 * 1024)
-    explicit = source(maxRecordsPerTrigger="80000", maxStagedRecords="5")
-    assert explicit.max_staged_records == 5
-
-
 def test_deregister_consumer() -> None:
     assert source(deregisterConsumer="true").deregister_consumer is True
     with fails("deregisterConsumer"):
@@ -415,13 +417,10 @@ def test_source_defaults() -> None:
         initial_timestamp=None,
         max_records_per_trigger=None,
         max_bytes_per_trigger=None,
-        max_staged_records=100_000,
-        max_staged_bytes=64 * 1024 * 1024,
         replay_timeout=120.0,
         deregister_consumer=False,
         window_ms=10_000,
         settle_ms=1_000,
-        read_path="executors",
     )
 
 
@@ -453,10 +452,21 @@ def test_durations_must_be_positive(option: str, raw: str) -> None:
         source(**{option: raw})
 
 
-def test_read_path_chooses_executors_or_the_driver() -> None:
-    assert source(readPath="Driver").read_path == "driver"
+def test_read_path_driver_was_removed_and_says_why_and_what_to_do() -> None:
+    with pytest.raises(ConfigError, match="option readPath=driver was removed") as raised:
+        source(readPath="Driver", startingPositions="not even json")  # before any other check
+    message = str(raised.value)
+    assert "Drop the option" in message and "checkpoint written with it resumes" in message
+    assert "readPath=driver (removed)" in message  # the docs/spark.md paragraph
+    assert source(readPath=" Executors ") == source()  # what every query does: a no-op
     with fails("readPath"):
         source(readPath="both")
+
+
+@pytest.mark.parametrize("option", ["maxStagedRecords", "maxStagedBytes"])
+def test_the_driver_paths_staging_options_were_removed_with_it(option: str) -> None:
+    with pytest.raises(ConfigError, match=f"option {option} was removed with readPath=driver"):
+        source(**{option: "1000"})
 
 
 # --- unknown options -----------------------------------------------------------------------

@@ -131,27 +131,18 @@ def _run_batches(
     return query.exception()
 
 
-@pytest.mark.parametrize(
-    "first_path",
-    [
-        "executors",
-        # The first run is the previous source (readPath=driver), so the checkpoint holds
-        # version-1 offsets: the new source replays their last batch and goes on from them.
-        "driver",
-    ],
-)
 def test_a_batch_failed_after_reading_is_replayed_with_exactly_the_same_records(
-    spark: Any, local_kinesis: LocalKinesis, stream_name: str, tmp_path: Path, first_path: str
+    spark: Any, local_kinesis: LocalKinesis, stream_name: str, tmp_path: Path
 ) -> None:
     create_stream(local_kinesis, stream_name, 3)
     _produce(local_kinesis, stream_name, 3000)
     options = _options(local_kinesis, stream_name, maxRecordsPerTrigger="700")
     collect = _Collect(fail_on=2)
-    failure = _run_batches(spark, {**options, "readPath": first_path}, tmp_path / "cp", collect)
+    failure = _run_batches(spark, options, tmp_path / "cp", collect)
     assert failure is not None and "injected failure" in str(failure)
     assert set(collect.batches) == {0, 1}
     logged = json.loads((tmp_path / "cp" / "offsets" / "2").read_text().splitlines()[-1])
-    assert logged["version"] == (1 if first_path == "driver" else 2)
+    assert logged["version"] == 2
 
     assert _run_batches(spark, options, tmp_path / "cp", collect) is None
     first, replayed = collect.attempts[2]

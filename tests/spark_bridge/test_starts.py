@@ -88,17 +88,6 @@ def test_a_bad_map_fails_with_the_option_the_shard_and_the_problem(raw: str, pro
     assert re.search(re.escape(problem), str(caught.value)), caught.value
 
 
-def test_starting_positions_need_the_executors_read_path() -> None:
-    with pytest.raises(ConfigError, match="startingPositions needs readPath=executors"):
-        parse_source_options(
-            {
-                "streamName": "orders",
-                "readPath": "driver",
-                "startingPositions": json.dumps({SHARD0: {"finished": True}}),
-            }
-        )
-
-
 def _listing(*shards: tuple[str, tuple[str, ...]]) -> dict[tuple[str, str], ShardInfo]:
     return {("orders", shard): ShardInfo(parents) for shard, parents in shards}
 
