@@ -122,7 +122,7 @@ async def test_after_a_produce_run_each_producer_and_client_instrument_has_its_v
                 await producer.put(payload, key)
             await producer.flush()
             collected = collect(reader)
-            snapshot, stats = producer.metrics, client.stats  # the same loop step
+            snapshot, stats = producer.metrics, client.statistics()  # the same loop step
 
     assert set(PRODUCER_FIELDS) == documented(P)
     assert set(CLIENT_FIELDS) == documented(K)
