@@ -25,7 +25,13 @@ from .client import (
     RetryPolicy,
     RetrySettings,
 )
-from .consumer import Consumer, ConsumerConfig, RecordBatch, StartingPosition
+from .consumer import (
+    Consumer,
+    ConsumerConfig,
+    ConsumerStatistics,
+    RecordBatch,
+    StartingPosition,
+)
 from .producer import (
     Producer,
     ProducerConfig,
@@ -45,6 +51,7 @@ __all__ = [
     "ClientConfig",
     "Consumer",
     "ConsumerConfig",
+    "ConsumerStatistics",
     "DynamoDBClient",
     "KinesisClient",
     "LocalDynamoDB",

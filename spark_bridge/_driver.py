@@ -56,7 +56,7 @@ class DriverConsumer:
         self._room: anyio.Event | None = None
         self._in_hand = False
         self._stopping = False
-        self._reads_at_cutoff: dict[str, int] = {}
+        self._reads_at_cutoff: dict[tuple[str, str], int] = {}
         self._stack = ExitStack()
         self._portal: BlockingPortal = self._stack.enter_context(start_blocking_portal())
         self._opened = threading.Event()
@@ -150,16 +150,14 @@ class DriverConsumer:
         consumer = self._consumer
         if consumer is None or self._in_hand:
             return False
-        metrics = consumer.metrics
-        if metrics["buffered_batches"] or metrics.get("waiting_shards"):
+        statistics = consumer.statistics()
+        if statistics.buffered_batches or statistics.waiting_shards:
             return False
-        for name, shard in metrics["shards"].items():
-            stream, shard_id = name.split("/", 1)
-            key = (stream, shard_id)
+        for key, shard in statistics.shards.items():
             if key in self._finished or self.stage.past_cutoff(key):
                 continue
-            reads_then = self._reads_at_cutoff.get(name, 0)
-            if shard["reads"] < reads_then + 2 or shard["millis_behind_latest"] != 0:
+            reads_then = self._reads_at_cutoff.get(key, 0)
+            if shard.reads < reads_then + 2 or shard.millis_behind_latest != 0:
                 return False
         return True
 
@@ -168,7 +166,7 @@ class DriverConsumer:
         self.stage.cutoff_ms = cutoff_ms
         if consumer is not None:
             self._reads_at_cutoff = {
-                name: shard["reads"] for name, shard in consumer.metrics["shards"].items()
+                key: shard.reads for key, shard in consumer.statistics().shards.items()
             }
 
     # -- the Spark thread --------------------------------------------------------------------

@@ -5,6 +5,8 @@
 * :class:`ConsumerConfig` and :class:`StartingPosition` - what to read and how.
 * ``commit(batch)`` / ``positions()`` - resume exactly after the last committed record,
   including in the middle of a KPL aggregate and across resharding.
+* ``statistics()`` - a frozen :class:`ConsumerStatistics`, its shards' :class:`ShardStatistics`
+  keyed by ``(stream, shard_id)``.
 
 ``ConsumerConfig(mode="polling")`` reads with GetRecords, ``mode="efo"`` with Enhanced Fan-Out
 (SubscribeToShard, :class:`EfoReader`); both plug into the same core through
@@ -52,11 +54,13 @@ from ._registration import (
     register_consumers,
 )
 from ._shards import ShardInfo
+from ._statistics import ConsumerStatistics, ShardStatistics
 
 __all__ = [
     "POSITIONS_VERSION",
     "Consumer",
     "ConsumerConfig",
+    "ConsumerStatistics",
     "EfoReader",
     "EfoSettings",
     "PacingSettings",
@@ -69,6 +73,7 @@ __all__ = [
     "ShardMetrics",
     "ShardRead",
     "ShardReader",
+    "ShardStatistics",
     "StartingPosition",
     "default_consumer_name",
     "deregister_consumer",
