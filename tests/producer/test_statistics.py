@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from kinesis_actors.client import KinesisClient
-from kinesis_actors.producer import Producer, ProducerMetrics
+from kinesis_actors.producer import Producer, ProducerMetrics, ShardRateLimiter
 
 ENDPOINT = "http://127.0.0.1:9"  # never called: the producer here is not opened
 
@@ -28,3 +28,13 @@ def test_to_dict_has_the_counters_and_averages_but_not_the_supervision_tree() ->
     statistics = ProducerMetrics(*range(1, len(fields) + 1))
     data = statistics.to_dict()
     assert set(data) == {*fields, "records_per_kinesis_record", "records_per_call"}
+
+
+def test_rate_limiter_stats_and_all_stats_still_work_and_warn_naming_statistics() -> None:
+    limiter = ShardRateLimiter()
+    limiter.charge("s0", 1, 10, now=0.0)
+    with pytest.warns(DeprecationWarning, match=r"ShardRateLimiter\.statistics\(\)"):
+        one = limiter.stats("s0")
+    with pytest.warns(DeprecationWarning, match=r"ShardRateLimiter\.all_statistics\(\)"):
+        every = limiter.all_stats()
+    assert one == limiter.statistics("s0") and every == limiter.all_statistics() == {"s0": one}
