@@ -38,7 +38,7 @@ from benchmarks._common import percent as _pct
 from benchmarks._common import text as _s
 from benchmarks._common import text_table as _table
 from benchmarks.loadtarget import LoadTarget, Synthetic
-from kinesis_actors import Consumer, ConsumerConfig, StartingPosition
+from kinesis_actors import Consumer, ConsumerConfig, ConsumerStatistics, StartingPosition
 from kinesis_actors.records import Aggregator
 
 SHARDS = 4
@@ -82,10 +82,10 @@ async def _consume_count(target: LoadTarget, config: ConsumerConfig, count: int)
             wall = time.perf_counter() - wall
             cpu = time.process_time() - cpu
             target_cpu = target.cpu_seconds() - target_cpu
-            metrics = consumer.metrics
-    shards = metrics["shards"].values()
-    reads = sum(shard["reads"] for shard in shards)
-    events = sum(shard["events"] for shard in shards)
+            snapshot = consumer.statistics()
+    shards = snapshot.shards.values()
+    reads = sum(shard.reads for shard in shards)
+    events = sum(shard.events for shard in shards)
     return {
         "records": records,
         "batches": batches,
@@ -95,14 +95,14 @@ async def _consume_count(target: LoadTarget, config: ConsumerConfig, count: int)
         "mb_per_s": records * RECORD_BYTES / wall / 1e6,
         "events_per_s": events / wall if config.mode == "efo" else None,
         "reads": reads,
-        "user_records_per_read": sum(s["user_records"] for s in shards) / reads if reads else 0.0,
+        "user_records_per_read": sum(s.user_records for s in shards) / reads if reads else 0.0,
         "client_cpu_us_per_record": cpu / records * 1e6,
         "target_cpu_us_per_record": target_cpu / records * 1e6,
         "client_cpu_share": cpu / wall,
         "target_cpu_share": target_cpu / wall,
-        "throttles": sum(shard["throttles"] for shard in shards),
-        "transient_errors": sum(shard["transient_errors"] for shard in shards),
-        "restarts": sum(shard["restarts"] for shard in shards),
+        "throttles": sum(shard.throttles for shard in shards),
+        "transient_errors": sum(shard.transient_errors for shard in shards),
+        "restarts": sum(shard.restarts for shard in shards),
         "loadavg_before": load,
     }
 
@@ -162,7 +162,7 @@ async def _latency(target: LoadTarget, samples: int) -> dict[str, Any]:
     configs = _latency_configs()
     delivered: dict[str, dict[int, float]] = {name: {} for name in configs}
     batches: dict[str, int] = dict.fromkeys(configs, 0)
-    metrics: dict[str, Any] = {}
+    snapshots: dict[str, ConsumerStatistics] = {}
     opened: dict[str, anyio.Event] = {name: anyio.Event() for name in configs}
     complete = anyio.Event()
 
@@ -184,7 +184,7 @@ async def _latency(target: LoadTarget, samples: int) -> dict[str, Any]:
                     if all(len(d) >= samples for d in delivered.values()):
                         complete.set()
             finally:
-                metrics[name] = consumer.metrics
+                snapshots[name] = consumer.statistics()
 
     put_seconds: list[float] = []
     async with target.client(tls=True) as client, anyio.create_task_group() as tg:
@@ -207,7 +207,7 @@ async def _latency(target: LoadTarget, samples: int) -> dict[str, Any]:
         with anyio.move_on_after(10.0):
             await complete.wait()
         tg.cancel_scope.cancel()
-    return {"delivered": delivered, "batches": batches, "metrics": metrics, "put": put_seconds}
+    return {"delivered": delivered, "batches": batches, "snapshots": snapshots, "put": put_seconds}
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -223,8 +223,9 @@ def bench_latency(quick: bool, smoke: bool = False) -> dict[str, Any]:
     rows = []
     for name, config in _latency_configs().items():
         latencies = [v * 1e3 for v in outcome["delivered"][name].values()]
-        shards = outcome["metrics"].get(name, {}).get("shards", {}).values()
-        reads = sum(shard["reads"] for shard in shards)
+        taken = outcome["snapshots"].get(name)
+        shards = [] if taken is None else list(taken.shards.values())
+        reads = sum(shard.reads for shard in shards)
         rows.append(
             {
                 "name": name,
@@ -244,7 +245,7 @@ def bench_latency(quick: bool, smoke: bool = False) -> dict[str, Any]:
                 if outcome["batches"][name]
                 else 0.0,
                 "reads": reads,
-                "empty_reads": sum(shard["empty_reads"] for shard in shards),
+                "empty_reads": sum(shard.empty_reads for shard in shards),
             }
         )
     puts = [v * 1e3 for v in outcome["put"]]

@@ -95,7 +95,8 @@ async def _measure(kinesis: LocalKinesis, shards: int) -> dict[str, Any]:
             row["open_s"] = round(time.perf_counter() - began, 2)
 
             def subscribed() -> int:
-                return sum(1 for s in consumer.metrics["shards"].values() if s["subscriptions"])
+                shards = consumer.statistics().shards.values()
+                return sum(1 for s in shards if s.subscriptions)
 
             async def watch() -> None:
                 """Figures once every shard has a subscription open, then progress."""

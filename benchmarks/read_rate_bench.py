@@ -87,14 +87,14 @@ async def measure_caught_up(local: LocalKinesis, trickle: float, near: int | Non
 
             async with anyio.create_task_group() as group:
                 group.start_soon(drain)
-                before, started = client.stats.calls, time.perf_counter()
+                before, started = client.statistics().calls, time.perf_counter()
                 for index in range(int(trickle * 4)):
                     await writer.call(
                         "PutRecord",
                         {"StreamName": stream, "Data": b"%d" % index, "PartitionKey": "k"},
                     )
                     await anyio.sleep(0.25)
-                calls = client.stats.calls - before
+                calls = client.statistics().calls - before
                 elapsed = time.perf_counter() - started
                 group.cancel_scope.cancel()
     return calls / elapsed

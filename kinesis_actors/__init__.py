@@ -9,9 +9,9 @@ each layer's package exports in its ``__all__`` (:mod:`kinesis_actors.client`,
 :mod:`kinesis_actors.metrics.otel`. Everything in underscore modules is private: other
 packages (``spark_bridge``, the benchmarks) and the other layers import only the public names
 (``tests/test_import_boundaries.py`` checks it). ``_validate`` is private to this package, the
-configuration checks its layers share. ``LocalKinesis`` and ``LocalDynamoDB`` (the local
-servers' process managers, for tests and demos) are imported on first use, not with the
-package.
+configuration checks its layers share, and so is ``_deprecated``, how they warn of an old
+name. ``LocalKinesis`` and ``LocalDynamoDB`` (the local servers' process managers, for tests
+and demos) are imported on first use, not with the package.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -25,7 +25,13 @@ from .client import (
     RetryPolicy,
     RetrySettings,
 )
-from .consumer import Consumer, ConsumerConfig, RecordBatch, StartingPosition
+from .consumer import (
+    Consumer,
+    ConsumerConfig,
+    ConsumerStatistics,
+    RecordBatch,
+    StartingPosition,
+)
 from .producer import (
     Producer,
     ProducerConfig,
@@ -45,6 +51,7 @@ __all__ = [
     "ClientConfig",
     "Consumer",
     "ConsumerConfig",
+    "ConsumerStatistics",
     "DynamoDBClient",
     "KinesisClient",
     "LocalDynamoDB",

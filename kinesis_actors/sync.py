@@ -112,10 +112,24 @@ class SyncProducer:
         """The async producer underneath (read its properties; call it only via the portal)."""
         return self._producer
 
+    def statistics(self) -> ProducerMetrics:
+        """The producer now, as a frozen :class:`~kinesis_actors.producer.ProducerMetrics`
+        (``Producer.statistics()``), from any thread.
+
+        While the producer runs, the snapshot is taken on its event loop (one portal round
+        trip): the supervision tree in it is the loop's to read. Once the loop has stopped,
+        it is read directly.
+        """
+        try:
+            return self._portal.call(self._producer.statistics)
+        except RuntimeError:  # the loop has stopped, or this is the loop's own thread
+            return self._producer.statistics()
+
     @property
     def metrics(self) -> ProducerMetrics:
-        """A snapshot of the producer's counters."""
-        return self._producer.metrics
+        """The same snapshot as :meth:`statistics`, under the name the public contract
+        gives it; both stay."""
+        return self.statistics()
 
     def put(
         self, data: bytes, partition_key: str, explicit_hash_key: str | None = None

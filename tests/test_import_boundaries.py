@@ -6,14 +6,16 @@ public modules and the names their ``__all__`` exports may be imported. The boun
 
 * each layer of ``kinesis_actors``: the subpackages (``client``, ``consumer``, ``producer``,
   ``records``, ``runtime``, ``metrics``, ``cli``) and the top-level modules (``errors``,
-  ``_validate``, ``sync``, ``local``), plus ``kinesis_actors/__init__.py`` itself;
+  ``_validate``, ``_deprecated``, ``sync``, ``local``), plus ``kinesis_actors/__init__.py``
+  itself;
 * ``spark_bridge``, and each package under ``benchmarks`` (``benchmarks`` and
   ``benchmarks.loadtarget``).
 
 ``kinesis_actors._validate`` is private to the ``kinesis_actors`` package as a whole: the
 configuration checks every layer shares, so that a ``ConfigError`` reads the same wherever it
 is raised. Layers may import it; ``spark_bridge`` and ``benchmarks`` may not (they check their
-own options, or pass them to the public constructors that check them).
+own options, or pass them to the public constructors that check them). ``_deprecated`` is the
+same kind of module: how every layer says that an old name was replaced.
 
 The walk is of the AST, so imports inside functions and under ``TYPE_CHECKING`` count too, as
 do ``importlib.import_module("...")`` calls with a literal name.
@@ -31,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("kinesis_actors", "spark_bridge", "benchmarks")
 
 # Modules private to the whole kinesis_actors package, importable by any of its layers.
-PACKAGE_PRIVATE = {"kinesis_actors._validate"}
+PACKAGE_PRIVATE = {"kinesis_actors._validate", "kinesis_actors._deprecated"}
 
 # Known violations in files this change could not edit, each with its follow-up. An entry is
 # (importing file, imported module); the test fails if an entry is no longer needed, so the list

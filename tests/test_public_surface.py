@@ -18,6 +18,7 @@ PUBLIC: dict[str, list[str]] = {
         "ClientConfig",
         "Consumer",
         "ConsumerConfig",
+        "ConsumerStatistics",
         "DynamoDBClient",
         "KinesisClient",
         "LocalDynamoDB",
@@ -59,6 +60,7 @@ PUBLIC: dict[str, list[str]] = {
     "kinesis_actors.consumer": [
         "Consumer",
         "ConsumerConfig",
+        "ConsumerStatistics",
         "EfoReader",
         "EfoSettings",
         "POSITIONS_VERSION",
@@ -68,6 +70,7 @@ PUBLIC: dict[str, list[str]] = {
         "ShardKey",
         "ShardRead",
         "ShardReader",
+        "ShardStatistics",
         "StartingPosition",
         "default_consumer_name",
         "deregister_consumer",

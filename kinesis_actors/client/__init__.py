@@ -4,13 +4,13 @@
   SigV4, pooled HTTP/1.1 by default, HTTP/2 opt-in with ``ClientConfig.http2``), retried per
   :class:`RetryPolicy`; ``send(request)`` for a request built with the codec;
   ``async with client.subscribe_to_shard(...)`` yields a :class:`Subscription`, an async
-  iterator of SubscribeToShard events; ``stats`` is a :class:`ClientStats`.
+  iterator of SubscribeToShard events; ``statistics()`` gives a :class:`ClientStats`.
 * :class:`DynamoDBClient` - the same for DynamoDB (JSON 1.0; the lease table's I/O): ``call``
   in boto3's low-level shapes, ``create_table`` / ``wait_for_table`` / ``delete_table``,
   ``scan`` (every item, paginated); :data:`DYNAMODB_RETRY_SETTINGS` for its item operations.
 * :class:`AssumeRole` - credentials of an IAM role assumed with STS, for ``credentials=``:
   assumed when a client opens, renewed ahead of expiry in a thread of their own (no pause on
-  the event loop); ``stats`` is an :class:`AssumeRoleStats`.
+  the event loop); ``statistics()`` gives an :class:`AssumeRoleStats`.
 * :class:`ClientConfig`, :class:`RetrySettings`, :data:`DEFAULT_RETRY_SETTINGS` - settings;
   :func:`is_retryable` - the retry classification, for callers that own their retries.
 * :class:`ProtocolCodec` / :class:`EncodedRequest` - the sans-IO encoding and decoding the

@@ -34,7 +34,7 @@ class DynamoDBClient(ServiceClient):
 
     The arguments are :class:`~kinesis_actors.client.KinesisClient`'s: credentials default
     to botocore's chain, ``verify`` to botocore's CA bundle, the endpoint to botocore's
-    DynamoDB endpoint for the region. ``stats`` counts calls, attempts and retries.
+    DynamoDB endpoint for the region. ``statistics()`` counts calls, attempts and retries.
     """
 
     SERVICE: ClassVar[str] = "dynamodb"

@@ -39,6 +39,7 @@ from botocore.credentials import AssumeRoleCredentialFetcher, ReadOnlyCredential
 from botocore.exceptions import BotoCoreError, ClientError
 
 from .. import errors
+from .._deprecated import renamed
 from .._validate import check_positive
 from ._signing import Credentials, resolve_credentials
 
@@ -107,7 +108,7 @@ class RefreshTiming:
 
 @dataclass(frozen=True, slots=True)
 class AssumeRoleStats:
-    """A snapshot of an :class:`AssumeRole`'s work (``role.stats``).
+    """A snapshot of an :class:`AssumeRole`'s work (``role.statistics()``).
 
     ``assumed`` counts AssumeRole calls that gave credentials; ``refreshed_ahead`` those made
     in the background while the current credentials were still in use; ``waited`` the times
@@ -249,10 +250,16 @@ class AssumeRole:
             f"{where}, duration={self.duration})"
         )
 
-    @property
-    def stats(self) -> AssumeRoleStats:
+    def statistics(self) -> AssumeRoleStats:
+        """The role's work now, as a frozen :class:`AssumeRoleStats` (from any thread)."""
         with self._lock:
             return AssumeRoleStats(**self._counts, expires_at=self._expiry)
+
+    @property
+    def stats(self) -> AssumeRoleStats:
+        """Deprecated: :meth:`statistics`, the same snapshot."""
+        renamed("AssumeRole.stats", "AssumeRole.statistics()")
+        return self.statistics()
 
     # botocore's credentials protocol, as the client's signer uses it -----------------------
 

@@ -25,6 +25,7 @@ import anyio
 import botocore.session
 
 from .. import errors
+from .._deprecated import renamed
 from .._validate import check_type
 from ._config import ClientConfig
 from ._contact import FirstContact
@@ -47,7 +48,7 @@ _CLOSE_TIMEOUT = 5.0
 
 @dataclass(frozen=True, slots=True)
 class ClientStats:
-    """A snapshot of the client's counters since it opened (``client.stats``).
+    """A snapshot of the client's counters since it opened (``client.statistics()``).
 
     ``malformed_replies`` counts 2xx replies (and SubscribeToShard events) that could not be
     believed (:class:`~kinesis_actors.errors.MalformedReplyError`), poison records included.
@@ -65,7 +66,7 @@ class ClientStats:
 class ClientCounters:
     """The live counters behind :class:`ClientStats`, written only by the client that owns
     them (and the subscriptions it opens), on its event loop; everyone else reads
-    :meth:`snapshot`."""
+    :meth:`statistics`."""
 
     __slots__ = ("_counts",)
 
@@ -75,7 +76,7 @@ class ClientCounters:
     def add(self, name: str, amount: int = 1) -> None:
         self._counts[name] += amount
 
-    def snapshot(self) -> ClientStats:
+    def statistics(self) -> ClientStats:
         return ClientStats(**self._counts)
 
 
@@ -169,11 +170,16 @@ class ServiceClient:
         name = type(self).__name__
         return f"{name}(region={self.region!r}, endpoint_url={self.endpoint_url!r}{through})"
 
+    def statistics(self) -> ClientStats:
+        """The counters now, as a frozen :class:`ClientStats` (calls, attempts, retries,
+        throttles, transport errors, subscriptions, malformed replies)."""
+        return self._counters.statistics()
+
     @property
     def stats(self) -> ClientStats:
-        """The counters now, as a frozen snapshot (calls, attempts, retries, throttles,
-        transport errors, subscriptions, malformed replies)."""
-        return self._counters.snapshot()
+        """Deprecated: :meth:`statistics`, the same snapshot."""
+        renamed(f"{type(self).__name__}.stats", f"{type(self).__name__}.statistics()")
+        return self._counters.statistics()
 
     def service_time(self) -> float | None:
         """The service's wall clock now (epoch seconds) as its replies tell it, never later

@@ -5,6 +5,8 @@
 * :class:`ConsumerConfig` and :class:`StartingPosition` - what to read and how.
 * ``commit(batch)`` / ``positions()`` - resume exactly after the last committed record,
   including in the middle of a KPL aggregate and across resharding.
+* ``statistics()`` - a frozen :class:`ConsumerStatistics`, its shards' :class:`ShardStatistics`
+  keyed by ``(stream, shard_id)``.
 
 ``ConsumerConfig(mode="polling")`` reads with GetRecords, ``mode="efo"`` with Enhanced Fan-Out
 (SubscribeToShard, :class:`EfoReader`); both plug into the same core through
@@ -38,11 +40,13 @@ from ._registration import (
     list_consumers,
     register_consumers,
 )
+from ._statistics import ConsumerStatistics, ShardStatistics
 
 __all__ = [
     "POSITIONS_VERSION",
     "Consumer",
     "ConsumerConfig",
+    "ConsumerStatistics",
     "EfoReader",
     "EfoSettings",
     "PollingReader",
@@ -51,6 +55,7 @@ __all__ = [
     "ShardKey",
     "ShardRead",
     "ShardReader",
+    "ShardStatistics",
     "StartingPosition",
     "default_consumer_name",
     "deregister_consumer",

@@ -25,7 +25,6 @@ protocol), so memory is O(shards x prefetch_batches) and one slow shard stalls o
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
@@ -37,6 +36,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from .. import errors
+from .._deprecated import renamed
 from .._validate import check_type
 from ..client import KinesisClient
 from ..errors import ConfigError
@@ -61,6 +61,7 @@ from ._registration import (
     resolve_consumer_arns,
 )
 from ._scheduler import ShardScheduler
+from ._statistics import ConsumerStatistics, legacy_metrics
 from ._supervision import last_failure, processor_spec, shard_supervisor
 
 if TYPE_CHECKING:
@@ -207,7 +208,7 @@ class Consumer:
         if clean and self._failure is None and deregisters_on_close(self._config):
             with anyio.move_on_after(_DEREGISTER_TIMEOUT, shield=True):
                 await deregister_consumers(self._client, self._consumer_arns)
-        shards = [pipeline.snapshot() for pipeline in self._scheduler.pipelines()]
+        shards = [pipeline.statistics().to_dict() for pipeline in self._scheduler.pipelines()]
         log.info("%s", closed_line(shards, clean=clean and self._failure is None))
 
     def stop(self) -> None:
@@ -358,17 +359,19 @@ class Consumer:
 
     @property
     def leases(self) -> LeaseStats | None:
-        """The lease protocol's statistics now (None without ``lease_table`` or before open)."""
-        return self._scheduler.lease_stats()
+        """The lease protocol's statistics now (None without ``lease_table`` or before open);
+        also ``statistics().leases``."""
+        return self._scheduler.lease_statistics()
 
     @property
     def supervision(self) -> tuple[SupervisorSnapshot, ...]:
-        """The consumer's actors as plain data, in the shape of ``Producer.supervision``: the
-        readers' supervisor (one source actor per shard: its input is the shard, it has no
-        mailbox) and, while :meth:`run` runs, the processors' (each one's mailbox is its
-        shard's bounded buffer). Empty before the consumer is open."""
+        """The consumer's actors as plain data, the shape of ``Producer.supervision`` (a
+        tuple of :class:`~kinesis_actors.runtime.SupervisorSnapshot`): the readers'
+        supervisor (one source actor per shard: its input is the shard, it has no mailbox)
+        and, while :meth:`run` runs, the processors' (each one's mailbox is its shard's
+        bounded buffer). Empty before the consumer is open."""
         readers = self._scheduler.readers
-        processors = None if self._processors is None else self._processors.snapshot()
+        processors = None if self._processors is None else self._processors.statistics()
         return tuple(snapshot for snapshot in (readers, processors) if snapshot is not None)
 
     @property
@@ -376,12 +379,29 @@ class Consumer:
         """EFO: the consumer ARN used per stream (empty when polling)."""
         return dict(self._consumer_arns)
 
+    def statistics(self) -> ConsumerStatistics:
+        """The consumer now, as a frozen :class:`ConsumerStatistics`: per shard (keyed
+        ``(stream, shard_id)``) its counters, the shards waiting for their parents, the
+        discovery counters, the lease statistics and the supervision trees."""
+        scheduler = self._scheduler
+        shards = scheduler.shard_statistics()
+        discoveries, list_calls, failures = scheduler.discovery_counts()
+        return ConsumerStatistics(
+            shards=shards,
+            waiting_shards=scheduler.waiting_shards(),
+            discoveries=discoveries,
+            list_shards_calls=list_calls,
+            discovery_failures=failures,
+            buffered_batches=sum(shard.buffer_depth for shard in shards.values()),
+            leases=scheduler.lease_statistics(),
+            supervision=self.supervision,
+        )
+
     @property
     def metrics(self) -> dict[str, Any]:
-        """A snapshot: per shard (``"stream/shard_id"``) counters, plus discovery counters."""
-        leases = self.leases
-        return {
-            "shards": self._scheduler.shard_metrics(),
-            "leases": None if leases is None else dataclasses.asdict(leases),
-            **self._scheduler.discovery_metrics(),
-        }
+        """Deprecated: :meth:`statistics` (a frozen snapshot keyed by ``(stream, shard_id)``).
+
+        The same figures as a dict: per shard (``"stream/shard_id"``) counters, the lease
+        statistics as a dict, the discovery counters and the waiting shards."""
+        renamed("Consumer.metrics", "Consumer.statistics()")
+        return legacy_metrics(self.statistics())

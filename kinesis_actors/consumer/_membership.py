@@ -199,5 +199,5 @@ class LeaseMembership:
             self.assignment.discard(key)
             log.info("%s/%s released", *key, extra=lease_event("release", key))
 
-    def snapshot(self) -> LeaseStats | None:
-        return None if self._coordinator is None else self._coordinator.snapshot()
+    def statistics(self) -> LeaseStats | None:
+        return None if self._coordinator is None else self._coordinator.statistics()

@@ -1,4 +1,5 @@
-"""Per-shard counters, as plain data (``Consumer.metrics`` returns them as dicts)."""
+"""A shard's live counters, written by its reader and pipeline (``Consumer.statistics()``
+gives frozen copies of them, ``ShardStatistics``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ class ShardMetrics:
 
     ``records`` counts Kinesis records and ``user_records`` what they expand to;
     ``aggregated_records`` the Kinesis records that were KPL aggregates. ``last_read_*`` describe
-    the latest GetRecords. ``buffer_depth`` is filled in when the snapshot is taken.
+    the latest GetRecords. ``buffer_depth`` is filled in by the snapshot (``ShardStatistics``).
 
     Enhanced Fan-Out adds ``events`` (SubscribeToShard events, empty ones included; each is
     also a read), ``subscriptions`` (opened) and ``resubscriptions`` by cause: ``renewal``

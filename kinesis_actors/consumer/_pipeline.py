@@ -22,14 +22,13 @@ side that calls it: the reader actor (:meth:`begin_generation`, :meth:`try_credi
 :meth:`wait_credit`, :meth:`accept`, ...), the taker (:meth:`took` after the processor
 received from :attr:`buffer`, :meth:`take`, :meth:`take_nowait`), the
 application (:meth:`commit`), and the consumer (:meth:`set_mode`, :meth:`rewind`,
-:meth:`drop`). Everyone else reads properties or :meth:`snapshot` (plain data). All callers
+:meth:`drop`). Everyone else reads properties or :meth:`statistics` (a frozen copy). All callers
 run on the consumer's event loop, so no method is interrupted by another.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import anyio
 
@@ -40,6 +39,7 @@ from ._config import StartingPosition
 from ._metrics import ShardMetrics
 from ._positions import SavedShard, ShardKey, later, order
 from ._reader import ShardRead
+from ._statistics import ShardStatistics
 
 __all__ = ["ShardPipeline"]
 
@@ -142,18 +142,19 @@ class ShardPipeline:
         return len(self._buffer)
 
     @property
-    def metrics(self) -> ShardMetrics:
-        """The shard's counters. The pipeline writes its own; the reader it is handed to
+    def counters(self) -> ShardMetrics:
+        """The shard's live counters. The pipeline writes its own; the reader it is handed to
         (``_reader``, ``_efo``) writes the reader's (throttles, iterators, subscriptions...).
-        Everyone else reads :meth:`snapshot`."""
+        Everyone else reads :meth:`statistics`."""
         return self._metrics
 
-    def snapshot(self) -> dict[str, Any]:
-        """The shard's counters now, as plain data (``Consumer.metrics``)."""
-        shard = self._metrics.to_dict()
-        shard["buffer_depth"] = len(self._buffer)
-        shard["backpressured_seconds"] = self.backpressured_seconds()
-        return shard
+    def statistics(self) -> ShardStatistics:
+        """The shard's counters now, frozen (``Consumer.statistics()``)."""
+        return ShardStatistics.of(
+            self._metrics,
+            buffer_depth=len(self._buffer),
+            backpressured_seconds=self.backpressured_seconds(),
+        )
 
     def backpressured_seconds(self) -> float:
         """Time the reader waited for credits so far, including a wait in progress."""

@@ -23,7 +23,7 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -43,6 +43,7 @@ from ._pipeline import ShardPipeline
 from ._positions import SavedShard, ShardKey, parse_positions
 from ._reader import PollingReader, ShardReader
 from ._shards import ShardGraph, ShardInfo
+from ._statistics import ShardStatistics
 from ._supervision import reader_spec, shard_supervisor
 
 if TYPE_CHECKING:
@@ -206,14 +207,14 @@ class ShardScheduler:
         """This worker's id in the lease table (None without ``lease_table``)."""
         return None if self._group is None else self._group.worker_id
 
-    def lease_stats(self) -> LeaseStats | None:
+    def lease_statistics(self) -> LeaseStats | None:
         """The lease protocol's statistics now (None without ``lease_table``)."""
-        return None if self._group is None else self._group.snapshot()
+        return None if self._group is None else self._group.statistics()
 
     @property
     def readers(self) -> SupervisorSnapshot | None:
         """The readers' supervisor as plain data (None before the consumer is open)."""
-        return None if self._readers is None else self._readers.snapshot()
+        return None if self._readers is None else self._readers.statistics()
 
     def pipelines(self) -> list[ShardPipeline]:
         """The pipelines of the shards read now (a copy: the caller may await between)."""
@@ -234,27 +235,25 @@ class ShardScheduler:
             entries[key] = pipeline.saved()
         return entries
 
-    def shard_metrics(self) -> dict[str, dict[str, Any]]:
-        """Per shard read now (``"stream/shard_id"``): its counters."""
-        return {
-            f"{stream}/{shard_id}": pipeline.snapshot()
-            for (stream, shard_id), pipeline in self._pipelines.items()
-        }
+    def shard_statistics(self) -> dict[ShardKey, ShardStatistics]:
+        """Per shard read now: its counters, frozen."""
+        return {key: pipeline.statistics() for key, pipeline in self._pipelines.items()}
 
-    def discovery_metrics(self) -> dict[str, Any]:
-        """The discovery counters, what is buffered and the shards waiting for their turn."""
-        return {
-            "discoveries": self._discoveries,
-            "list_shards_calls": self._list_calls,
-            "discovery_failures": self._discovery_failures.total,
-            "buffered_batches": sum(p.depth for p in self._pipelines.values()),
-            "waiting_shards": sorted(
-                f"{shard.stream}/{shard.shard_id}"
+    def waiting_shards(self) -> tuple[ShardKey, ...]:
+        """The shards listed and not finished that are not read yet (waiting for their
+        parents), in order."""
+        return tuple(
+            sorted(
+                shard.key
                 for shard in self._graph.shards()
                 if shard.key not in self._pipelines
                 and not (shard.key in self._saved and self._saved[shard.key].finished)
-            ),
-        }
+            )
+        )
+
+    def discovery_counts(self) -> tuple[int, int, int]:
+        """Discovery rounds, ListShards calls and rounds that failed, since open."""
+        return self._discoveries, self._list_calls, self._discovery_failures.total
 
     # -- the background tasks ---------------------------------------------------------------
 
@@ -503,7 +502,7 @@ class ShardScheduler:
                 pipeline.shard_id,
                 self._consumer_arns[pipeline.stream],
                 start,
-                metrics=pipeline.metrics,
+                metrics=pipeline.counters,
                 settings=self._efo,
                 closed=lambda: getattr(self._graph.get(pipeline.key), "closed", False),
                 poison=self._config.poison_records,
@@ -516,7 +515,7 @@ class ShardScheduler:
             pipeline.shard_id,
             start,
             pacer=ReadPacer(self._pacing, self._idle_budget),
-            metrics=pipeline.metrics,
+            metrics=pipeline.counters,
             limit=self._config.max_records_per_call,
             poison=self._config.poison_records,
         )

@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 import anyio
 
+from .._deprecated import renamed
 from ..client import StreamRef, service_now
 from ..errors import ConfigError, KinesisError
 from ..runtime import RestartIntensity, RestartIntensityExceeded
@@ -411,9 +412,10 @@ class LeaseCoordinator:
         if self._holder.failure is not None:
             raise self._holder.failure
 
-    def snapshot(self) -> LeaseStats:
+    def statistics(self) -> LeaseStats:
         """The protocol's statistics now, a frozen :class:`LeaseStats`."""
-        client = getattr(self._table.client, "stats", None)  # a DynamoDBClient's ClientStats
+        statistics = getattr(self._table.client, "statistics", None)  # a DynamoDBClient's
+        client = statistics() if statistics is not None else None
         own = replace(
             self._stats,
             table_retries=getattr(client, "retries", 0),
@@ -423,6 +425,11 @@ class LeaseCoordinator:
             leases_created=self._shards.created,
         )
         return self._holder.report(own)
+
+    def snapshot(self) -> LeaseStats:
+        """Deprecated: :meth:`statistics`, the same snapshot."""
+        renamed("LeaseCoordinator.snapshot()", "LeaseCoordinator.statistics()")
+        return self.statistics()
 
     def _known(self) -> Streams:
         if self._streams is None:

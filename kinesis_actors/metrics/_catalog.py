@@ -1,9 +1,9 @@
 """Which instruments exist, and how a snapshot becomes their data points (sans-IO).
 
-Every figure comes from a snapshot the library already keeps (``Producer.metrics``,
-``Consumer.metrics``, ``KinesisClient.stats``); nothing here reads a clock, awaits or imports
-OpenTelemetry, so an exporter for another system can reuse the table, and the tests check it
-without one.
+Every figure comes from a frozen snapshot the library already takes
+(``Producer.statistics()``, ``Consumer.statistics()``, ``KinesisClient.statistics()``), read
+as it is; nothing here reads a clock, awaits or imports OpenTelemetry, so an exporter for
+another system can reuse the table, and the tests check it without one.
 
 Names follow OpenTelemetry's conventions: dotted lowercase under ``kinesis_actors.``, no unit
 in the name (the unit says it: ``s``, ``By``, or an annotation such as ``{record}``), no
@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from ..client import ClientStats
+from ..consumer import ConsumerStatistics
 from ..producer import ProducerMetrics
 
 __all__ = [
@@ -218,7 +219,7 @@ _CONSUMER_TOTALS: tuple[tuple[str, InstrumentSpec], ...] = (
         ())),
 )  # fmt: skip
 
-# Consumer.metrics["leases"] (a LeaseStats as a dict) with a lease table; absent without.
+# ConsumerStatistics.leases (a LeaseStats) with a lease table; None without.
 _LEASES = _table(
     _C + "leases.",
     (),
@@ -322,39 +323,35 @@ def client_points(stats: ClientStats, attributes: Mapping[str, str]) -> Iterator
         yield Point(spec.name, getattr(stats, field), attributes)
 
 
-def consumer_points(metrics: Mapping[str, Any], attributes: Mapping[str, str]) -> Iterator[Point]:
-    """Points for ``Consumer.metrics``: per shard, then per stream, then the consumer's own.
+def consumer_points(
+    statistics: ConsumerStatistics, attributes: Mapping[str, str]
+) -> Iterator[Point]:
+    """Points for ``Consumer.statistics()``: per shard, then per stream, then the consumer's.
 
-    Shards are keyed ``"stream/shard_id"`` in the snapshot (stream names cannot contain a
-    slash). A shard that has not been read yet has no lag point rather than a made-up one.
-    With a lease table, ``metrics["leases"]`` (a ``LeaseStats``) adds the lease protocol's
-    figures.
+    A shard that has not been read yet has no lag point rather than a made-up one. With a
+    lease table, ``statistics.leases`` (a ``LeaseStats``) adds the lease protocol's figures.
     """
-    for key, shard in metrics["shards"].items():
-        stream, shard_id = key.split("/", 1)
+    for (stream, shard_id), shard in statistics.shards.items():
         tags = {**attributes, "stream": stream, "shard": shard_id}
-        behind = shard["millis_behind_latest"]
+        behind = shard.millis_behind_latest
         if behind is not None:
             yield Point(_LAG.name, behind / 1000, tags)
         for field, spec in _SHARD_FIELDS:
-            yield Point(spec.name, shard[field], tags)
-        for cause, count in shard["resubscriptions"].items():
+            yield Point(spec.name, getattr(shard, field), tags)
+        for cause, count in shard.resubscriptions.items():
             yield Point(_RESUBSCRIPTIONS.name, count, {**tags, "cause": cause})
-        yield Point(_STATE.name, 1, {**tags, "state": shard["state"]})
+        yield Point(_STATE.name, 1, {**tags, "state": shard.state})
     # Every stream the snapshot names gets a point, so a count that fell to 0 says 0.
-    waiting = dict.fromkeys((key.split("/", 1)[0] for key in metrics["shards"]), 0)
-    for key in metrics["waiting_shards"]:
-        stream = key.split("/", 1)[0]
-        waiting[stream] = waiting.get(stream, 0) + 1
-    for stream, count in waiting.items():
+    for stream, count in statistics.waiting_by_stream().items():
         yield Point(_WAITING.name, count, {**attributes, "stream": stream})
     for field, spec in _CONSUMER_TOTALS:
-        yield Point(spec.name, metrics[field], attributes)
-    leases = metrics.get("leases")
+        yield Point(spec.name, getattr(statistics, field), attributes)
+    leases = statistics.leases
     if leases is not None:
         for field, spec in _LEASES:
-            value = leases[field]
+            value = getattr(leases, field)
             yield Point(spec.name, int(value) if isinstance(value, bool) else value, attributes)
         for field, spec in _RENEWAL_LATENCY:
-            if leases[field] is not None:
-                yield Point(spec.name, leases[field], attributes)
+            latency = getattr(leases, field)
+            if latency is not None:
+                yield Point(spec.name, latency, attributes)

@@ -1,7 +1,7 @@
 """Take a snapshot on the event loop that owns its source, whichever thread asks for it.
 
 An exporter collects on its own thread (OpenTelemetry's periodic reader, the Prometheus HTTP
-server), but the snapshots belong to the event loop: ``Consumer.metrics`` walks the shard
+server), but the snapshots belong to the event loop: ``Consumer.statistics()`` walks the shard
 table the consumer's tasks change and reads the loop's clock. So a request from another
 thread is posted to the loop and answered between two of its steps; a request made on the
 loop's own thread (an async web handler serving ``/metrics``) is answered at once.

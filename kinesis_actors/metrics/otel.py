@@ -132,18 +132,18 @@ def _source(source: Source, extra: dict[str, str]) -> _Source:
     if isinstance(source, Producer):
         tags = {**extra, "stream": StreamRef.parse(source.stream).name}  # one name, either form
         return _Source(
-            LoopSampler(lambda: source.metrics, timeout=_LOOP_TIMEOUT),
+            LoopSampler(source.statistics, timeout=_LOOP_TIMEOUT),
             lambda snapshot: producer_points(snapshot, tags),
         )
     if isinstance(source, Consumer):
         return _Source(
-            LoopSampler(lambda: source.metrics, timeout=_LOOP_TIMEOUT),
+            LoopSampler(source.statistics, timeout=_LOOP_TIMEOUT),
             lambda snapshot: consumer_points(snapshot, extra),
         )
     if isinstance(source, KinesisClient):
         tags = {**extra, "cloud.region": source.region}
         return _Source(
-            LoopSampler(lambda: source.stats, timeout=_LOOP_TIMEOUT),  # a frozen snapshot
+            LoopSampler(source.statistics, timeout=_LOOP_TIMEOUT),
             lambda snapshot: client_points(snapshot, tags),
         )
     raise TypeError(

@@ -12,7 +12,7 @@ anyone was told of (measured before: "answers again after 0.0s" after every sing
 lines a run with no warning before them).
 
 ``now`` comes in (the loop's clock); the same moment is also kept on ``time.monotonic`` so
-that :meth:`EndpointHealth.seconds` can be read from any thread (``SyncProducer.metrics``).
+that :meth:`EndpointHealth.seconds` can be read from any thread (a stopped loop's producer).
 """
 
 from __future__ import annotations

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..runtime import SupervisorSnapshot
 
 __all__ = ["ProducerMetrics"]
 
 
 @dataclass(frozen=True, slots=True)
 class ProducerMetrics:
-    """A point-in-time copy of the producer's counters.
+    """A point-in-time copy of the producer's counters: what ``Producer.statistics()`` and
+    ``Producer.metrics`` (the same snapshot) return.
 
     Queue: ``outstanding_records``/``outstanding_bytes`` are accepted and not yet settled
     (never above the queue limits, except one oversized record alone), ``peak_*`` their
@@ -35,8 +39,9 @@ class ProducerMetrics:
     while the endpoint answers.
 
     Supervision: ``sender_crashes`` the calls whose sender actor crashed (a bug, not a failed
-    call); each sender was restarted and the call's records sent again. The whole tree is
-    ``Producer.supervision``.
+    call); each sender was restarted and the call's records sent again. ``supervision`` is
+    the whole tree at the time of the snapshot (``Producer.supervision``: one
+    :class:`~kinesis_actors.runtime.SupervisorSnapshot`, none before the producer opened).
     """
 
     outstanding_records: int
@@ -60,6 +65,7 @@ class ProducerMetrics:
     sender_crashes: int = 0
     unreachable_seconds: float = 0.0
     misplaced_records: int = 0
+    supervision: tuple[SupervisorSnapshot, ...] = ()
 
     @property
     def records_per_kinesis_record(self) -> float:
@@ -72,8 +78,9 @@ class ProducerMetrics:
         return self.records_sent / self.calls if self.calls else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        """Every counter and both averages as plain data (for JSON and logs)."""
-        data = asdict(self)
+        """Every counter and both averages as plain data (for JSON and logs); the supervision
+        tree has its own ``to_dict``."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "supervision"}
         data["records_per_kinesis_record"] = self.records_per_kinesis_record
         data["records_per_call"] = self.records_per_call
         return data

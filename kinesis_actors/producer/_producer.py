@@ -109,19 +109,22 @@ class Producer(Intake):
         return None if self._pipeline is None else self._pipeline.shard_map
 
     @property
-    def supervision(self) -> SupervisorSnapshot | None:
+    def supervision(self) -> tuple[SupervisorSnapshot, ...]:
         """The senders' supervision tree as plain data (the dispatcher and one call sender
-        per ``max_in_flight_calls``, their restarts, last failures and mailboxes), the same
-        shape as every supervisor's; None before the producer opened."""
-        return None if self._sender is None else self._sender.snapshot()
+        per ``max_in_flight_calls``, their restarts, last failures and mailboxes), the shape
+        of ``Consumer.supervision``: a tuple of one
+        :class:`~kinesis_actors.runtime.SupervisorSnapshot`, empty before the producer
+        opened."""
+        tree = None if self._sender is None else self._sender.snapshot()
+        return () if tree is None else (tree,)
 
-    @property
-    def metrics(self) -> ProducerMetrics:
-        """A snapshot of the counters (see :class:`ProducerMetrics`)."""
+    def statistics(self) -> ProducerMetrics:
+        """The producer now, as a frozen :class:`ProducerMetrics`: the queue, the outcomes,
+        the calls, the endpoint and the supervision tree (see there)."""
         pipeline = self._pipeline
         sender = self._sender
         counters = self._counters
-        queue = None if self._queue is None else self._queue.stats()
+        queue = None if self._queue is None else self._queue.statistics()
         return ProducerMetrics(
             outstanding_records=queue.depth + queue.held if queue else 0,
             outstanding_bytes=queue.weight if queue else 0,
@@ -144,7 +147,14 @@ class Producer(Intake):
             sender_crashes=sender.crashes if sender else 0,
             unreachable_seconds=sender.health.seconds() if sender else 0.0,
             misplaced_records=pipeline.misplaced_records if pipeline else 0,
+            supervision=self.supervision,
         )
+
+    @property
+    def metrics(self) -> ProducerMetrics:
+        """The same snapshot as :meth:`statistics` (a frozen :class:`ProducerMetrics`), under
+        the name the public contract gives it; both stay."""
+        return self.statistics()
 
     async def __aenter__(self) -> Self:
         if self._state != "new":

@@ -17,6 +17,7 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from .._deprecated import renamed
 from .._validate import check_non_negative, check_positive
 from ..errors import ConfigError
 
@@ -364,14 +365,25 @@ class ShardRateLimiter:
         """Stop tracking ``shard_id`` (it was closed by resharding). Unknown shards are ignored."""
         self._shards.pop(shard_id, None)
 
-    def stats(self, shard_id: str) -> ShardStats | None:
-        """The shard's state, or ``None`` if it is not tracked."""
+    def statistics(self, shard_id: str) -> ShardStats | None:
+        """The shard's state now (a frozen :class:`ShardStats`), or ``None`` if it is not
+        tracked."""
         shard = self._shards.get(shard_id)
         return None if shard is None else self._stats(shard)
 
-    def all_stats(self) -> dict[str, ShardStats]:
-        """Every tracked shard's state, least recently used first."""
+    def all_statistics(self) -> dict[str, ShardStats]:
+        """Every tracked shard's state now, least recently used first."""
         return {shard_id: self._stats(shard) for shard_id, shard in self._shards.items()}
+
+    def stats(self, shard_id: str) -> ShardStats | None:
+        """Deprecated: :meth:`statistics`, the same snapshot."""
+        renamed("ShardRateLimiter.stats()", "ShardRateLimiter.statistics()")
+        return self.statistics(shard_id)
+
+    def all_stats(self) -> dict[str, ShardStats]:
+        """Deprecated: :meth:`all_statistics`, the same snapshots."""
+        renamed("ShardRateLimiter.all_stats()", "ShardRateLimiter.all_statistics()")
+        return self.all_statistics()
 
     def _stats(self, shard: _Shard) -> ShardStats:
         return ShardStats(

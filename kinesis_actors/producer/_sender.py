@@ -164,7 +164,7 @@ class Sender:
 
     def snapshot(self) -> SupervisorSnapshot | None:
         """The supervision tree (dispatcher and senders), or None before it started."""
-        return None if self._supervisor is None else self._supervisor.snapshot()
+        return None if self._supervisor is None else self._supervisor.statistics()
 
     def wake(self) -> None:
         """Look now (a record in an empty queue, a put waiting for room, a flush began)."""

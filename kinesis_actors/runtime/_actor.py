@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import anyio
 
+from .._deprecated import renamed
 from ._letters import MailboxStats
 from ._mailbox import Mailbox
 from ._snapshot import SupervisorSnapshot
@@ -199,9 +200,15 @@ class ActorRef(Generic[T]):
     def send_control(self, message: T) -> None:
         self.mailbox.send_control(message)
 
+    def statistics(self) -> MailboxStats | None:
+        """The mailbox's statistics now (a frozen :class:`MailboxStats`); None for a source
+        actor, which has no mailbox."""
+        return None if self._mailbox is None else self._mailbox.statistics()
+
     def stats(self) -> MailboxStats | None:
-        """The mailbox's statistics; None for a source actor."""
-        return None if self._mailbox is None else self._mailbox.stats()
+        """Deprecated: :meth:`statistics`, the same snapshot."""
+        renamed("ActorRef.stats()", "ActorRef.statistics()")
+        return self.statistics()
 
     def __repr__(self) -> str:
         return f"<ActorRef {self._path!r}>"

@@ -33,6 +33,7 @@ from typing import TypeVar
 import anyio
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
+from .._deprecated import renamed
 from ._clock import MONOTONIC, Clock
 from ._letters import (
     DeadLetter,
@@ -382,7 +383,8 @@ class Mailbox(Room[T]):
             # An observer must not break the flow it observes; say so loudly instead.
             logger.exception("[%s] dead-letter hook failed", self._name)
 
-    def stats(self) -> MailboxStats:
+    def statistics(self) -> MailboxStats:
+        """The mailbox now, as a frozen :class:`MailboxStats` (trio's ``statistics()``)."""
         blocked = self._blocked_seconds
         if self._blocked:
             blocked += self._blocked * self._clock.now() - self._blocked_since_sum
@@ -408,6 +410,11 @@ class Mailbox(Room[T]):
             peak_weight=self._peak_weight,
             blocked_sends=self._blocked_sends,
         )
+
+    def stats(self) -> MailboxStats:
+        """Deprecated: :meth:`statistics`, the same snapshot."""
+        renamed("Mailbox.stats()", "Mailbox.statistics()")
+        return self.statistics()
 
     # -- internals --------------------------------------------------------------------------
 

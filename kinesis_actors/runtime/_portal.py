@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar, TypeVarTuple, Unpack, overload
 import anyio
 from anyio.from_thread import BlockingPortal
 
+from .._deprecated import renamed
 from ._actor import ActorRef
 from ._clock import MONOTONIC, Clock
 from ._intensity import Backoff
@@ -181,8 +182,14 @@ class BlockingRuntime:
         """A sender that buffers up to ``size`` messages per round trip."""
         return BatchSender(self, ref, size)
 
+    def statistics(self) -> SupervisorSnapshot:
+        """The supervisor's :meth:`~Supervisor.statistics`, taken on its loop."""
+        return self.call(self._supervisor.statistics)
+
     def snapshot(self) -> SupervisorSnapshot:
-        return self.call(self._supervisor.snapshot)
+        """Deprecated: :meth:`statistics`, the same snapshot."""
+        renamed("BlockingRuntime.snapshot()", "BlockingRuntime.statistics()")
+        return self.statistics()
 
     @property
     def supervisor(self) -> Supervisor:

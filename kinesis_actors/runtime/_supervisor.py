@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from .._deprecated import renamed
 from ._actor import ActorLog, ActorRef, logger
 from ._child import ChildState, Incarnation, Slot
 from ._clock import MONOTONIC, Clock
@@ -222,8 +223,9 @@ class Supervisor:
         """The reference of a current child."""
         return self._slot(name).ref
 
-    def snapshot(self) -> SupervisorSnapshot:
-        """The tree as plain data: children, mailbox statistics, restarts, last failures."""
+    def statistics(self) -> SupervisorSnapshot:
+        """The tree now, as frozen plain data: children, mailbox statistics, restarts, last
+        failures."""
         children = tuple(
             ChildSnapshot(
                 name=slot.spec.name,
@@ -233,7 +235,7 @@ class Supervisor:
                 restarts=slot.restarts,
                 incarnation=slot.incarnation.number if slot.incarnation else slot.restarts,
                 last_failure=None if slot.last_failure is None else repr(slot.last_failure),
-                mailbox=None if slot.mailbox is None else slot.mailbox.stats(),
+                mailbox=None if slot.mailbox is None else slot.mailbox.statistics(),
                 subtree=slot.behaviour.subtree() if slot.behaviour is not None else None,
             )
             for slot in self._slots
@@ -249,6 +251,11 @@ class Supervisor:
             children=children,
             intensity_scope=self._intensity_scope.value,
         )
+
+    def snapshot(self) -> SupervisorSnapshot:
+        """Deprecated: :meth:`statistics`, the same snapshot."""
+        renamed("Supervisor.snapshot()", "Supervisor.statistics()")
+        return self.statistics()
 
     def _restarts_in_window(self) -> int:
         if self._intensity_scope is IntensityScope.SUPERVISOR:

@@ -64,7 +64,7 @@ class SupervisorActor(Actor[Any]):
                 ctx.done()
 
     def subtree(self) -> SupervisorSnapshot | None:
-        return None if self._supervisor is None else self._supervisor.snapshot()
+        return None if self._supervisor is None else self._supervisor.statistics()
 
 
 def supervisor_spec(

@@ -375,8 +375,8 @@ async def test_cuts_and_errors_are_recovered_by_client_retries() -> None:
                     "PutRecords", {"StreamName": "bench", "Records": _records(5, f"cut{index}")}
                 )
                 assert answer["FailedRecordCount"] == 0
-            assert kinesis.stats.transport_errors > 0
-            assert kinesis.stats.throttled > 0
+            assert kinesis.statistics().transport_errors > 0
+            assert kinesis.statistics().throttled > 0
         counts = server.stats()["faults"]
         assert counts["cut"] > 0 and counts["cut_after"] > 0 and counts["error"] > 0
         # A cut after processing stored the records: the retry duplicates them, as for real.

@@ -107,7 +107,7 @@ async def test_a_client_signs_with_the_credentials_sts_issued_for_the_role(
     issued = local_sts.issued(role_arn)
     assert len(issued) == 1 and issued[0].startswith("ASIA")
     assert len(signed_by.keys) >= 4 and set(signed_by.keys) == set(issued)
-    assert assumed.stats.assumed == 1 and assumed.stats.waited == 1
+    assert assumed.statistics().assumed == 1 and assumed.statistics().waited == 1
 
 
 async def test_a_lease_group_signs_its_table_calls_with_the_consumers_role(
@@ -169,7 +169,7 @@ async def test_access_denied_by_sts_fails_the_open_at_once_naming_the_role(
     # Refused once, and not asked again: neither botocore's STS client nor ours retried.
     assert [call.status for call in local_sts.calls(role_arn)] == [403]
     assert signed_by.keys == []  # nothing reached Kinesis
-    assert denied.stats.failures == 1 and denied.stats.assumed == 0
+    assert denied.statistics().failures == 1 and denied.statistics().assumed == 0
 
 
 async def test_a_call_that_needs_credentials_sts_refuses_fails_at_once(
@@ -186,7 +186,7 @@ async def test_a_call_that_needs_credentials_sts_refuses_fails_at_once(
     )
     with pytest.raises(errors.AssumeRoleError):
         await client.__aenter__()
-    assert client.stats.retries == 0 and client.stats.attempts == 0
+    assert client.statistics().retries == 0 and client.statistics().attempts == 0
     assert len(local_sts.calls(role_arn)) == 2
 
 
@@ -206,7 +206,7 @@ async def test_credentials_are_renewed_ahead_of_expiry_on_a_long_read_without_a_
     async with KinesisClient(
         local_kinesis.region, endpoint_url=proxy.endpoint_url, credentials=assumed
     ) as client:
-        first = assumed.stats.expires_at
+        first = assumed.statistics().expires_at
         await client.create_stream(stream_name, 1)
         async with (
             Consumer(client, stream_name, config) as consumer,
@@ -224,7 +224,7 @@ async def test_credentials_are_renewed_ahead_of_expiry_on_a_long_read_without_a_
         assert renewed
         await client.call("ListShards", {"StreamName": stream_name})
 
-    stats = assumed.stats
+    stats = assumed.statistics()
     assert stats.refreshed_ahead >= 1 and stats.assumed >= 2
     # Only the open waited for credentials: every later request signed with those in hand.
     assert stats.waited == 1 and stats.failures == 0
@@ -242,7 +242,7 @@ def test_threads_signing_at_once_in_the_refresh_window_share_one_sts_call(
     now[0] = 1e9  # any clock: the role's decisions follow it, STS's expiry is read once
     assert assumed.refresh_needed()
     first = assumed.get_frozen_credentials()
-    expires = assumed.stats.expires_at
+    expires = assumed.statistics().expires_at
     assert expires is not None
     now[0] = expires - 600  # inside the 900 s margin, outside its last third (300 s)
     assert not assumed.refresh_needed()
@@ -264,10 +264,10 @@ def test_threads_signing_at_once_in_the_refresh_window_share_one_sts_call(
     assert renewed != first
     # Nobody waited (only the first fetch did): each got the credentials in hand, the old
     # ones or, if it came after the background refresh, the new ones.
-    assert assumed.stats.waited == 1
+    assert assumed.statistics().waited == 1
     assert len(seen) == 8 and set(seen) <= {first, renewed} and first in seen
     assert len(local_sts.calls(role_arn)) == 2  # one refresh for the eight
-    assert assumed.stats.refreshed_ahead == 1
+    assert assumed.statistics().refreshed_ahead == 1
 
 
 def _join_refresh(role_arn: str) -> None:
@@ -288,14 +288,14 @@ def test_sts_failing_in_the_background_keeps_the_credentials_in_hand_and_backs_o
             clock=lambda: now[0],
         )
         first = assumed.get_frozen_credentials()
-        expires = assumed.stats.expires_at
+        expires = assumed.statistics().expires_at
         assert expires is not None
         sts_proxy.decide = lambda request: Cut()  # STS unreachable from here on
         now[0] = expires - 600  # inside the margin: renewed in the background
 
         assert assumed.get_frozen_credentials() == first  # no wait, the current ones
         _join_refresh(role_arn)
-        assert assumed.stats.failures == 1 and assumed.stats.assumed == 1
+        assert assumed.statistics().failures == 1 and assumed.statistics().assumed == 1
         cut = sts_proxy.stats.faults["cut"]  # botocore's attempts of that one refresh
         warned = [r.getMessage() for r in caplog.records if r.name == "kinesis_actors.client"]
         assert any(role_arn in line and "ahead of expiry failed" in line for line in warned)
@@ -310,7 +310,7 @@ def test_sts_failing_in_the_background_keeps_the_credentials_in_hand_and_backs_o
         assert assumed.get_frozen_credentials() == first  # starts the next attempt
         _join_refresh(role_arn)
         assert assumed.get_frozen_credentials() != first
-        assert assumed.stats.refreshed_ahead == 1 and assumed.stats.waited == 1
+        assert assumed.statistics().refreshed_ahead == 1 and assumed.statistics().waited == 1
 
 
 def test_bad_role_settings_fail_at_construction_naming_them() -> None:
@@ -346,7 +346,7 @@ def test_no_secret_of_the_role_in_a_repr_a_log_line_or_an_error(
     denied = role(local_sts, role_arn, credentials=local_sts.denied, external_id="ext-secret-0042")
     with pytest.raises(errors.AssumeRoleError) as raised:
         denied.get_frozen_credentials()
-    texts = [repr(assumed), repr(denied), repr(assumed.stats), str(raised.value)]
+    texts = [repr(assumed), repr(denied), repr(assumed.statistics()), str(raised.value)]
     texts += [repr(raised.value)]
     texts += [
         logging.Formatter("%(name)s %(message)s").format(r)

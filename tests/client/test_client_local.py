@@ -164,7 +164,7 @@ async def test_subscribe_to_shard_streams_records_over_http2(
                 if len(received) >= 5:
                     break
     assert received == [b"before-0", b"before-1", b"before-2", b"after-0", b"after-1"]
-    assert client.stats.subscriptions == 1
+    assert client.statistics().subscriptions == 1
 
 
 async def test_unknown_stream_is_a_typed_error(client: KinesisClient) -> None:
@@ -172,7 +172,7 @@ async def test_unknown_stream_is_a_typed_error(client: KinesisClient) -> None:
         await client.call("ListShards", {"StreamName": "no-such-stream"})
     assert caught.value.code == "ResourceNotFoundException"
     assert caught.value.operation == "ListShards"
-    assert client.stats.retries == 0  # a missing stream is not worth a retry
+    assert client.statistics().retries == 0  # a missing stream is not worth a retry
 
 
 async def test_invalid_argument_is_a_typed_error(client: KinesisClient, stream_name: str) -> None:
@@ -190,10 +190,10 @@ async def test_invalid_argument_is_a_typed_error(client: KinesisClient, stream_n
         )
     assert caught.value.code == "InvalidArgumentException"
     # Malformed for the model: rejected before it leaves the process.
-    attempts = client.stats.attempts
+    attempts = client.statistics().attempts
     with pytest.raises(errors.ValidationError, match="ShardCount"):
         await client.call("CreateStream", {"StreamName": "x", "ShardCount": "two"})
-    assert client.stats.attempts == attempts
+    assert client.statistics().attempts == attempts
 
 
 async def test_plain_http_endpoint_works_too(local_kinesis: LocalKinesis) -> None:
@@ -258,7 +258,7 @@ async def test_closing_a_subscription_early_leaves_the_next_one_healthy(
                 async for event in subscription:
                     assert event["Records"]
                     break  # abandon the stream with data still in flight
-    assert client.stats.subscriptions == 2
+    assert client.statistics().subscriptions == 2
 
 
 async def test_large_responses_arrive_whole(client: KinesisClient, stream_name: str) -> None:
@@ -299,9 +299,9 @@ async def test_stats_is_a_frozen_snapshot_that_later_calls_do_not_change(
     client: KinesisClient, stream_name: str
 ) -> None:
     await client.create_stream(stream_name, 1)
-    before = client.stats
+    before = client.statistics()
     await client.call("DescribeStreamSummary", {"StreamName": stream_name})
-    after = client.stats
+    after = client.statistics()
     assert after.calls == before.calls + 1
     assert after.attempts >= before.attempts + 1
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -78,10 +78,10 @@ async def test_conditional_writes_take_a_lease_once_and_fail_typed_after(
     taken = await dynamodb.call("UpdateItem", _take(lease_table_name, "shard-0", 1, "worker-b"))
     assert taken["Attributes"]["leaseCounter"] == {"N": "2"}
     assert taken["Attributes"]["leaseOwner"] == {"S": "worker-b"}
-    before = dynamodb.stats.attempts
+    before = dynamodb.statistics().attempts
     with pytest.raises(errors.ConditionalCheckFailedError) as caught:
         await dynamodb.call("UpdateItem", _take(lease_table_name, "shard-0", 1, "worker-c"))
-    assert dynamodb.stats.attempts == before + 1  # an answer, not retried
+    assert dynamodb.statistics().attempts == before + 1  # an answer, not retried
     assert caught.value.retried is False
     stored = await dynamodb.call(
         "GetItem",
@@ -110,11 +110,11 @@ async def test_scan_reads_every_item_across_pages(
     keys = {f"shardId-{index:012d}" for index in range(23)}
     for key in keys:
         await dynamodb.call("PutItem", {"TableName": lease_table_name, "Item": _lease(key)})
-    calls = dynamodb.stats.calls
+    calls = dynamodb.statistics().calls
     items = [item async for item in dynamodb.scan({"TableName": lease_table_name, "Limit": 5})]
     assert {item["leaseKey"]["S"] for item in items} == keys
     assert len(items) == len(keys)
-    assert dynamodb.stats.calls - calls >= 5  # 23 items in pages of 5
+    assert dynamodb.statistics().calls - calls >= 5  # 23 items in pages of 5
 
 
 async def test_a_missing_table_and_a_bad_request_are_typed(
@@ -169,12 +169,12 @@ async def test_throttling_is_retried_then_raised_typed(
         await ddb.create_table(_table(lease_table_name))
         dynamodb_proxy.decide = _first(2, Reply.error(code))
         await ddb.call("PutItem", {"TableName": lease_table_name, "Item": _lease("a")})
-        assert ddb.stats.throttled == 2
+        assert ddb.statistics().throttled == 2
         dynamodb_proxy.decide = _first(99, Reply.error(code))
         with pytest.raises(errors.ThrottlingError) as caught:
             await ddb.call("PutItem", {"TableName": lease_table_name, "Item": _lease("b")})
     assert caught.value.code == code
-    assert ddb.stats.retries == 2 + FAST.max_retries
+    assert ddb.statistics().retries == 2 + FAST.max_retries
 
 
 async def test_a_condition_failing_on_a_retry_says_the_first_write_may_have_landed(
@@ -195,7 +195,7 @@ async def test_a_condition_failing_on_a_retry_says_the_first_write_may_have_land
                 },
             )
         assert caught.value.retried is True
-        assert ddb.stats.malformed_replies == 1
+        assert ddb.statistics().malformed_replies == 1
         stored = await ddb.call(
             "GetItem", {"TableName": lease_table_name, "Key": {"leaseKey": {"S": "a"}}}
         )
@@ -209,5 +209,5 @@ async def test_a_dropped_connection_is_retried(
         await ddb.create_table(_table(lease_table_name))
         dynamodb_proxy.decide = _first(2, Cut())
         await ddb.call("PutItem", {"TableName": lease_table_name, "Item": _lease("a")})
-        assert ddb.stats.transport_errors == 2
+        assert ddb.statistics().transport_errors == 2
     assert dynamodb_proxy.stats.faults == {"cut": 2}

@@ -42,8 +42,8 @@ async def test_a_connection_dropped_mid_request_is_retried(
     assert "StreamNames" in result
     assert proxy.stats.faults == {"cut": 2}
     assert proxy.stats.forwarded == 1
-    assert kinesis.stats.retries == 2
-    assert kinesis.stats.transport_errors == 2
+    assert kinesis.statistics().retries == 2
+    assert kinesis.statistics().transport_errors == 2
 
 
 async def test_throttling_is_retried_then_surfaces_as_throttling_error(
@@ -55,7 +55,7 @@ async def test_throttling_is_retried_then_surfaces_as_throttling_error(
             await kinesis.call("ListStreams", {})
     assert caught.value.code == "ProvisionedThroughputExceededException"
     assert proxy.stats.requests == FAST.max_retries + 1
-    assert kinesis.stats.throttled == FAST.max_retries + 1
+    assert kinesis.statistics().throttled == FAST.max_retries + 1
 
 
 async def test_throttling_that_clears_succeeds(
@@ -64,14 +64,14 @@ async def test_throttling_that_clears_succeeds(
     proxy.decide = _first(2, Reply.error("LimitExceededException"))  # type: ignore[assignment]
     async with _client(proxy, local_kinesis) as kinesis:
         await kinesis.call("ListStreams", {})
-    assert kinesis.stats.retries == 2
+    assert kinesis.statistics().retries == 2
 
 
 async def test_a_server_error_is_retried(proxy: FaultProxy, local_kinesis: LocalKinesis) -> None:
     proxy.decide = _first(1, Reply(503, b"unavailable", "text/plain"))  # type: ignore[assignment]
     async with _client(proxy, local_kinesis) as kinesis:
         await kinesis.call("ListStreams", {})
-    assert kinesis.stats.retries == 1
+    assert kinesis.statistics().retries == 1
 
 
 async def test_a_fatal_error_is_not_retried(proxy: FaultProxy, local_kinesis: LocalKinesis) -> None:
@@ -80,7 +80,7 @@ async def test_a_fatal_error_is_not_retried(proxy: FaultProxy, local_kinesis: Lo
         with pytest.raises(errors.AccessDeniedError):
             await kinesis.call("ListStreams", {})
     assert proxy.stats.requests == 1
-    assert kinesis.stats.retries == 0
+    assert kinesis.statistics().retries == 0
 
 
 async def test_a_refused_connection_is_a_transport_error_after_retries(
@@ -97,4 +97,4 @@ async def test_a_refused_connection_is_a_transport_error_after_retries(
         # Never reached: the retries end in EndpointUnreachableError, a TransportError.
         with pytest.raises(errors.EndpointUnreachableError, match="connection refused"):
             await kinesis.call("ListStreams", {})
-    assert kinesis.stats.attempts == FAST.max_retries + 1
+    assert kinesis.statistics().attempts == FAST.max_retries + 1

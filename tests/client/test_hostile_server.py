@@ -195,12 +195,15 @@ async def test_a_garbled_reply_is_retried_and_the_same_reply_forever_is_typed(
         world = await _world(kinesis, stream_name)
         for kind in _kinds(operation):
             # Once: retried, and the call returns the server's real answer.
-            malformed, retries = kinesis.stats.malformed_replies, kinesis.stats.retries
+            malformed, retries = (
+                kinesis.statistics().malformed_replies,
+                kinesis.statistics().retries,
+            )
             inject.set(operation, garbled(kind), 1)
             await scenario(world)
             assert inject.times == 0, kind  # the fault was met
-            assert kinesis.stats.malformed_replies == malformed + 1, kind
-            assert kinesis.stats.retries == retries + 1, kind
+            assert kinesis.statistics().malformed_replies == malformed + 1, kind
+            assert kinesis.statistics().retries == retries + 1, kind
 
             # For ever: a typed error naming the operation, after every attempt, bounded.
             requests = proxy.stats.by_target.get(operation, 0)

@@ -45,8 +45,8 @@ async def test_a_certificate_that_fails_verification_fails_at_once(
             await kinesis.call(operation, {"StreamName": "any"})
         elapsed = time.monotonic() - started
     assert elapsed < PERMANENT_BOUND
-    assert kinesis.stats.attempts == 1
-    assert kinesis.stats.retries == 0
+    assert kinesis.statistics().attempts == 1
+    assert kinesis.statistics().retries == 0
     assert caught.value.operation == operation
     # The ssl module's words stay in the message: the CLI looks for them to suggest --no-verify.
     assert "CERTIFICATE_VERIFY_FAILED" in str(caught.value)
@@ -67,7 +67,7 @@ async def test_a_subscription_s_certificate_fails_at_once_too(
                 pass
         elapsed = time.monotonic() - started
     assert elapsed < PERMANENT_BOUND
-    assert kinesis.stats.attempts == 1
+    assert kinesis.statistics().attempts == 1
 
 
 @pytest.mark.parametrize(
@@ -105,7 +105,7 @@ async def test_denied_unsigned_or_invalid_fails_at_once_with_the_cause(
     assert caught.value.code == code
     assert f"injected {code}" in str(caught.value)
     assert proxy.stats.requests == 1
-    assert kinesis.stats.retries == 0
+    assert kinesis.statistics().retries == 0
     assert elapsed < PERMANENT_BOUND
 
 
@@ -143,7 +143,7 @@ async def test_put_records_with_max_retries_zero_is_one_attempt_typed(
     assert type(caught.value) is expected
     assert caught.value.operation == "PutRecords"
     assert proxy.stats.by_target["PutRecords"] == 1
-    assert kinesis.stats.retries == 0
+    assert kinesis.statistics().retries == 0
 
 
 def _one_result_fewer(body: bytes) -> bytes:
@@ -199,4 +199,4 @@ async def test_a_put_records_reply_that_does_not_match_is_malformed_not_resent(
         written = await kinesis.call("GetRecords", {"ShardIterator": iterator["ShardIterator"]})
     assert len(written["Records"]) == 3  # written once: an unknown outcome, not a failure
     assert proxy.stats.by_target["PutRecords"] == 1
-    assert kinesis.stats.malformed_replies == 1
+    assert kinesis.statistics().malformed_replies == 1

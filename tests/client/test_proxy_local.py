@@ -111,7 +111,7 @@ async def test_a_subscription_is_a_tunnel_of_its_own_with_tls_and_http2_inside(
                     if len(received) >= 3:
                         break
     assert received == [b"efo-0", b"efo-1", b"efo-2"]
-    assert client.stats.subscriptions == 1
+    assert client.statistics().subscriptions == 1
 
 
 async def test_a_stopped_proxy_is_named_in_a_typed_error(
@@ -128,7 +128,7 @@ async def test_a_stopped_proxy_is_named_in_a_typed_error(
         assert not isinstance(caught.value, errors.CertificateError)
         assert behind_proxy.address in str(caught.value)
     assert "cannot be reached" in str(stream.value)
-    assert client.stats.transport_errors == 2
+    assert client.statistics().transport_errors == 2
 
 
 async def test_no_proxy_for_the_endpoint_host_goes_direct(

@@ -203,7 +203,7 @@ async def test_a_garbled_event_surfaces_typed_after_the_good_ones(
             received.append(event)
     assert len(received) == 2  # the events before the bad one are delivered
     assert caught.value.operation == "SubscribeToShard"
-    assert counters.snapshot().malformed_replies == 1
+    assert counters.statistics().malformed_replies == 1
 
 
 def _poison_second_record(body: bytes) -> bytes:
@@ -265,7 +265,7 @@ async def test_a_poison_record_is_retried_then_surfaces_with_the_good_ones(
     assert caught.value.reply is not None
     kept: Any = caught.value.reply["Records"]
     assert [record["Data"] for record in kept] == [b"r0", b"r2"]
-    assert kinesis.stats.malformed_replies == 1 + fast.max_retries + 1
+    assert kinesis.statistics().malformed_replies == 1 + fast.max_retries + 1
 
 
 async def _drain(stream: bytes, codec: ProtocolCodec) -> tuple[int, ClientStats, Exception | None]:
@@ -276,8 +276,8 @@ async def _drain(stream: bytes, codec: ProtocolCodec) -> tuple[int, ClientStats,
         async for _ in subscription:
             received += 1
     except errors.KinesisError as exc:
-        return received, counters.snapshot(), exc
-    return received, counters.snapshot(), None
+        return received, counters.statistics(), exc
+    return received, counters.statistics(), None
 
 
 def _flip(data: bytes, at: int) -> bytes:

@@ -56,7 +56,7 @@ async def test_no_secret_in_any_repr_log_line_or_error(
         config=_ONE_RETRY,
     ) as client:
         texts += [repr(client), str(client), repr(client.config), repr(client.proxy)]
-        texts += [repr(client._signer), str(client.stats)]
+        texts += [repr(client._signer), str(client.statistics())]
         await client.create_stream(stream_name, 1)
         async with Producer(client, stream_name, ProducerConfig(linger=0.01)) as producer:
             await producer.put(b"x", "k")

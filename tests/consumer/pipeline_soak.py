@@ -300,7 +300,7 @@ async def run_soak(
         report.faults = dict(proxy.stats.faults)
     report.misplaced_records = metrics.misplaced_records
     report.aggregation = round(metrics.records_per_kinesis_record, 2)
-    report.efo_fallbacks = sum(s["fallbacks"] for s in efo_metrics["shards"].values())
+    report.efo_fallbacks = sum(s.fallbacks for s in efo_metrics.shards.values())
     report.splits, report.merges = resharder.splits, resharder.merges
     report.worker_deaths = workers.deaths
     report.spark_kills, report.spark_runs = spark.kills, spark.runs

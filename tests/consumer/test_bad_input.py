@@ -39,11 +39,11 @@ async def test_one_unknown_stream_among_known_ones_fails_at_open(
 async def test_efo_mode_needs_an_https_endpoint(
     plain_client: KinesisClient, stream_name: str
 ) -> None:
-    calls = plain_client.stats.calls
+    calls = plain_client.statistics().calls
     with pytest.raises(errors.ConfigError, match="https"):
         async with Consumer(plain_client, stream_name, ConsumerConfig(mode="efo")):
             pass
-    assert plain_client.stats.calls == calls  # refused before any network call
+    assert plain_client.statistics().calls == calls  # refused before any network call
 
 
 def test_a_timestamp_in_the_future_is_refused() -> None:
@@ -116,10 +116,10 @@ GOOD_SHARD = {"sequence_number": "4959033827149025660855969253836157109592157598
 async def test_bad_positions_are_config_errors_before_any_call(
     plain_client: KinesisClient, positions: dict[str, Any], message: str
 ) -> None:
-    calls = plain_client.stats.calls
+    calls = plain_client.statistics().calls
     with pytest.raises(errors.ConfigError, match=message):
         Consumer(plain_client, "s", ConsumerConfig(positions=positions))
-    assert plain_client.stats.calls == calls
+    assert plain_client.statistics().calls == calls
 
 
 @pytest.mark.parametrize("streams", [[], "", ["a", "a"], [1], None])
@@ -137,10 +137,10 @@ def test_the_client_must_be_a_client() -> None:
 async def test_stream_names_follow_the_service_rule_before_any_call(
     plain_client: KinesisClient, name: str
 ) -> None:
-    calls = plain_client.stats.calls
+    calls = plain_client.statistics().calls
     with pytest.raises(errors.ConfigError, match="stream name"):
         Consumer(plain_client, name)
-    assert plain_client.stats.calls == calls
+    assert plain_client.statistics().calls == calls
 
 
 async def test_a_200_digit_sequence_number_is_a_config_error_before_any_call(
@@ -148,10 +148,10 @@ async def test_a_200_digit_sequence_number_is_a_config_error_before_any_call(
 ) -> None:
     """before, the server rejected it 6 times, then RestartIntensityExceeded."""
     positions = {"version": 1, "streams": {"s": {"shardId-0": {"sequence_number": "1" * 200}}}}
-    calls = plain_client.stats.calls
+    calls = plain_client.statistics().calls
     with pytest.raises(errors.ConfigError, match=r"positions.*sequence_number"):
         Consumer(plain_client, "s", ConsumerConfig(positions=positions))
-    assert plain_client.stats.calls == calls
+    assert plain_client.statistics().calls == calls
 
 
 @pytest.mark.parametrize(

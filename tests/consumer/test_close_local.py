@@ -66,7 +66,7 @@ async def test_closing_sixteen_efo_shards_takes_about_as_long_as_one(
     # One at a time: about 16 s. Concurrently: about 1 s (the server's next event), plus the
     # clean close's deregistration.
     assert elapsed < 4.0, f"closing {SHARDS} EFO shards took {elapsed:.1f} s"
-    assert all(shard["subscriptions"] >= 1 for shard in consumer.metrics["shards"].values()), (
+    assert all(shard.subscriptions >= 1 for shard in consumer.statistics().shards.values()), (
         "every shard had a subscription to close"
     )
 

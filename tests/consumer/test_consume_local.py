@@ -103,7 +103,7 @@ async def test_20k_plain_and_aggregated_records_exactly_once_in_order(
                 consumer.commit(batch)
                 if len(seen) >= PLAIN + AGGREGATED:
                     break
-        metrics = consumer.metrics
+        metrics = consumer.statistics()
     assert len(seen) == PLAIN + AGGREGATED
     counts = by_data(seen)
     assert set(counts.values()) == {1}
@@ -122,10 +122,10 @@ async def test_20k_plain_and_aggregated_records_exactly_once_in_order(
     assert len(subs) == aggregates
     for numbers in subs.values():
         assert numbers == list(range(len(numbers)))
-    shards = metrics["shards"].values()
-    assert sum(shard["user_records"] for shard in shards) == PLAIN + AGGREGATED
-    assert sum(shard["records"] for shard in shards) == PLAIN + len(subs)
-    assert sum(shard["aggregated_records"] for shard in shards) == len(subs)
+    shards = metrics.shards.values()
+    assert sum(shard.user_records for shard in shards) == PLAIN + AGGREGATED
+    assert sum(shard.records for shard in shards) == PLAIN + len(subs)
+    assert sum(shard.aggregated_records for shard in shards) == len(subs)
 
 
 async def test_restart_in_the_middle_of_an_aggregate_resumes_exactly(
@@ -209,17 +209,17 @@ async def test_two_workers_split_the_shards_without_overlap_or_gap(
                 per_worker[index].extend(rows(batch))
                 if sum(len(seen) for seen in per_worker) >= total:
                     all_seen.set()
-            shard_sets[index] = set(consumer.metrics["shards"])
+            shard_sets[index] = set(consumer.statistics().shards)
 
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:
             tg.start_soon(worker, 0)
             tg.start_soon(worker, 1)
     assert shard_sets[0].isdisjoint(shard_sets[1])
-    assert shard_sets[0] | shard_sets[1] == {f"{stream_name}/shardId-{i:012d}" for i in range(6)}
+    assert shard_sets[0] | shard_sets[1] == {(stream_name, f"shardId-{i:012d}") for i in range(6)}
     for index in (0, 1):
         assert shard_sets[index] == {
-            f"{stream_name}/shardId-{i:012d}"
+            (stream_name, f"shardId-{i:012d}")
             for i in range(6)
             if owner(stream_name, f"shardId-{i:012d}", 2) == index
         }
@@ -227,7 +227,7 @@ async def test_two_workers_split_the_shards_without_overlap_or_gap(
     assert set(by_data(union).values()) == {1}
     assert len(union) == total
     for index in (0, 1):
-        assert {f"{stream_name}/{row.shard_id}" for row in per_worker[index]} <= shard_sets[index]
+        assert {(stream_name, row.shard_id) for row in per_worker[index]} <= shard_sets[index]
 
 
 async def test_several_streams_in_one_consumer(

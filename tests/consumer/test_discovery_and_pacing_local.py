@@ -66,11 +66,11 @@ async def test_discovery_pages_through_list_shards(
         idle_backoff_max=0.1,
     )
     async with Consumer(plain_client, stream_name, config) as consumer:
-        assert consumer.metrics["list_shards_calls"] == 3  # pages of 2, 2 and 1
-        assert consumer.metrics["discoveries"] == 1
+        assert consumer.statistics().list_shards_calls == 3  # pages of 2, 2 and 1
+        assert consumer.statistics().discoveries == 1
         with anyio.fail_after(30):
             seen = await consume(consumer, 100)
-        assert len(consumer.metrics["shards"]) == 5
+        assert len(consumer.statistics().shards) == 5
     assert sorted(row.data for row in seen) == sorted(b"%d" % i for i in range(100))
 
 
@@ -97,13 +97,13 @@ async def test_an_idle_shard_is_polled_with_growing_pauses(
         async with Consumer(client, stream_name, config) as consumer:
             with anyio.fail_after(30):
                 await client.reached.wait()
-            metrics = consumer.metrics["shards"][f"{stream_name}/shardId-000000000000"]
+            metrics = consumer.statistics().shards[(stream_name, "shardId-000000000000")]
         started = client.get_records_started[:6]
     gaps = [later - earlier for earlier, later in itertools.pairwise(started)]
     expected = [0.2, 0.4, 0.8, 0.8, 0.8]
     for gap, minimum in zip(gaps, expected, strict=True):
         assert gap >= minimum * 0.8 * 0.95, (gaps, expected)
-    assert metrics["empty_reads"] == metrics["reads"] >= 5
+    assert metrics.empty_reads == metrics.reads >= 5
     # Over the window, far fewer calls than the 5/s the service would allow.
     assert len(started) - 1 <= (started[-1] - started[0]) * 5
 
@@ -151,11 +151,11 @@ async def test_throttles_and_expired_iterators_lose_and_repeat_nothing(
         async with Consumer(client, stream_name, config) as consumer:
             with anyio.fail_after(30):
                 seen = await consume(consumer, 100)
-            metrics = consumer.metrics["shards"][f"{stream_name}/shardId-000000000000"]
+            metrics = consumer.statistics().shards[(stream_name, "shardId-000000000000")]
     assert [row.data for row in seen] == [b"r%03d" % i for i in range(100)]
-    assert metrics["throttles"] == 2
-    assert metrics["expired_iterators"] == 1
-    assert metrics["iterators"] == 2  # the first, and the renewal after the expiry
+    assert metrics.throttles == 2
+    assert metrics.expired_iterators == 1
+    assert metrics.iterators == 2  # the first, and the renewal after the expiry
 
 
 async def test_a_reader_that_keeps_failing_ends_iteration_with_the_reason(

@@ -113,14 +113,14 @@ async def test_faults_resubscribe_from_the_right_position(
             while len(seen) < 2 * rounds:
                 batch = await consumer.__anext__()
                 seen.extend(rows(batch))
-        metrics = consumer.metrics["shards"][f"{stream_name}/shardId-000000000000"]
+        metrics = consumer.statistics().shards[(stream_name, "shardId-000000000000")]
     assert len(seen) == 2 * rounds
     assert set(by_data(seen).values()) == {1}
     assert_in_shard_order(seen)
-    causes = metrics["resubscriptions"]
+    causes = metrics.resubscriptions
     assert causes["error"] >= 2 and causes["watchdog"] >= 1, causes
     assert causes["resource_in_use"] >= 1, causes
-    assert metrics["events"] >= metrics["batches"]
+    assert metrics.events >= metrics.batches
     # Every resubscription starts right after the last continuation the reader had.
     assert faults.positions[0] == {"Type": "TRIM_HORIZON"}
     assert all(p["Type"] == "AFTER_SEQUENCE_NUMBER" for p in faults.positions[1:])
@@ -280,11 +280,11 @@ async def test_a_stalled_shard_does_not_hold_back_the_others(
             await anyio.sleep(tick)
         writing_done.set()
 
-    def renewed(consumer: Consumer, before: dict[str, Any]) -> list[int]:
-        now = consumer.metrics["shards"]
+    def renewed(consumer: Consumer, before: Mapping[tuple[str, str], Any]) -> list[int]:
+        now = consumer.statistics().shards
         return [
-            now[f"{stream_name}/{shard}"]["resubscriptions"].get("renewal", 0)
-            - before[f"{stream_name}/{shard}"]["resubscriptions"].get("renewal", 0)
+            now[(stream_name, shard)].resubscriptions.get("renewal", 0)
+            - before[(stream_name, shard)].resubscriptions.get("renewal", 0)
             for shard in others
         ]
 
@@ -296,7 +296,7 @@ async def test_a_stalled_shard_does_not_hold_back_the_others(
     config = efo(prefetch_batches=prefetch, efo_subscription_lifetime=lifetime)
     samples: list[int] = []
     async with Consumer(client, stream_name, config) as consumer:
-        key = f"{stream_name}/{blocked}"
+        key = (stream_name, blocked)
         with anyio.fail_after(60):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(consumer.run, handler)
@@ -304,12 +304,12 @@ async def test_a_stalled_shard_does_not_hold_back_the_others(
                 await blocked_entered.wait()
                 # Let every other shard's first subscription deliver before the window opens.
                 while not all(got[s] for s in others) or (
-                    consumer.metrics["shards"][key]["buffer_depth"] < prefetch
+                    consumer.statistics().shards[key].buffer_depth < prefetch
                 ):
                     await anyio.sleep(0.05)
                 window_opens.set()
                 await writer_switched.wait()
-                before = consumer.metrics["shards"]
+                before = consumer.statistics().shards
                 start = clock()
                 tracemalloc.start()
                 try:
@@ -328,17 +328,17 @@ async def test_a_stalled_shard_does_not_hold_back_the_others(
                                 f"{settled_so_far(start, clock() - grace)} (need "
                                 f"{min_settled}); the machine is too loaded for this test"
                             )
-                        samples.append(consumer.metrics["buffered_batches"])
+                        samples.append(consumer.statistics().buffered_batches)
                         await anyio.sleep(0.1)
                     heap_peak = tracemalloc.get_traced_memory()[1]
                 finally:
                     tracemalloc.stop()
                 end = clock()
-                during = consumer.metrics["shards"]
+                during = consumer.statistics().shards
                 release.set()
                 await all_done.wait()
                 consumer.stop()
-        final = consumer.metrics["shards"][key]
+        final = consumer.statistics().shards[key]
     rounds = len(written_at)
     window = [r for r, at in enumerate(written_at) if start <= at < end]
     settled = [r for r in window if written_at[r] < end - grace]
@@ -362,21 +362,21 @@ async def test_a_stalled_shard_does_not_hold_back_the_others(
         f"stalled bytes {stalled_bytes}, buffered max {max(samples)}"
     )
     renewals = {
-        shard: during[f"{stream_name}/{shard}"]["resubscriptions"].get("renewal", 0)
-        - before[f"{stream_name}/{shard}"]["resubscriptions"].get("renewal", 0)
+        shard: during[(stream_name, shard)].resubscriptions.get("renewal", 0)
+        - before[(stream_name, shard)].resubscriptions.get("renewal", 0)
         for shard in others
     }
     assert all(count >= 2 for count in renewals.values()), renewals
     stalled_before, stalled_during = before[key], during[key]
-    assert stalled_during["buffer_depth"] == prefetch
-    assert stalled_during["batches"] == 1 + prefetch
-    assert stalled_during["events"] == stalled_before["events"]  # not one event read
-    assert stalled_during["backpressured_seconds"] >= stall - 1
+    assert stalled_during.buffer_depth == prefetch
+    assert stalled_during.batches == 1 + prefetch
+    assert stalled_during.events == stalled_before.events  # not one event read
+    assert stalled_during.backpressured_seconds >= stall - 1
     assert max(samples) <= shards * prefetch
     # The blocked shard's unread records (stalled_bytes, ~1 MiB) would cost about 3 heap bytes
     # per byte if buffered (base64 text, decoded bytes, Arrow), more than the bound.
     assert heap_peak <= bound < 3 * stalled_bytes, (heap_peak, bound, stalled_bytes)
-    assert final["events"] > stalled_during["events"]
+    assert final.events > stalled_during.events
     for shard in keys:
         assert got[shard] == list(range(rounds)), shard
 
@@ -398,12 +398,12 @@ async def test_a_split_parent_ends_with_its_children_and_is_never_resubscribed(
                 consumer.commit(batch)
                 if len(seen) >= total:
                     break
-        metrics = consumer.metrics["shards"]
+        metrics = consumer.statistics().shards
         positions = consumer.positions()["streams"][stream_name]
     check_per_key_order(seen)
     for parent in ("shardId-000000000000", "shardId-000000000001", "shardId-000000000002"):
         assert positions[parent] == {"finished": True}
-        shard = metrics[f"{stream_name}/{parent}"]
-        assert shard["state"] in ("ended", "finished")
-        assert shard["subscriptions"] == 1, shard
-        assert shard["resubscriptions"] == {}, shard
+        shard = metrics[(stream_name, parent)]
+        assert shard.state in ("ended", "finished")
+        assert shard.subscriptions == 1, shard
+        assert shard.resubscriptions == {}, shard

@@ -94,8 +94,8 @@ async def test_flink_34071_efo_into_a_throttled_sink_never_deadlocks(
                     for _ in range(20):  # 1 s of a stuck sink: the loop must stay alive
                         await anyio.sleep(0.05)
                         ticks += 1
-                        metrics = consumer.metrics
-                        assert metrics["buffered_batches"] <= shards * prefetch
+                        metrics = consumer.statistics()
+                        assert metrics.buffered_batches <= shards * prefetch
                         assert producer.metrics.outstanding_records <= queue_limit
                     assert ticks == 20 and handled == stuck_at < total
                     assert throttle.calls > calls_at  # the producer keeps retrying

@@ -40,10 +40,10 @@ async def test_a_connection_reset_resubscribes_only_the_shards_on_it(
                 raw.shutdown(socket.SHUT_RDWR)
                 await put_plain(client, stream_name, then)
                 seen += await consume(consumer, len(then))
-            metrics = consumer.metrics["shards"]
+            metrics = consumer.statistics().shards
     assert len(cut_streams) == 2
     assert sorted(by_data(seen)) == sorted(data for data, _ in first + then)
     assert set(by_data(seen).values()) == {1}
     assert_in_shard_order(seen)
-    errors = {key: m["resubscriptions"].get("error", 0) for key, m in metrics.items()}
+    errors = {key: m.resubscriptions.get("error", 0) for key, m in metrics.items()}
     assert sorted(errors.values()) == [0, 0, 1, 1], errors

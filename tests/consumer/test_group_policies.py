@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kinesis_actors import errors
-from kinesis_actors.consumer import ConsumerConfig, StartingPosition
+from kinesis_actors.consumer import ConsumerConfig, ConsumerStatistics, StartingPosition
 from kinesis_actors.consumer._group import (
     LeaseAssignment,
     default_worker_id,
@@ -142,20 +142,12 @@ def test_a_lease_event_is_one_machine_readable_attribute_of_a_log_record() -> No
 def test_every_lease_statistic_is_exported_and_latency_only_once_measured() -> None:
     names = [f.name for f in dataclasses.fields(LeaseStats) if f.name != "worker_id"]
     stats = LeaseStats("w", *range(1, len(names) + 1))
-    snapshot = {
-        "shards": {},
-        "leases": dataclasses.asdict(stats),
-        "discoveries": 0,
-        "list_shards_calls": 0,
-        "discovery_failures": 0,
-        "buffered_batches": 0,
-        "waiting_shards": [],
-    }
+    snapshot = ConsumerStatistics(leases=stats)
     points = {p.name: p.value for p in consumer_points(snapshot, {}) if ".leases." in p.name}
     assert sorted(points.values()) == list(range(1, len(names) + 1))
     documented = {spec.name for spec in INSTRUMENTS}
     assert set(points) <= documented
-    snapshot["leases"] = dataclasses.asdict(LeaseStats("w"))  # no renewal yet
+    snapshot = ConsumerStatistics(leases=LeaseStats("w"))  # no renewal yet
     names_now = {p.name for p in consumer_points(snapshot, {})}
     assert "kinesis_actors.consumer.leases.held" in names_now
     assert not any("latency" in name for name in names_now)

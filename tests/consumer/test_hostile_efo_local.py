@@ -86,11 +86,11 @@ async def test_efo_one_resource_not_found_on_subscribe_does_not_end_the_shard(
     async with Consumer(client, stream_name, efo()) as consumer:
         with anyio.fail_after(60):
             seen = await consume(consumer, len(expected))
-        positions, metrics = consumer.positions(), consumer.metrics
+        positions, metrics = consumer.positions(), consumer.statistics()
     assert sorted(row.data for row in seen) == expected
     check_positions(positions, stream_name, seen)
     assert refusing.refused == 1
-    assert sum(shard["not_found"] for shard in metrics["shards"].values()) == 1
+    assert sum(shard.not_found for shard in metrics.shards.values()) == 1
 
 
 async def test_efo_a_foreign_sequence_number_is_a_typed_error_naming_both(
@@ -144,24 +144,24 @@ async def test_a_shard_that_only_meets_resource_in_use_is_said_to_be_starved(
     await client.call("PutRecords", {"StreamName": stream_name, "Records": records})
     refusing = Refusing(client, errors.ResourceInUseError("injected"))
     monkeypatch.setattr(client, "subscribe_to_shard", refusing)
-    key = f"{stream_name}/shardId-000000000000"
+    key = (stream_name, "shardId-000000000000")
     with caplog.at_level(logging.WARNING, "kinesis_actors.consumer"):
         async with Consumer(client, stream_name, efo(efo_starvation_warning=1.0)) as consumer:
             with anyio.fail_after(30):
-                while consumer.metrics["shards"][key]["state"] != "starved":
+                while consumer.statistics().shards[key].state != "starved":
                     await anyio.sleep(0.05)
-            starved = consumer.metrics["shards"][key]
+            starved = consumer.statistics().shards[key]
             refusing.release()
             with anyio.fail_after(60):
                 seen = await consume(consumer, len(expected))
-            after = consumer.metrics["shards"][key]
-    assert starved["starvations"] == 1 and starved["events"] == 0
-    assert starved["resubscriptions"]["resource_in_use"] >= 2
+            after = consumer.statistics().shards[key]
+    assert starved.starvations == 1 and starved.events == 0
+    assert starved.resubscriptions["resource_in_use"] >= 2
     warning = next(r.getMessage() for r in caplog.records if "another reader" in r.getMessage())
     assert "shardId-000000000000" in warning
     assert consumer.consumer_arns[stream_name] in warning
     assert [row.data for row in seen] == expected
-    assert after["state"] == "reading" and after["starvations"] == 1
+    assert after.state == "reading" and after.starvations == 1
 
 
 class ResetAfterWaits:
@@ -245,12 +245,12 @@ async def test_a_reader_that_waited_on_resource_in_use_survives_the_next_reset(
                 await holding.aclose()  # ...and the shard is let go
                 with anyio.fail_after(60):
                     seen = await consume(consumer, len(expected))
-                metrics = consumer.metrics["shards"][f"{stream_name}/{shard}"]
+                metrics = consumer.statistics().shards[(stream_name, shard)]
                 [readers] = consumer.supervision
     assert [row.data for row in seen] == expected
     assert faults.in_use > limit and faults.resets == 1
-    assert metrics["resubscriptions"]["resource_in_use"] >= faults.in_use
-    assert metrics["resubscriptions"]["error"] == 1 and metrics["transient_errors"] == 1
+    assert metrics.resubscriptions["resource_in_use"] >= faults.in_use
+    assert metrics.resubscriptions["error"] == 1 and metrics.transient_errors == 1
     assert readers.child(f"{stream_name}:{shard}").restarts == 0
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
@@ -275,7 +275,7 @@ async def test_a_shard_held_after_a_reset_is_read_by_get_records_meanwhile(
     for name in _PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     shard = "shardId-000000000000"
-    key = f"{stream_name}/{shard}"
+    key = (stream_name, shard)
     with ConnectProxy() as proxy:
         monkeypatch.setenv("HTTPS_PROXY", proxy.url())
         async with KinesisClient(
@@ -293,7 +293,7 @@ async def test_a_shard_held_after_a_reset_is_read_by_get_records_meanwhile(
                 async with Consumer(client, stream_name, config) as consumer:
                     with anyio.fail_after(30):
                         seen = await consume(consumer, len(before))  # by its subscription
-                    subscribed = consumer.metrics["shards"][key]
+                    subscribed = consumer.statistics().shards[key]
                     reset_at = anyio.current_time()
                     assert proxy.reset() >= 1
                     await put_plain(client, stream_name, [(item, "k") for item in after])
@@ -303,7 +303,7 @@ async def test_a_shard_held_after_a_reset_is_read_by_get_records_meanwhile(
                         f"\nreset to every record read by GetRecords: "
                         f"{anyio.current_time() - reset_at:.1f}s"
                     )
-                    metrics = consumer.metrics["shards"][key]
+                    metrics = consumer.statistics().shards[key]
                     positions = consumer.positions()
     assert [row.data for row in seen] == before + after
     assert set(by_data(seen).values()) == {1}
@@ -312,13 +312,13 @@ async def test_a_shard_held_after_a_reset_is_read_by_get_records_meanwhile(
         "sequence_number": seen[-1].sequence_number,
         "sub_sequence_number": 0,
     }
-    assert subscribed["events"] >= 1 and subscribed["fallbacks"] == 0
+    assert subscribed.events >= 1 and subscribed.fallbacks == 0
     # Held all along: no event since the reset, every record after it read by GetRecords.
-    assert metrics["events"] == subscribed["events"]
-    assert metrics["state"] == "polling" and metrics["fallbacks"] == 1
-    assert metrics["fallback_reads"] >= 1 and metrics["fallback_seconds"] > 0
-    assert metrics["resubscriptions"]["error"] >= 1
-    assert metrics["resubscriptions"]["resource_in_use"] >= 1
+    assert metrics.events == subscribed.events
+    assert metrics.state == "polling" and metrics.fallbacks == 1
+    assert metrics.fallback_reads >= 1 and metrics.fallback_seconds > 0
+    assert metrics.resubscriptions["error"] >= 1
+    assert metrics.resubscriptions["resource_in_use"] >= 1
     warnings = [r.getMessage() for r in caplog.records if "reading by GetRecords" in r.getMessage()]
     assert len(warnings) == 1 and shard in warnings[0], warnings
 
@@ -334,7 +334,7 @@ async def test_a_held_shard_goes_back_to_its_subscription_once_one_is_accepted(
     order, across both ways."""
     await client.create_stream(stream_name, 1)
     shard = "shardId-000000000000"
-    key = f"{stream_name}/{shard}"
+    key = (stream_name, shard)
     users = [(b"u%02d" % i, f"k{i}") for i in range(30)]
     aggregates = aggregate_per_shard(users, await shard_map(client, stream_name), 10)
     await put_aggregated(client, stream_name, aggregates)
@@ -362,16 +362,16 @@ async def test_a_held_shard_goes_back_to_its_subscription_once_one_is_accepted(
         async with Consumer(client, stream_name, config) as consumer:
             with anyio.fail_after(30):
                 resumed = await consume(consumer, len(users) - 15)
-            polled = consumer.metrics["shards"][key]
+            polled = consumer.statistics().shards[key]
             await holding.aclose()  # a clean close: the server lets go within seconds
             with anyio.fail_after(30):
-                while consumer.metrics["shards"][key]["state"] != "reading":
+                while consumer.statistics().shards[key].state != "reading":
                     await anyio.sleep(0.05)  # metrics are a snapshot: nothing to await
-            switched = consumer.metrics["shards"][key]
+            switched = consumer.statistics().shards[key]
             await put_plain(client, stream_name, [(item, "k") for item in plain])
             with anyio.fail_after(30):
                 tail = await consume(consumer, len(plain))
-            metrics = consumer.metrics["shards"][key]
+            metrics = consumer.statistics().shards[key]
             positions = consumer.positions()
     assert [row.data for row in resumed] == [data for data, _ in users[15:]]
     assert (resumed[0].sequence_number, resumed[0].sub_sequence_number) == (
@@ -384,10 +384,10 @@ async def test_a_held_shard_goes_back_to_its_subscription_once_one_is_accepted(
         "sequence_number": tail[-1].sequence_number,
         "sub_sequence_number": 0,
     }
-    assert polled["state"] == "polling" and polled["events"] == 0
-    assert polled["fallbacks"] == 1 and polled["fallback_reads"] >= 1
-    assert switched["events"] >= 1 and switched["fallbacks"] == 1
+    assert polled.state == "polling" and polled.events == 0
+    assert polled.fallbacks == 1 and polled.fallback_reads >= 1
+    assert switched.events >= 1 and switched.fallbacks == 1
     # After the switch, everything arrived by the subscription.
-    assert metrics["fallback_reads"] == switched["fallback_reads"]
-    assert metrics["events"] > switched["events"]
-    assert metrics["fallback_seconds"] == switched["fallback_seconds"] > 0
+    assert metrics.fallback_reads == switched.fallback_reads
+    assert metrics.events > switched.events
+    assert metrics.fallback_seconds == switched.fallback_seconds > 0

@@ -108,7 +108,7 @@ async def read_everything(
     async with Consumer(client, stream, config) as consumer:
         with anyio.fail_after(30):
             seen = await consume(consumer, len(expected))
-        positions, metrics = consumer.positions(), consumer.metrics
+        positions, metrics = consumer.positions(), consumer.statistics()
     assert sorted(row.data for row in seen) == expected
     check_positions(positions, stream, seen)
     return positions, metrics
@@ -124,9 +124,9 @@ async def test_a_garbled_reply_on_a_read_is_retried_and_no_shard_ends(
     expected = await setup(proxied, stream_name)
     _, metrics = await read_everything(proxied, stream_name, expected, fast())
     assert proxy.stats.faults["reply-200"] == len(KINDS)
-    shards = metrics["shards"].values()
-    assert sum(shard["transient_errors"] for shard in shards) == len(KINDS)
-    assert all(shard["state"] != "finished" for shard in shards)
+    shards = metrics.shards.values()
+    assert sum(shard.transient_errors for shard in shards) == len(KINDS)
+    assert all(shard.state != "finished" for shard in shards)
 
 
 async def test_a_garbled_periodic_list_shards_is_a_warning_not_a_crash(
@@ -141,13 +141,13 @@ async def test_a_garbled_periodic_list_shards_is_a_warning_not_a_crash(
     with caplog.at_level(logging.WARNING, "kinesis_actors.consumer"):
         async with Consumer(proxied, stream_name, config) as consumer:
             with anyio.fail_after(30):
-                while consumer.metrics["discoveries"] < 2:  # a round after the garbled ones
+                while consumer.statistics().discoveries < 2:  # a round after the garbled ones
                     await anyio.sleep(0.05)
                 seen = await consume(consumer, len(expected))
-            positions, metrics = consumer.positions(), consumer.metrics
+            positions, metrics = consumer.positions(), consumer.statistics()
     assert sorted(row.data for row in seen) == expected
     check_positions(positions, stream_name, seen)
-    assert metrics["discovery_failures"] == len(KINDS)
+    assert metrics.discovery_failures == len(KINDS)
     assert "shard discovery failed" in caplog.text and "ListShards" in caplog.text
 
 
@@ -196,7 +196,7 @@ async def test_periodic_discovery_failing_for_good_fails_the_consumer(
         with anyio.fail_after(30), pytest.raises(errors.MalformedReplyError) as caught:
             async for batch in consumer:
                 consumer.commit(batch)
-        assert consumer.metrics["discovery_failures"] == 5
+        assert consumer.statistics().discovery_failures == 5
     assert caught.value.operation == "ListShards"
 
 
@@ -208,7 +208,7 @@ async def test_one_resource_not_found_on_a_read_does_not_end_the_shard(
     proxy.decide = Script({(operation, 2): Reply.error("ResourceNotFoundException")})
     expected = await setup(proxied, stream_name)
     _, metrics = await read_everything(proxied, stream_name, expected, fast())
-    assert sum(shard["not_found"] for shard in metrics["shards"].values()) == 1
+    assert sum(shard.not_found for shard in metrics.shards.values()) == 1
 
 
 def without_shard(shard_id: str) -> Rewrite:
@@ -242,9 +242,9 @@ async def test_resource_not_found_on_a_shard_no_longer_listed_is_its_end(
     expected = await setup(proxied, stream_name)
     proxy.decide = decide  # the consumer's open lists both shards, later rounds one
     async with Consumer(proxied, stream_name, fast()) as consumer:
-        key = f"{stream_name}/{gone}"
+        key = (stream_name, gone)
         with anyio.fail_after(30):
-            while consumer.metrics["shards"].get(key, {}).get("state") != "finished":
+            while getattr(consumer.statistics().shards.get(key), "state", None) != "finished":
                 await anyio.sleep(0.05)
             seen = await consume(consumer, 1)
             while gone in consumer.positions()["streams"][stream_name]:
@@ -266,7 +266,7 @@ async def test_an_open_shard_that_stays_not_found_is_a_typed_error_naming_it(
         with anyio.fail_after(30), pytest.raises(errors.ShardUnreadableError) as caught:
             await consume(consumer, 1)
         positions = consumer.positions()
-        state = consumer.metrics["shards"][f"{stream_name}/{caught.value.shard_id}"]["state"]
+        state = consumer.statistics().shards[(stream_name, caught.value.shard_id)].state
     error = caught.value
     assert error.stream == stream_name and error.shard_id.startswith("shardId-")
     assert error.position == "TRIM_HORIZON"
@@ -294,9 +294,9 @@ async def test_expired_iterator_recovery_is_paced_and_loses_nothing(
         del script.always["GetRecords"]
         with anyio.fail_after(30):
             seen = await consume(consumer, len(expected))
-        expired = consumer.metrics["shards"][f"{stream_name}/shardId-000000000000"]
+        expired = consumer.statistics().shards[(stream_name, "shardId-000000000000")]
     assert 2 <= calls <= 5 * window, calls
-    assert expired["expired_iterators"] >= calls
+    assert expired.expired_iterators >= calls
     assert [row.data for row in seen] == expected
 
 
@@ -491,12 +491,12 @@ async def test_a_poison_record_fails_naming_it_and_the_position_stays_before_it(
         with anyio.fail_after(30), pytest.raises(errors.PoisonRecordError) as caught:
             await consume(consumer, 10)
         positions = consumer.positions()["streams"][stream_name]
-        metrics = consumer.metrics["shards"][f"{stream_name}/shardId-000000000000"]
+        metrics = consumer.statistics().shards[(stream_name, "shardId-000000000000")]
     error = caught.value
     assert (error.stream, error.shard_id) == (stream_name, "shardId-000000000000")
     assert (error.sequence_number, error.index) == (poison.sequence_numbers[0], 1)
     assert positions == {"shardId-000000000000": {"start": {"type": "TRIM_HORIZON"}}}
-    assert metrics["state"] == "failed" and metrics["restarts"] == 0
+    assert metrics.state == "failed" and metrics.restarts == 0
 
 
 @pytest.mark.parametrize("how", ["no-data", "bad-base64"])
@@ -517,8 +517,8 @@ async def test_a_poison_record_is_skipped_counted_and_named_when_asked(
             with anyio.fail_after(30):
                 seen = await consume(consumer, 9)
             positions = consumer.positions()["streams"][stream_name]
-            metrics = consumer.metrics["shards"][f"{stream_name}/shardId-000000000000"]
+            metrics = consumer.statistics().shards[(stream_name, "shardId-000000000000")]
     assert [row.data for row in seen] == written[:1] + written[2:]
-    assert metrics["poison_records"] == 1
+    assert metrics.poison_records == 1
     assert poison.sequence_numbers[0] in caplog.text and "skipping" in caplog.text
     assert positions["shardId-000000000000"]["sequence_number"] == seen[-1].sequence_number

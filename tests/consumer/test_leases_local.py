@@ -103,7 +103,7 @@ async def test_one_worker_reads_every_shard_and_its_commits_become_the_leases_ch
         stats = consumer.leases
         assert consumer.worker_id == "solo"
         assert stats is not None and stats.held == 3 and stats.taken == 3
-        assert consumer.metrics["leases"]["held"] == 3
+        assert consumer.statistics().leases.held == 3
     assert sorted(row.data for row in seen) == sorted(f"r{i}".encode() for i in range(300))
     last = {row.shard_id: row.sequence_number for row in seen}
     leases = await items(dynamodb, table)
@@ -168,9 +168,9 @@ async def test_a_lease_taken_from_under_a_worker_stops_its_shard_and_a_late_comm
             while consumer.leases is None or consumer.leases.lost == 0:
                 await anyio.sleep(0.05)
             consumer.commit(batch)  # the lease is gone: ignored, not an error
-            metrics = consumer.metrics
-            assert f"{stream_name}/{shard_id}" not in metrics["shards"]  # its reader is gone
-            assert metrics["buffered_batches"] == 0  # and what it had read, undelivered
+            metrics = consumer.statistics()
+            assert (stream_name, shard_id) not in metrics.shards  # its reader is gone
+            assert metrics.buffered_batches == 0  # and what it had read, undelivered
             assert consumer.leases.held == 0
     leases = await items(dynamodb, table)
     lease = leases[shard_id]
@@ -210,10 +210,10 @@ async def test_bad_lease_options_fail_before_any_call(
     local_kinesis: LocalKinesis, stream_name: str
 ) -> None:
     async with local_kinesis.client(tls=False) as client:
-        calls = client.stats.calls
+        calls = client.statistics().calls
         with pytest.raises(errors.ConfigError, match="worker_count"):
             Consumer(client, stream_name, ConsumerConfig(lease_table="app", worker_count=2))
-        assert client.stats.calls == calls
+        assert client.statistics().calls == calls
 
 
 async def test_with_latest_a_lease_never_checkpointed_skips_what_was_written_before_opening(
@@ -230,7 +230,7 @@ async def test_with_latest_a_lease_never_checkpointed_skips_what_was_written_bef
         async with Consumer(client, stream_name, config) as consumer:
             with anyio.fail_after(30):
                 # The iterator exists once the shard was read (empty): LATEST is pinned there.
-                while not any(s["reads"] for s in consumer.metrics["shards"].values()):
+                while not any(s.reads for s in consumer.statistics().shards.values()):
                     await anyio.sleep(0.05)
                 await put_plain(client, stream_name, [(f"new{i}".encode(), "k") for i in range(10)])
                 seen = await read_until(consumer, 10)
@@ -264,7 +264,7 @@ async def test_with_latest_a_worker_lost_before_its_first_checkpoint_loses_no_re
             )
             async with Consumer(client, stream_name, config) as consumer:
                 with anyio.fail_after(30):
-                    while not any(s["reads"] for s in consumer.metrics["shards"].values()):
+                    while not any(s.reads for s in consumer.statistics().shards.values()):
                         await anyio.sleep(0.05)
                     before = [(f"a{i}".encode(), "k") for i in range(10)]
                     await put_plain(client, stream_name, before)

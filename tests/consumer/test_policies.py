@@ -405,7 +405,7 @@ async def test_a_rewind_drops_the_buffer_and_resumes_after_the_commit() -> None:
     start, skip = pipeline.cursor()
     assert start == StartingPosition.at_sequence_number("5")
     assert skip == Position("5", 1)
-    assert pipeline.metrics.restarts == 1
+    assert pipeline.counters.restarts == 1
     assert pipeline.try_credit()  # the new generation's credits are all free
 
 

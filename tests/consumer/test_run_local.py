@@ -64,7 +64,7 @@ async def test_a_failing_handler_restarts_its_shard_from_the_last_commit(
 
         with anyio.fail_after(30):
             await consumer.run(handle_and_look)
-        metrics = consumer.metrics
+        metrics = consumer.statistics()
     assert failed == {"shardId-000000000000", "shardId-000000000001"}
     # The tree says what happened: each processor restarted once, its mailbox is its shard's
     # buffer (the batch in hand at the crash is its one dead letter: the rewind reads it
@@ -85,7 +85,7 @@ async def test_a_failing_handler_restarts_its_shard_from_the_last_commit(
     for shard in failed:
         shard_calls = [c for c in calls if c[0] == shard]
         assert shard_calls[2] == shard_calls[1]  # the failed batch's records came again, first
-        assert metrics["shards"][f"{stream_name}/{shard}"]["restarts"] == 1
+        assert metrics.shards[(stream_name, shard)].restarts == 1
 
 
 async def test_a_handler_that_keeps_failing_ends_run(
@@ -141,8 +141,8 @@ async def test_a_blocked_handler_delays_only_its_shard(
             # The fast shard finished while the slow one's first batch is still in its
             # handler, and the slow shard holds no more than its prefetch meanwhile.
             assert seen[slow] == 0
-            metrics = consumer.metrics["shards"][f"{stream_name}/{slow}"]
-            assert metrics["buffer_depth"] <= CONFIG.prefetch_batches
+            metrics = consumer.statistics().shards[(stream_name, slow)]
+            assert metrics.buffer_depth <= CONFIG.prefetch_batches
             release.set()
 
         for shard_id in (slow, fast):

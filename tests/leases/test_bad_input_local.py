@@ -86,7 +86,7 @@ async def test_a_kcl_table_is_resumed_exactly_and_keeps_its_format(
             "shardId-000000000002": (LATEST, 0, "kcl-host-1:7f3a"),
             "shardId-000000000003": (TRIM_HORIZON, 0, None),  # a shard without a lease yet
         }
-        assert ours.snapshot().leases_created == 1
+        assert ours.statistics().leases_created == 1
         await ours.checkpoint(stream, "shardId-000000000001", SEQUENCE_1, 9)
     after = {item["leaseKey"]["S"]: item for item in await scan(dynamodb, lease_table_name)}
     for before in items:  # the same attributes, none added: a KCL application reads it back
@@ -169,7 +169,7 @@ async def test_a_worker_id_used_twice_is_a_typed_error(
                         await second.next_event()
         assert raised.value.worker_id == "twin"
         assert "worker_id" in str(raised.value)
-        assert first.snapshot().lost == 0  # the impostor wrote nothing
+        assert first.statistics().lost == 0  # the impostor wrote nothing
     owners = {item["leaseOwner"]["S"] for item in await scan(dynamodb, lease_table_name)}
     assert owners == {"twin"}
 
@@ -264,7 +264,7 @@ async def test_a_kcl_3_table_with_rows_that_are_not_leases_is_resumed_and_they_a
         assert {(e.checkpoint, e.sub_sequence) for e in events if isinstance(e, LeaseAcquired)} == {
             (SEQUENCE_0, 0)
         }
-        assert ours.snapshot().leases == 4
+        assert ours.statistics().leases == 4
     after = {item["leaseKey"]["S"]: item for item in await scan(dynamodb, lease_table_name)}
     assert [after[o["leaseKey"]["S"]] for o in others] == others  # untouched
     for lease in leases:  # the KCL 3.x's own attributes kept through our writes

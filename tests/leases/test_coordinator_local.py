@@ -56,7 +56,7 @@ async def test_one_worker_creates_kcl_leases_and_takes_every_shard(
     async with coordinator(dynamodb, client, lease_table_name, stream, "w1") as one:
         events = await events_until(one, lambda seen: len(acquired(seen)) == 4)
         assert all(isinstance(e, LeaseAcquired) and e.checkpoint == TRIM_HORIZON for e in events)
-        stats = one.snapshot()
+        stats = one.statistics()
         assert (stats.held, stats.ready, stats.taken, stats.leases_created) == (4, 4, 4, 4)
     items = await scan(dynamodb, lease_table_name)
     assert [item["leaseKey"]["S"] for item in items] == [
@@ -94,17 +94,17 @@ async def test_two_workers_share_four_shards_two_each_and_keep_them(
                   await scan(dynamodb, lease_table_name)}  # fmt: skip
         # 'a' started alone and took all four; 'b' stole two. A few renewals later, nothing
         # more changed hands.
-        lost = (a.snapshot().lost, b.snapshot().lost)
-        assert lost == (2, 0) and b.snapshot().stolen == 2
-        renewals = a.snapshot().renewals
+        lost = (a.statistics().lost, b.statistics().lost)
+        assert lost == (2, 0) and b.statistics().stolen == 2
+        renewals = a.statistics().renewals
         with anyio.fail_after(PATIENCE):
-            while a.snapshot().renewals < renewals + 8:
+            while a.statistics().renewals < renewals + 8:
                 await anyio.sleep(0.05)
-        assert (a.snapshot().lost, b.snapshot().lost) == lost
-        assert a.snapshot().stolen == 0 and b.snapshot().stolen == 2
+        assert (a.statistics().lost, b.statistics().lost) == lost
+        assert a.statistics().stolen == 0 and b.statistics().stolen == 2
         after = await scan(dynamodb, lease_table_name)
         assert all(int(item["leaseCounter"]["N"]) > before[item["leaseKey"]["S"]] for item in after)
-        assert a.snapshot().renewal_latency_max is not None
+        assert a.statistics().renewal_latency_max is not None
 
 
 async def test_a_stopped_workers_leases_are_taken_after_the_failover_time(
@@ -121,7 +121,7 @@ async def test_a_stopped_workers_leases_are_taken_after_the_failover_time(
         assert {e.previous_owner for e in events if isinstance(e, LeaseAcquired)} == {"dead"}
         # Until 'dead' expires it counts as a live worker with four leases: the heir steals
         # toward two, then takes the rest once they expire.
-        stats = heir.snapshot()
+        stats = heir.statistics()
         assert stats.taken + stats.stolen == 4 and stats.taken >= 2
     items = await scan(dynamodb, lease_table_name)
     assert {item["ownerSwitchesSinceCheckpoint"]["N"] for item in items} == {"1"}
@@ -165,14 +165,14 @@ async def test_a_new_worker_steals_toward_an_even_share(
             lost = [e for e in seen_first if isinstance(e, LeaseLost)]
             assert [e.reason for e in lost] == ["taken", "taken"]
             assert {e.shard_id for e in lost} == acquired(seen_second)
-            assert second.snapshot().stolen == 2 and first.snapshot().lost == 2
+            assert second.statistics().stolen == 2 and first.statistics().lost == 2
             # Balanced: nobody steals more.
-            steals = second.snapshot().stolen
-            scans = second.snapshot().table_calls
+            steals = second.statistics().stolen
+            scans = second.statistics().table_calls
             with anyio.fail_after(PATIENCE):
-                while second.snapshot().table_calls < scans + 30:
+                while second.statistics().table_calls < scans + 30:
                     await anyio.sleep(0.05)
-            assert second.snapshot().stolen == steals
+            assert second.statistics().stolen == steals
 
 
 async def test_a_failed_renewal_condition_is_a_lease_lost_at_once(
@@ -210,7 +210,7 @@ async def test_a_checkpoint_is_conditional_and_lands_in_kcl_attributes(
             "49590338271490256608559692538361571095921575989136588899",
         )
         with anyio.fail_after(PATIENCE):
-            while one.snapshot().checkpoints < 2:
+            while one.statistics().checkpoints < 2:
                 await anyio.sleep(0.05)
     items = {item["leaseKey"]["S"]: item for item in await scan(dynamodb, lease_table_name)}
     first = items["shardId-000000000000"]
@@ -228,7 +228,7 @@ async def test_a_graceful_release_hands_leases_over_at_once_with_their_checkpoin
     async with coordinator(dynamodb, client, lease_table_name, stream, "leaving", slow) as leaving:
         seen = await events_until(leaving, lambda seen: len(acquired(seen)) == 4)
         await leaving.release_all(finals)
-        assert leaving.snapshot().released == 4 and leaving.snapshot().held == 0
+        assert leaving.statistics().released == 4 and leaving.statistics().held == 0
         await events_until(leaving, lambda seen: len(acquired(seen)) == 0, seen)
         assert {e.reason for e in seen if isinstance(e, LeaseLost)} == {"released"}
         async with coordinator(
@@ -241,7 +241,7 @@ async def test_a_graceful_release_hands_leases_over_at_once_with_their_checkpoin
                 if isinstance(e, LeaseAcquired)
             }
             assert resumed == {shard: checkpoint for (_, shard), checkpoint in finals.items()}
-            assert staying.snapshot().stolen == 0
+            assert staying.statistics().stolen == 0
 
 
 async def test_a_finished_parent_opens_its_children_and_not_before(
@@ -261,10 +261,10 @@ async def test_a_finished_parent_opens_its_children_and_not_before(
         )  # fmt: skip
         with anyio.fail_after(PATIENCE):
             await client.wait_for_stream(stream_name)
-            while one.snapshot().held < 3:  # the children's leases, taken but not open
+            while one.statistics().held < 3:  # the children's leases, taken but not open
                 await anyio.sleep(0.05)
         assert one.held() == {(stream_name, "shardId-000000000000")}
-        assert one.snapshot().ready == 1
+        assert one.statistics().ready == 1
         await one.finish(stream_name, "shardId-000000000000")
         await events_until(one, lambda seen: len(acquired(seen)) == 3, seen)
         children = [e for e in seen[1:] if isinstance(e, LeaseAcquired)]

@@ -66,7 +66,7 @@ async def test_a_new_worker_is_handed_its_share_at_the_owners_checkpoint_without
             assert {(e.checkpoint, e.sub_sequence, e.previous_owner) for e in events} == {
                 (SEQUENCE, 3, "a")
             }
-            stats_a, stats_b = a.snapshot(), b.snapshot()
+            stats_a, stats_b = a.statistics(), b.statistics()
             group.cancel_scope.cancel()
     assert not any(isinstance(e, LeaseLost) for e in seen_a)  # nothing was taken from it
     assert (stats_a.handoffs_given, stats_a.lost, stats_a.held) == (2, 0, 2)

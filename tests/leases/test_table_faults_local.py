@@ -90,9 +90,9 @@ async def test_every_first_update_reply_lost_is_settled_by_reading_the_lease_bac
         ):
             await events_until(worker, lambda seen: len(acquired(seen)) == 4)
             with anyio.fail_after(PATIENCE):
-                while worker.snapshot().renewals < 20:
+                while worker.statistics().renewals < 20:
                     await anyio.sleep(0.05)
-            stats = worker.snapshot()
+            stats = worker.statistics()
     assert proxy.stats.faults["lost-reply"] >= 20
     assert stats.replies_settled >= 20  # takes and renewals, each settled by one read
     assert (stats.held, stats.lost) == (4, 0)  # not one lease lost, and the worker lives
@@ -121,7 +121,7 @@ async def test_an_operators_edit_that_keeps_the_owner_ends_the_lease_not_the_wor
         # It stands still under our id: taken back, no conflict, no death.
         events = await events_until(worker, lambda seen: len(seen) == 1)
         assert isinstance(events[0], LeaseAcquired) and events[0].shard_id == shard
-        assert worker.snapshot().held == 4
+        assert worker.statistics().held == 4
 
 
 async def test_a_lease_table_deleted_mid_run_is_a_lease_table_error_not_a_group(
@@ -220,7 +220,7 @@ async def test_a_worker_restarted_with_its_own_id_takes_its_leases_back_and_stea
         async with coordinator(dynamodb, client, lease_table_name, six, "c", config) as again:
             back = await events_until(again, lambda events: len(acquired(events)) == 2)
             assert acquired(back) == acquired(first)
-            assert again.snapshot().stolen == 0
+            assert again.statistics().stolen == 0
         group.cancel_scope.cancel()
     # The survivors kept their leases throughout: not one taken from them, none of c's taken.
     assert {name: (len(events), acquired(events)) for name, events in seen.items()} == kept
@@ -277,7 +277,7 @@ async def test_throttles_and_server_errors_are_retried_counted_and_survived(
                     await anyio.sleep(0.05)
             hostile = False
             with anyio.fail_after(PATIENCE):  # still alive, and holding every lease
-                while worker.snapshot().held < 4:
+                while worker.statistics().held < 4:
                     await anyio.sleep(0.05)
-            stats = worker.snapshot()
+            stats = worker.statistics()
     assert stats.table_throttled > 0 and stats.table_retries > 0

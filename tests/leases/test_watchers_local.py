@@ -63,9 +63,14 @@ async def test_leader_killed_leases_back_within_bound(
             with anyio.fail_after(PATIENCE):
                 while anyio.current_time() - started < 2 * WATCHED.failover_time:
                     await anyio.sleep(0.05)
-            assert [w.snapshot().watching for w in (leader, b, c, d)] == [True, True, False, False]
+            assert [w.statistics().watching for w in (leader, b, c, d)] == [
+                True,
+                True,
+                False,
+                False,
+            ]
             orphans = {shard for _, shard in leader.held()}
-            listings = {w.worker_id: w.snapshot().listings for w in (b, c, d)}
+            listings = {w.worker_id: w.statistics().listings for w in (b, c, d)}
             # 'a' stops without releasing: no more renewals, as a SIGKILL.
             killed = anyio.current_time()
             death.cancel()
@@ -81,9 +86,9 @@ async def test_leader_killed_leases_back_within_bound(
             assert waited < 3 * WATCHED.failover_time
             # ...and it was the watcher that took them: a non-watcher's history of them is a
             # listing a failover time old (with one watcher, they took them, later).
-            assert (b.snapshot().taken, c.snapshot().taken, d.snapshot().taken) == (2, 0, 0)
-            rounds = b.snapshot().listings - listings["b"]
-            assert c.snapshot().listings - listings["c"] < rounds / 2
+            assert (b.statistics().taken, c.statistics().taken, d.statistics().taken) == (2, 0, 0)
+            rounds = b.statistics().listings - listings["b"]
+            assert c.statistics().listings - listings["c"] < rounds / 2
             await until_held([b, c, d], [2, 3, 3])  # and the shares even out again
 
 
@@ -99,5 +104,5 @@ async def test_a_worker_with_no_lease_and_a_high_id_gets_its_share(
         await until_held([a, b], [3, 3])
         async with coordinator(dynamodb, client, lease_table_name, stream_name, "z", FAST) as z:
             await until_held([a, b, z], [2, 2, 2])
-            assert not z.snapshot().watching
-            assert z.snapshot().stolen == 2
+            assert not z.statistics().watching
+            assert z.statistics().stolen == 2

@@ -8,7 +8,6 @@ read) and against the library's own snapshot taken in the same loop step.
 from __future__ import annotations
 
 import urllib.request
-from typing import Any
 
 import anyio
 import pytest
@@ -122,7 +121,7 @@ async def test_after_a_produce_run_each_producer_and_client_instrument_has_its_v
                 await producer.put(payload, key)
             await producer.flush()
             collected = collect(reader)
-            snapshot, stats = producer.metrics, client.stats  # the same loop step
+            snapshot, stats = producer.metrics, client.statistics()  # the same loop step
 
     assert set(PRODUCER_FIELDS) == documented(P)
     assert set(CLIENT_FIELDS) == documented(K)
@@ -175,20 +174,19 @@ async def test_after_a_consume_run_each_shard_instrument_has_its_value(
                     if seen >= RECORDS:
                         break
             collected = collect(reader)
-            snapshot = consumer.metrics  # the same loop step
+            snapshot = consumer.statistics()  # the same loop step
 
-    shards: dict[str, dict[str, Any]] = snapshot["shards"]
+    shards = snapshot.shards
     assert len(shards) == 2
     assert set(SHARD_FIELDS) | {C + "lag", C + "shards"} <= documented(C)
-    for key, shard in shards.items():
-        stream, shard_id = key.split("/")
+    for (stream, shard_id), shard in shards.items():
         tags = {"stream": stream, "shard": shard_id, "app": "test"}
         for name, field in SHARD_FIELDS.items():
-            assert only(collected, name, **tags) == pytest.approx(shard[field]), name
-        assert only(collected, C + "lag", **tags) == shard["millis_behind_latest"] / 1000
+            assert only(collected, name, **tags) == pytest.approx(getattr(shard, field)), name
+        assert only(collected, C + "lag", **tags) == shard.millis_behind_latest / 1000
         assert only(collected, C + "shards", **tags, state="reading") == 1
-    assert only(collected, C + "discoveries", app="test") == snapshot["discoveries"] >= 1
-    assert only(collected, C + "list_shards.calls", app="test") == snapshot["list_shards_calls"]
+    assert only(collected, C + "discoveries", app="test") == snapshot.discoveries >= 1
+    assert only(collected, C + "list_shards.calls", app="test") == snapshot.list_shards_calls
     assert only(collected, C + "discovery_failures", app="test") == 0
     assert only(collected, C + "waiting_shards", stream=stream_name) == 0
 

@@ -665,7 +665,7 @@ def test_acknowledged_aggregates_speed_their_throttled_shard_up_by_their_bytes()
     results[2] = {"ErrorCode": "ProvisionedThroughputExceededException", "ErrorMessage": "x"}
     h.pipeline.complete(call, results, 0.05)
     used = sum(part.size for part in call.parts[:2]) / 1048.576  # records' worth of capacity
-    stats = limiter.stats("s0")
+    stats = limiter.statistics("s0")
     assert stats is not None and stats.throttles == 2 and stats.decreases == 1
     assert stats.factor == pytest.approx(0.9 + 0.001 * used)
     assert stats.factor > 0.99  # it was 0.902: two Kinesis records

@@ -27,7 +27,8 @@ async def test_put_many_queues_in_order_through_a_small_queue_and_settles_every_
             handles = await producer.put_many(records)
             results = [await handle for handle in handles]
             metrics = producer.metrics
-            queue = producer.supervision.child("dispatcher").mailbox  # type: ignore[union-attr]
+            (tree,) = producer.supervision
+            queue = tree.child("dispatcher").mailbox
     assert len(results) == 1_000
     assert metrics.records_put == metrics.records_sent == 1_000
     assert metrics.peak_outstanding_records <= 50 and metrics.peak_outstanding_bytes <= 4_000

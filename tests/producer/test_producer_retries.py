@@ -73,7 +73,7 @@ async def test_record_ttl_holds_under_permanent_throttling(
     if cause is errors.ThrottlingError:
         assert metrics.throttled == attempts  # every whole-call throttle reached the pacing
         limiter = producer._pipeline._limiter  # type: ignore[union-attr]
-        (stats,) = limiter.all_stats().values()
+        (stats,) = limiter.all_statistics().values()
         assert stats.throttles == attempts and stats.factor < 1.0
     else:
         assert metrics.throttled == 0

@@ -74,7 +74,7 @@ async def test_a_sender_crashing_mid_call_is_restarted_and_loses_nothing(
                 if i % 50 == 49:
                     await producer.flush()  # several calls, so the crashes hit several
             await producer.flush()
-            tree = producer.supervision
+            (tree,) = producer.supervision
             metrics = producer.metrics
     assert crash.crashed == 2
     # Every handle settled once, with a result: the crashed calls' records went again.
@@ -84,7 +84,6 @@ async def test_a_sender_crashing_mid_call_is_restarted_and_loses_nothing(
     assert metrics.records_failed == 0
     assert metrics.sender_crashes == 2 and metrics.retries > 0
     # Restarts counted in the supervision snapshot, the causes named.
-    assert tree is not None
     senders = [child for child in tree.children if child.name.startswith("sender-")]
     assert [child.name for child in tree.children] == ["dispatcher", "sender-0", "sender-1"]
     assert sum(child.restarts for child in senders) == 2
@@ -128,7 +127,7 @@ async def test_senders_crashing_past_the_restart_intensity_fail_the_producer_onc
         for handle in handles
     )
     assert producer.metrics.records_failed == len(handles)
-    tree = producer.supervision
-    assert tree is not None and tree.state == "failed"
+    (tree,) = producer.supervision
+    assert tree.state == "failed"
     with pytest.raises(errors.ProducerClosedError):
         await producer.put(b"late", "k")

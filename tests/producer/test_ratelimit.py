@@ -217,7 +217,7 @@ def test_one_throttled_record_does_not_halve_the_rate() -> None:
     for shard in ("hot", "cold"):
         assert limiter.try_acquire(shard, 1, 100, 0.0)
     limiter.on_throttled("hot", 0.0)
-    hot = limiter.stats("hot")
+    hot = limiter.statistics("hot")
     assert hot is not None
     assert hot.throttles == 1
     assert hot.factor == pytest.approx(0.9)
@@ -228,11 +228,11 @@ def test_one_throttled_record_does_not_halve_the_rate() -> None:
     for call in range(100):
         now = call / 10
         limiter.on_throttled("hot", now)
-        lowest = min(lowest, limiter.all_stats()["hot"].factor)
+        lowest = min(lowest, limiter.all_statistics()["hot"].factor)
         limiter.on_success("hot", 499, now)
     assert lowest >= 0.9 - 1e-9
     # The throttled shard slowed only itself.
-    cold = limiter.stats("cold")
+    cold = limiter.statistics("cold")
     assert cold is not None
     assert cold.factor == 1.0
     assert cold.records_per_s == 1000
@@ -254,7 +254,7 @@ def test_the_factor_has_a_floor() -> None:
     limiter = ShardRateLimiter(min_factor=0.05, cooldown=0.0)
     for i in range(1000):
         limiter.on_throttled("s", float(i))
-    stats = limiter.stats("s")
+    stats = limiter.statistics("s")
     assert stats is not None
     assert stats.factor == 0.05
     assert stats.records_per_s == pytest.approx(0.05 * 1000)
@@ -266,12 +266,12 @@ def test_throttles_within_the_cooldown_decrease_once() -> None:
     for _ in range(50):
         limiter.on_throttled("s", 1.0)
     limiter.on_throttled("s", 1.05)
-    stats = limiter.stats("s")
+    stats = limiter.statistics("s")
     assert stats is not None
     assert (stats.throttles, stats.decreases) == (51, 1)
     assert stats.factor == pytest.approx(0.9)
     limiter.on_throttled("s", 1.1)
-    stats = limiter.stats("s")
+    stats = limiter.statistics("s")
     assert stats is not None
     assert stats.factor == pytest.approx(0.81)
 
@@ -280,11 +280,11 @@ def test_successes_recover_additively_up_to_the_ceiling_and_no_further() -> None
     limiter = ShardRateLimiter(recovery_per_record=0.001)
     limiter.on_throttled("s", 0.0)
     limiter.on_success("s", 50, 0.0)
-    stats = limiter.stats("s")
+    stats = limiter.statistics("s")
     assert stats is not None
     assert stats.factor == pytest.approx(0.95)
     limiter.on_success("s", 10_000, 0.0)
-    stats = limiter.stats("s")
+    stats = limiter.statistics("s")
     assert stats is not None
     assert stats.factor == 1.0
     assert stats.records_per_s == 1000
@@ -296,12 +296,12 @@ def test_successes_recover_by_the_records_or_the_bytes_whichever_used_more_capac
     limiter = ShardRateLimiter(recovery_per_record=0.001)
     limiter.on_throttled("agg", 0.0)
     limiter.on_success("agg", 1, 0.0, 51_200)  # 51,200 bytes: 48.8 records' worth of 1 MiB/s
-    stats = limiter.stats("agg")
+    stats = limiter.statistics("agg")
     assert stats is not None
     assert stats.factor == pytest.approx(0.9 + 0.001 * 51_200 * 1000 / MIB)
     limiter.on_throttled("small", 0.0)
     limiter.on_success("small", 50, 0.0, 500)  # the records bind
-    stats = limiter.stats("small")
+    stats = limiter.statistics("small")
     assert stats is not None
     assert stats.factor == pytest.approx(0.95)
     with pytest.raises(ValueError):
@@ -313,7 +313,7 @@ def test_forget_drops_a_shard() -> None:
     limiter.on_throttled("old", 0.0)
     limiter.forget("old")
     limiter.forget("never-seen")
-    assert limiter.stats("old") is None
+    assert limiter.statistics("old") is None
     assert len(limiter) == 0
 
 
@@ -326,7 +326,7 @@ def test_tracked_shards_are_bounded_and_the_least_recently_used_goes_first() -> 
     limiter.on_success("e", 1, 0.0)
     assert len(limiter) == 3
     assert limiter.evicted == 2
-    assert list(limiter.all_stats()) == ["a", "d", "e"]
+    assert list(limiter.all_statistics()) == ["a", "d", "e"]
 
 
 @pytest.mark.parametrize(
@@ -371,7 +371,7 @@ def test_factor_and_rates_stay_within_floor_and_ceiling(
             limiter.on_throttled(shard, now)
         else:
             limiter.on_success(shard, a, now)
-        for stats in limiter.all_stats().values():
+        for stats in limiter.all_statistics().values():
             assert 0.05 <= stats.factor <= 1.0
             assert stats.records_per_s == pytest.approx(1000 * stats.factor)
             assert stats.bytes_per_s == pytest.approx(MIB * stats.factor)

@@ -51,7 +51,7 @@ async def test_a_failing_start_raises_to_the_starter_and_adds_nothing() -> None:
     async with Supervisor() as sup:
         with pytest.raises(ConnectionError, match="no stream"):
             await sup.start_child(ChildSpec("broken", Broken))
-        assert sup.snapshot().children == ()
+        assert sup.statistics().children == ()
         # The name is free again.
         await sup.start_child(ChildSpec("broken", actor(_ignore)))
 
@@ -155,7 +155,7 @@ async def test_an_on_stop_failure_after_a_clean_run_counts_as_a_crash() -> None:
     async with Supervisor(backoff=Backoff.none()) as sup:
         await sup.start_child(ChildSpec("c", BadCleanup))
         await journal.wait_count("start", 2)
-        assert sup.snapshot().child("c").last_failure == "OSError('could not close')"
+        assert sup.statistics().child("c").last_failure == "OSError('could not close')"
 
 
 async def test_manual_readiness_and_its_absence() -> None:
@@ -174,7 +174,7 @@ async def test_manual_readiness_and_its_absence() -> None:
 
     async with Supervisor() as sup:
         await sup.start_child(ChildSpec("ok", lambda: Manual(False), shutdown_timeout=0))
-        assert sup.snapshot().child("ok").state == "running"
+        assert sup.statistics().child("ok").state == "running"
         with pytest.raises(RuntimeError, match=r"without calling ctx\.ready"):
             await sup.start_child(ChildSpec("forgot", lambda: Manual(True)))
 

@@ -67,8 +67,8 @@ async def test_a_source_child_has_no_mailbox_and_is_stopped_by_cancellation() ->
                 await ref.send(None)
             with pytest.raises(TypeError, match="has no mailbox"):
                 ref.try_send(None)
-            assert ref.stats() is None
-            assert sup.snapshot().child("reader").mailbox is None
+            assert ref.statistics() is None
+            assert sup.statistics().child("reader").mailbox is None
             before = anyio.current_time()
             await sup.stop_child("reader")
             # Nothing to close: the graceful stop waits out shutdown_timeout, then cancels.
@@ -88,7 +88,7 @@ async def test_a_lent_mailbox_is_received_from_and_outlives_the_child() -> None:
         with anyio.fail_after(5):
             while len(seen) < 2:
                 await anyio.sleep(0.01)
-        snapshot = sup.snapshot().child("processor")
+        snapshot = sup.statistics().child("processor")
         assert snapshot.restarts == 1  # the -1 crashed the first incarnation
         assert snapshot.mailbox is not None and snapshot.mailbox.name == "shard-buffer"
         assert snapshot.mailbox.dead_letters == 1  # the item in flight at the crash
@@ -126,7 +126,7 @@ def test_a_closed_mailbox_reopens_only_empty() -> None:
     mailbox.reopen()
     mailbox.send_nowait(2)
     assert mailbox.receive_nowait() == 2
-    assert mailbox.stats().received == 1
+    assert mailbox.statistics().received == 1
 
 
 async def test_a_mailbox_does_not_reopen_under_a_sender_woken_by_its_close() -> None:
@@ -145,7 +145,7 @@ async def test_a_mailbox_does_not_reopen_under_a_sender_woken_by_its_close() -> 
     async with anyio.create_task_group() as group:
         group.start_soon(blocked_sender)
         with anyio.fail_after(5):
-            while mailbox.stats().senders_waiting == 0:
+            while mailbox.statistics().senders_waiting == 0:
                 await anyio.lowlevel.checkpoint()
         mailbox.close()
         assert mailbox.receive_nowait() == "queued"

@@ -106,5 +106,5 @@ async def test_flink_34071_one_stalled_shard_never_stalls_others() -> None:
         tg.cancel_scope.cancel()
 
     assert peak <= BOUND
-    assert all(mailbox.stats().peak_depth <= CAPACITY for mailbox in mailboxes)
-    assert all(mailbox.stats().rejected == 0 for mailbox in mailboxes)
+    assert all(mailbox.statistics().peak_depth <= CAPACITY for mailbox in mailboxes)
+    assert all(mailbox.statistics().rejected == 0 for mailbox in mailboxes)

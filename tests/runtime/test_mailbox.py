@@ -56,12 +56,12 @@ async def test_block_policy_sender_waits_for_room_and_keeps_order() -> None:
         tg.start_soon(third)
         await anyio.wait_all_tasks_blocked()
         assert not done.is_set()
-        assert mailbox.stats().senders_waiting == 1
+        assert mailbox.statistics().senders_waiting == 1
         assert len(mailbox) == 2
         assert await mailbox.receive() == 1
         await done.wait()
     assert drain(mailbox) == [2, 3]
-    stats = mailbox.stats()
+    stats = mailbox.statistics()
     assert (stats.senders_waiting, stats.sent, stats.received, stats.dropped) == (0, 3, 3, 0)
 
 
@@ -72,7 +72,7 @@ async def test_block_policy_try_send_and_send_nowait_refuse_when_full() -> None:
     with pytest.raises(MailboxFull):
         mailbox.send_nowait(3)
     assert drain(mailbox) == [1]
-    assert mailbox.stats().rejected == 2
+    assert mailbox.statistics().rejected == 2
 
 
 async def test_both_nowait_sides_raise_would_block() -> None:
@@ -94,7 +94,7 @@ async def test_fail_policy_raises_and_counts() -> None:
         await mailbox.send(3)
     assert not mailbox.try_send(4)
     assert drain(mailbox) == [1, 2]
-    stats = mailbox.stats()
+    stats = mailbox.statistics()
     assert (stats.rejected, stats.dropped, stats.peak_depth) == (2, 0, 2)
 
 
@@ -109,8 +109,8 @@ async def test_drop_oldest_evicts_the_head_and_reports_it() -> None:
         (1, DropReason.DROPPED_OLDEST, "m"),
         (2, DropReason.DROPPED_OLDEST, "m"),
     ]
-    assert mailbox.stats().dropped == 2
-    assert mailbox.stats().dead_letters == 2
+    assert mailbox.statistics().dropped == 2
+    assert mailbox.statistics().dead_letters == 2
 
 
 async def test_drop_newest_discards_the_incoming_item_and_reports_it() -> None:
@@ -124,7 +124,7 @@ async def test_drop_newest_discards_the_incoming_item_and_reports_it() -> None:
         (3, DropReason.DROPPED_NEWEST),
         (4, DropReason.DROPPED_NEWEST),
     ]
-    assert mailbox.stats().dropped == 2
+    assert mailbox.statistics().dropped == 2
 
 
 async def test_a_failing_dead_letter_hook_does_not_break_sending(
@@ -163,13 +163,13 @@ async def test_depth_never_exceeds_capacity_under_any_policy(policy: FullPolicy)
     async with anyio.create_task_group() as tg:
         for n in range(4):
             tg.start_soon(sender, n * 1000)
-        while received + mailbox.stats().dropped + outcomes["refused"] < 200:
+        while received + mailbox.statistics().dropped + outcomes["refused"] < 200:
             assert len(mailbox) <= capacity
             await mailbox.receive()
             received += 1
             for _ in range(rng.randrange(3)):
                 await anyio.lowlevel.checkpoint()
-    stats = mailbox.stats()
+    stats = mailbox.statistics()
     assert stats.peak_depth == capacity
     assert received + stats.dropped + stats.rejected == 200
     assert stats.sent == received + stats.dropped * (policy is FullPolicy.DROP_OLDEST)
@@ -188,7 +188,7 @@ async def test_control_overtakes_data_and_blocked_senders() -> None:
         mailbox.send_control("restart")
         with pytest.raises(MailboxFull):
             mailbox.send_control("one too many")
-        assert mailbox.stats().control_depth == 2
+        assert mailbox.statistics().control_depth == 2
         received = [await mailbox.receive() for _ in range(4)]
     assert received == ["stop", "restart", "data-1", "data-2"]
 
@@ -221,7 +221,7 @@ async def test_close_fails_blocked_senders_and_lets_receivers_drain() -> None:
     assert [item async for item in mailbox] == [1]
     with pytest.raises(anyio.EndOfStream):
         await mailbox.receive()
-    assert mailbox.stats().closed
+    assert mailbox.statistics().closed
 
 
 async def test_close_wakes_a_waiting_receiver() -> None:
@@ -264,7 +264,7 @@ async def test_a_cancelled_blocked_send_withdraws_its_item() -> None:
         await mailbox.send(2)
     assert scope.cancelled_caught
     assert drain(mailbox) == [1]
-    stats = mailbox.stats()
+    stats = mailbox.statistics()
     assert (stats.sent, stats.senders_waiting) == (1, 0)
     # The slot it was waiting for is free for the next sender.
     assert mailbox.try_send(3)
@@ -299,7 +299,7 @@ async def test_a_sender_cancelled_after_being_granted_a_slot_passes_it_on() -> N
     # Exactly-once: an item is queued if and only if its send returned.
     assert sorted(queued) == sorted(k for k, v in outcome.items() if v == "sent")
     assert "b" in queued
-    assert mailbox.stats().senders_waiting == 0
+    assert mailbox.statistics().senders_waiting == 0
 
 
 async def test_blocked_senders_are_served_in_fifo_order() -> None:
@@ -342,11 +342,11 @@ async def test_stats_count_blocked_time_including_waits_in_progress() -> None:
         tg.start_soon(mailbox.send, 2)
         await anyio.wait_all_tasks_blocked()
         clock.advance(2.0)
-        assert mailbox.stats().blocked_seconds == pytest.approx(2.0)
-        assert mailbox.stats().senders_waiting == 1
+        assert mailbox.statistics().blocked_seconds == pytest.approx(2.0)
+        assert mailbox.statistics().senders_waiting == 1
         await mailbox.receive()
     clock.advance(5.0)
-    stats = mailbox.stats()
+    stats = mailbox.statistics()
     assert stats.blocked_seconds == pytest.approx(2.0)
     assert (stats.name, stats.capacity, stats.policy) == ("stats", 1, "block")
     assert (stats.depth, stats.peak_depth, stats.senders_waiting) == (1, 1, 0)

@@ -20,7 +20,7 @@ async def test_the_weight_bound_refuses_what_the_count_would_allow() -> None:
     assert mailbox.try_send("c", 40)
     assert mailbox.receive_nowait() == "a"  # not held: its weight comes back on receive
     assert mailbox.try_send("b", 50)
-    stats = mailbox.stats()
+    stats = mailbox.statistics()
     assert (stats.weight, stats.max_weight, stats.peak_weight, stats.rejected) == (90, 100, 100, 1)
 
 
@@ -56,7 +56,7 @@ async def test_held_items_keep_their_room_until_released_and_wake_senders_in_ord
         assert order == ["c"]
         mailbox.release(1, 10)
     assert order == ["c", "d"]
-    stats = mailbox.stats()
+    stats = mailbox.statistics()
     assert (stats.held, stats.weight, stats.blocked_sends, stats.peak_occupied) == (0, 91, 2, 2)
     with pytest.raises(RuntimeError, match="released more"):
         mailbox.release(1, 0)
@@ -73,7 +73,7 @@ async def test_receive_held_takes_every_queued_item_and_each_keeps_its_room() ->
     mailbox.release(2, 60)
     assert mailbox.try_send("d", 10)
     assert mailbox.receive_held() == ["d"]
-    stats = mailbox.stats()
+    stats = mailbox.statistics()
     assert (stats.received, stats.held, stats.weight) == (4, 2, 40)
     with pytest.raises(RuntimeError, match="does not hold"):
         Mailbox[str](3).receive_held()
@@ -134,7 +134,7 @@ async def test_try_send_many_queues_in_order_while_count_and_weight_allow() -> N
     items = [10, 20, 30, 50, 5]
     assert mailbox.try_send_many(items, 0, 5, lambda item: item) == 3  # 60 + 50 > 100
     assert mailbox.try_send_many(items, 3, 5, lambda item: item) == 0
-    stats = mailbox.stats()
+    stats = mailbox.statistics()
     assert (stats.weight, stats.peak_weight, stats.rejected, stats.sent) == (60, 60, 2, 3)
     assert [mailbox.receive_nowait() for _ in range(3)] == [10, 20, 30]
     mailbox.release(3, 60)
@@ -166,7 +166,7 @@ def test_try_send_many_takes_what_try_send_one_by_one_would(
             break
         expected += 1
     assert sent == expected
-    batch, one = by_batch.stats(), by_item.stats()
+    batch, one = by_batch.statistics(), by_item.statistics()
     assert (batch.weight, batch.peak_weight, batch.sent) == (one.weight, one.peak_weight, one.sent)
     assert batch.rejected == one.rejected
     assert len(by_batch) == len(by_item)

@@ -44,8 +44,8 @@ def test_send_send_batch_and_batcher_deliver_everything_in_order(backend: str) -
                 batch.send(i)
             assert batch.pending == 50 % 16
         assert batch.sent == 50
-        assert runtime.call(lambda: ref.stats().sent) == 150
-        snapshot = runtime.snapshot()
+        assert runtime.call(lambda: ref.statistics().sent) == 150
+        snapshot = runtime.statistics()
     # The graceful stop drained the mailbox before returning.
     assert sink == list(range(150))
     assert snapshot.child("sink").mailbox.capacity == 8

@@ -39,7 +39,7 @@ async def test_graceful_stop_drains_mailboxes_in_reverse_start_order() -> None:
         own = [i for i, event in enumerate(journal.events) if event[1] == name]
         assert journal.events[own[-1]][0] == "stop"
         assert [journal.events[i][0] for i in own[-4:-1]] == ["handle"] * 3
-    snapshot = sup.snapshot()
+    snapshot = sup.statistics()
     assert snapshot.state == "stopped"
     assert all(child.state == "stopped" and child.mailbox.closed for child in snapshot.children)
 
@@ -117,7 +117,7 @@ async def test_stop_child_drains_it_and_leaves_its_siblings_alone() -> None:
         await sup.stop_child("b")
         assert journal.of("handle") == [("b", 0, "last words")]
         assert journal.of("stop") == [("b", 0)]
-        assert [child.name for child in sup.snapshot().children] == ["a", "c"]
+        assert [child.name for child in sup.statistics().children] == ["a", "c"]
         with pytest.raises(KeyError):
             sup.child("b")
     assert journal.of("stop") == [("b", 0), ("c", 0), ("a", 0)]

@@ -33,7 +33,7 @@ async def test_snapshot_reports_children_mailboxes_restarts_and_last_failure() -
         await sup.child("a").send("boom")
         await sup.child("a").send("hello")
         await journal.wait_count("handle", 1)
-        snapshot = sup.snapshot()
+        snapshot = sup.statistics()
     assert snapshot.name == "root"
     assert snapshot.strategy == "one_for_one"
     assert (snapshot.state, snapshot.restarts_in_window, snapshot.max_restarts) == (
@@ -111,7 +111,7 @@ async def test_nested_supervisors_appear_as_a_subtree_and_stop_in_order() -> Non
         await sup.start_child(readers)
         # Ready means the whole subtree is ready.
         assert [event[0] for event in journal.of("start")] == ["sink", "r0", "r1"]
-        snapshot = sup.snapshot()
+        snapshot = sup.statistics()
     subtree = snapshot.child("readers").subtree
     assert subtree is not None
     assert subtree.name == "root/readers"
@@ -133,7 +133,7 @@ async def test_a_nested_supervisor_that_gives_up_is_restarted_by_its_parent() ->
             await sup.child("inner").send("ignored: a supervisor's mailbox is a stop signal")
             for attempt in (1, 2):
                 await journal.wait_count("start", attempt)
-                subtree = sup.snapshot().child("inner").subtree
+                subtree = sup.statistics().child("inner").subtree
                 assert subtree is not None
                 assert subtree.child("w").state == "running"
                 inner_sup = sup._slot("inner").behaviour._supervisor

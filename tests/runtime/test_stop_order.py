@@ -84,7 +84,7 @@ async def test_a_graceful_concurrent_stop_runs_every_cleanup_at_once() -> None:
         for i in range(CHILDREN):
             await sup.start_child(meeting(journal, barrier, f"c{i}"))
     assert sorted(event[0] for event in journal.of("stopped")) == [f"c{i}" for i in range(8)]
-    assert sup.snapshot().state == "stopped"
+    assert sup.statistics().state == "stopped"
 
 
 async def test_leaving_with_an_exception_stops_concurrently_and_raises_it_unchanged() -> None:
@@ -199,7 +199,7 @@ async def test_a_nested_concurrent_subtree_stops_its_children_together() -> None
     children = [meeting(journal, barrier, f"c{i}") for i in range(CHILDREN)]
     async with Supervisor() as sup:
         await sup.start_child(supervisor_spec("shards", children, stop_order=StopOrder.CONCURRENT))
-        assert len(sup.snapshot().children[0].subtree.children) == CHILDREN  # type: ignore[union-attr]
+        assert len(sup.statistics().children[0].subtree.children) == CHILDREN  # type: ignore[union-attr]
     assert len(journal.of("stopped")) == CHILDREN
 
 

@@ -71,7 +71,7 @@ async def test_senders_keep_using_the_same_ref_across_restarts() -> None:
             await ref.send(round_)
         await journal.wait_count("handle", 3)
         assert sup.child("w") is ref
-        assert sup.snapshot().child("w").restarts == 3
+        assert sup.statistics().child("w").restarts == 3
     assert [event[1:] for event in journal.of("handle")] == [(1, 0), (2, 1), (3, 2)]
 
 
@@ -86,7 +86,7 @@ async def test_one_for_one_restarts_only_the_failed_child() -> None:
         await journal.wait_for(lambda: ("b", 1) in journal.of("start"))
         assert journal.of("start") == [("a", 0), ("b", 0), ("c", 0), ("b", 1)]
         assert journal.of("stop") == [("b", 0)]
-        snapshot = sup.snapshot()
+        snapshot = sup.statistics()
         assert [child.restarts for child in snapshot.children] == [0, 1, 0]
 
 
@@ -99,7 +99,7 @@ async def test_one_for_all_stops_the_others_in_reverse_and_restarts_all_in_order
         # b crashed; its siblings were stopped last-started first; all restarted in order.
         assert journal.of("stop") == [("b", 0), ("d", 0), ("c", 0), ("a", 0)]
         assert journal.of("start")[4:] == [("a", 1), ("b", 1), ("c", 1), ("d", 1)]
-        assert [child.state for child in sup.snapshot().children] == ["running"] * 4
+        assert [child.state for child in sup.statistics().children] == ["running"] * 4
 
 
 async def test_rest_for_one_restarts_the_child_and_those_started_after_it() -> None:
@@ -110,7 +110,7 @@ async def test_rest_for_one_restarts_the_child_and_those_started_after_it() -> N
         await journal.wait_for(lambda: ("d", 1) in journal.of("start"))
         assert journal.of("stop") == [("b", 0), ("d", 0), ("c", 0)]
         assert journal.of("start")[4:] == [("b", 1), ("c", 1), ("d", 1)]
-        assert [child.restarts for child in sup.snapshot().children] == [0, 1, 1, 1]
+        assert [child.restarts for child in sup.statistics().children] == [0, 1, 1, 1]
 
 
 async def test_one_for_all_does_not_restart_a_temporary_sibling() -> None:
@@ -120,7 +120,7 @@ async def test_one_for_all_does_not_restart_a_temporary_sibling() -> None:
         await sup.start_child(ChildSpec("tmp", probe(journal, "tmp"), restart=Restart.TEMPORARY))
         await sup.child("a").send("boom")
         await journal.wait_for(lambda: ("a", 1) in journal.of("start"))
-        assert [child.name for child in sup.snapshot().children] == ["a"]
+        assert [child.name for child in sup.statistics().children] == ["a"]
     assert ("tmp", 1) not in journal.of("start")
 
 
@@ -147,7 +147,7 @@ async def test_restart_types(restart: Restart, message: str, restarted: bool) ->
         await anyio.wait_all_tasks_blocked()  # the decision loop has run
         if restarted:
             await journal.wait_for(lambda: ("x", 1) in journal.of("start"))
-        names = [child.name for child in sup.snapshot().children]
+        names = [child.name for child in sup.statistics().children]
     assert (("x", 1) in journal.of("start")) is restarted
     assert ("x" in names) is restarted
 
@@ -210,7 +210,7 @@ async def test_with_an_intensity_per_child_one_crash_of_every_child_does_not_giv
         for name in names:
             await sup.child(name).send("boom")
         await journal.wait_for(lambda: all((name, 1) in journal.of("start") for name in names))
-        snapshot = sup.snapshot()
+        snapshot = sup.statistics()
     assert (snapshot.state, snapshot.intensity_scope, snapshot.restarts_in_window) == (
         "running",
         "child",
@@ -260,7 +260,7 @@ async def test_a_restart_that_fails_to_start_counts_and_is_retried() -> None:
         await ref.send("crash")
         await ref.send("ping")
         await journal.wait_count("handled", 1)
-        snapshot = sup.snapshot()
+        snapshot = sup.statistics()
     assert len(journal.of("attempt")) == 4
     assert snapshot.restarts_in_window == 3
     assert snapshot.child("flaky").last_failure == "ConnectionError('attempt 3')"
