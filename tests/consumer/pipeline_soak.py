@@ -293,7 +293,7 @@ async def run_soak(
             log.info("spark finished")
             report.seconds = time.time() - started
             metrics = producer.metrics
-            efo_metrics = efo.metrics
+            efo_metrics = efo.statistics()
             efo.stop()
             polling.stop()
         ranges = await _shard_ranges(admin, stream)
