@@ -26,8 +26,6 @@ SCANNED = ("kinesis_actors", "spark_bridge")
 ALLOWED: dict[str, str] = {
     "Producer": "Producer(Intake(Ledger)): _state, _epoch, _broken, _queue, _settled, _sender, "
     "_max_record_bytes written in two of _producer, _intake, _ledger",
-    "Pipeline": "Pipeline(WaitingRoom): the ready/pending counters, _waiting_seq and "
-    "needs_refresh written in _pipeline and _waiting",
     "Mailbox": "Mailbox(Room): _held, _weight, _received written in _mailbox's inlined hot "
     "paths and _room",
 }
