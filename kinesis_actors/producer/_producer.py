@@ -322,8 +322,7 @@ class Producer(Intake):
         """Wait until no record of epoch ``target`` or earlier is outstanding."""
         sender = self._sender
         assert sender is not None
-        sender.flushing += 1
-        sender.wake()
+        sender.begin_flush()
         try:
             while any(epoch <= target for epoch in self._epoch_outstanding):
                 # Shared by concurrent flushes: replacing an unset event would strand the
@@ -332,7 +331,7 @@ class Producer(Intake):
                     self._settled = anyio.Event()
                 await self._settled.wait()
         finally:
-            sender.flushing -= 1
+            sender.end_flush()
 
     # -- the stream -------------------------------------------------------------------------
 
