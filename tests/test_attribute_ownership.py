@@ -27,8 +27,6 @@ SCANNED = ("kinesis_actors", "spark_bridge")
 # Classes whose fields are written from two modules today (a base class in one file, its
 # subclass in another), each to become components that own their fields.
 ALLOWED: dict[str, str] = {
-    "Producer": "Producer(Intake(Ledger)): _state, _epoch, _broken, _queue, _settled, _sender, "
-    "_max_record_bytes written in two of _producer, _intake, _ledger",
     "Mailbox": "Mailbox(Room): _held, _weight, _received written in _mailbox's inlined hot "
     "paths and _room",
 }
@@ -200,8 +198,11 @@ def shared_owners(classes: list[_Class]) -> dict[str, dict[str, set[str]]]:
     # Fields written through an owner's component: class name -> field -> modules.
     from_owners: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     for found in classes:
+        components: dict[str, str] = {}
+        for member in lineage(found, {id(found)}):  # a base's components are the class's too
+            components = member.components | components
         for attr, names in found.through.items():
-            component = found.components.get(attr)
+            component = components.get(attr)
             if component is not None and len(by_name.get(component, [])) == 1:
                 for name in names:
                     from_owners[component][name].add(found.module)

@@ -7,6 +7,8 @@ sans-IO :class:`Pipeline`, and call senders send its calls, at most ``max_in_fli
 at once; each outcome goes back into the pipeline, which settles every record's handle
 exactly once (in the :class:`~._ledger.Ledger`) and gives its room in the queue back, waking
 the next waiting ``put``. This module is the lifecycle: opening, flushing, closing, aborting.
+It owns the lifecycle's fields (the state, the queue, the senders, the stream's record limit)
+and changes the ledger and the senders only through their methods.
 
 The actors run under a supervisor in a task group owned by ``async with Producer(...)``: a
 sender that crashes is restarted and its records sent again; past ``restart_intensity`` the
@@ -36,7 +38,7 @@ from ._metrics import ProducerMetrics
 from ._pipeline import Entry, Pipeline
 from ._sender import Sender
 from ._setup import new_pipeline
-from ._stream import StreamInfo, describe_stream, list_open_shards
+from ._stream import DEFAULT_MAX_RECORD_BYTES, StreamInfo, describe_stream, list_open_shards
 
 if TYPE_CHECKING:
     from ..client import KinesisClient
@@ -79,6 +81,10 @@ class Producer(Intake):
         elif not isinstance(config, ProducerConfig):
             raise errors.ConfigError(f"config must be a ProducerConfig, got {config!r}")
         super().__init__(stream, config)
+        self._state = "new"
+        self._queue = None
+        self._sender = None
+        self._max_record_bytes = DEFAULT_MAX_RECORD_BYTES
         self._client = client
         self._pipeline: Pipeline | None = None
         self._task_group: TaskGroup | None = None
@@ -123,7 +129,7 @@ class Producer(Intake):
         the calls, the endpoint and the supervision tree (see there)."""
         pipeline = self._pipeline
         sender = self._sender
-        counters = self._counters
+        ledger = self._ledger
         queue = None if self._queue is None else self._queue.statistics()
         return ProducerMetrics(
             outstanding_records=queue.depth + queue.held if queue else 0,
@@ -133,8 +139,8 @@ class Producer(Intake):
             backpressure_cycles=queue.blocked_sends if queue else 0,
             backpressure_seconds=queue.blocked_seconds if queue else 0.0,
             records_put=queue.sent if queue else 0,
-            records_sent=counters["records_sent"],
-            records_failed=counters["records_failed"],
+            records_sent=ledger.records_sent,
+            records_failed=ledger.records_failed,
             retries=pipeline.retries if pipeline else 0,
             throttled=pipeline.throttled if pipeline else 0,
             calls=sender.calls if sender else 0,
@@ -160,7 +166,6 @@ class Producer(Intake):
         if self._state != "new":
             raise RuntimeError("a Producer can be opened once")
         self._state = "opening"
-        self._settled = anyio.Event()
         await self._describe_stream()
         pipeline = self._new_pipeline()
         if self._record_distribution != "AUTO":
@@ -180,6 +185,8 @@ class Producer(Intake):
         try:
             await task_group.start(sender.run, name=f"producer-senders[{self._stream}]")
             self._queue = sender.queue
+            assert self._queue is not None
+            self._ledger.open(self._queue)
         except BaseException as exc:
             task_group.cancel_scope.cancel()
             with unwrap_sole():
@@ -223,7 +230,7 @@ class Producer(Intake):
             with unwrap_sole():  # the block's own exception as itself, not a group of one
                 suppressed = await task_group.__aexit__(exc_type, exc, tb)
         if exc_type is None:
-            failed = self._exit_error()
+            failed = self._ledger.exit_error()
             if failed is not None:
                 raise failed
         return suppressed
@@ -239,11 +246,11 @@ class Producer(Intake):
         self._state = "closing"
         if self._queue is not None:
             self._queue.close()  # puts waiting for room in other tasks fail now
-        if not self._epoch_outstanding:
+        if not self._ledger.outstanding:
             return
         with anyio.move_on_after(grace):
             await self._wait_settled(self._epoch)
-        if self._epoch_outstanding:
+        if self._ledger.outstanding:
             self.abort(
                 errors.ProducerClosedError(
                     f"producer for {self._stream!r} left its block on "
@@ -261,11 +268,9 @@ class Producer(Intake):
         producer was closed (or stopped by a close past its timeout) meanwhile.
         """
         self._check_open()
-        target = self._epoch
-        self._epoch += 1
-        await self._wait_settled(target)
-        if self._failure is not None or self._broken is not None:
-            raise self._failed_error()
+        await self._wait_settled(self._next_epoch())
+        if self._ledger.stopped:
+            raise self._ledger.failed_error()
         if self._state == "closed":
             raise errors.ProducerClosedError(
                 f"producer for {self._stream!r} was stopped while flushing; the records it "
@@ -296,7 +301,7 @@ class Producer(Intake):
                     entry = queue.receive_nowait()
                 except (anyio.WouldBlock, anyio.EndOfStream):
                     break
-                self._settle(entry, None, error)
+                self._ledger.settle(entry, None, error)
         if self._pipeline is not None:
             self._pipeline.drain(error)
 
@@ -308,13 +313,13 @@ class Producer(Intake):
         Every record not settled fails with the ProducerFailedError ``put``, ``flush`` and
         leaving the block raise from now on; a ``put`` waiting for room gets it too.
         """
-        self._broken = failure
+        self._ledger.mark_broken(failure)
         log.error("producer for stream %r failed: %s", self._stream, failure)
-        self._drain(self._failed_error())
+        self._drain(self._ledger.failed_error())
 
     def _undelivered(self, entry: Entry) -> None:
         """A record still queued when the dispatcher stopped for good: failed, never lost."""
-        self._settle(
+        self._ledger.settle(
             entry, None, errors.ProducerClosedError(f"producer for {self._stream!r} closed first")
         )
 
@@ -324,12 +329,7 @@ class Producer(Intake):
         assert sender is not None
         sender.begin_flush()
         try:
-            while any(epoch <= target for epoch in self._epoch_outstanding):
-                # Shared by concurrent flushes: replacing an unset event would strand the
-                # flush already waiting on it (two flushes at once hung the first).
-                if self._settled is None or self._settled.is_set():
-                    self._settled = anyio.Event()
-                await self._settled.wait()
+            await self._ledger.wait_settled(target)
         finally:
             sender.end_flush()
 
@@ -337,7 +337,7 @@ class Producer(Intake):
 
     def _new_pipeline(self) -> Pipeline:
         info = StreamInfo(self._max_record_bytes, self._record_distribution, self._open_shards)
-        return new_pipeline(self._config, info, self._settle, self._acknowledge)
+        return new_pipeline(self._config, info, self._ledger.settle, self._ledger.acknowledge)
 
     async def _describe_stream(self) -> None:
         info = self._stream_info
