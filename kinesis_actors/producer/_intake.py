@@ -26,6 +26,7 @@ from ._config import ProducerConfig
 from ._entry import Entry
 from ._handle import NO_OUTCOMES, PUT_BLOCK, Outcomes, PutHandle, PutHandles, fail_unsent
 from ._ledger import Ledger
+from ._lifecycle import OPEN, ProducerState
 from ._validation import batch_entries, key_size, known_hash_key, prepare_record, valid_hash_key
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ class Intake:
     """The put side of a producer; see the module's docstring."""
 
     # The lifecycle's, written by the Producer alone; read here on every put.
-    _state: str  # new, opening, open, closing, closed
+    _state: ProducerState
     _queue: Mailbox[Entry] | None  # the dispatcher's mailbox, once open
     _sender: Sender | None  # the dispatcher's owner, once open
     _max_record_bytes: int  # the stream's, once described
@@ -220,7 +221,7 @@ class Intake:
     def _offer(self, entry: Entry) -> bool:
         """Queue ``entry`` if there is room now (the put path's fast way); False if full."""
         queue = self._queue
-        if queue is None or self._state != "open" or self._ledger.stopped:
+        if queue is None or self._state is not OPEN or self._ledger.stopped:
             self._check_open()
         assert queue is not None
         epoch = entry.epoch = self._epoch
@@ -242,7 +243,7 @@ class Intake:
     def _offer_many(self, entries: list[Entry], start: int, stop: int) -> int:
         """Queue ``entries[start:stop]`` while they fit (put_many's fast way): how many did."""
         queue = self._queue
-        if queue is None or self._state != "open" or self._ledger.stopped:
+        if queue is None or self._state is not OPEN or self._ledger.stopped:
             self._check_open()
         assert queue is not None
         was_empty = len(queue) == 0
@@ -285,7 +286,7 @@ class Intake:
             self._sender.wake()
 
     def _check_open(self) -> None:
-        if self._state != "open":
+        if self._state is not OPEN:
             raise errors.ProducerClosedError(
                 f"producer for {self._stream!r} is {self._state}; put and flush need an open "
                 "producer ('async with Producer(...)')"

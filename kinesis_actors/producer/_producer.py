@@ -34,6 +34,7 @@ from ..runtime import (
 )
 from ._config import ProducerConfig
 from ._intake import Intake
+from ._lifecycle import CLOSED, CLOSING, NEW, OPEN, OPENING
 from ._metrics import ProducerMetrics
 from ._pipeline import Entry, Pipeline
 from ._sender import Sender
@@ -81,7 +82,7 @@ class Producer(Intake):
         elif not isinstance(config, ProducerConfig):
             raise errors.ConfigError(f"config must be a ProducerConfig, got {config!r}")
         super().__init__(stream, config)
-        self._state = "new"
+        self._state = NEW
         self._queue = None
         self._sender = None
         self._max_record_bytes = DEFAULT_MAX_RECORD_BYTES
@@ -163,9 +164,9 @@ class Producer(Intake):
         return self.statistics()
 
     async def __aenter__(self) -> Self:
-        if self._state != "new":
+        if self._state is not NEW:
             raise RuntimeError("a Producer can be opened once")
-        self._state = "opening"
+        self._state = OPENING
         await self._describe_stream()
         pipeline = self._new_pipeline()
         if self._record_distribution != "AUTO":
@@ -192,7 +193,7 @@ class Producer(Intake):
             with unwrap_sole():
                 await task_group.__aexit__(type(exc), exc, exc.__traceback__)
             raise
-        self._state = "open"
+        self._state = OPEN
         return self
 
     async def __aexit__(
@@ -215,16 +216,16 @@ class Producer(Intake):
         """
         task_group = self._task_group
         if task_group is None:
-            self._state = "closed"
+            self._state = CLOSED
             return None
         try:
             if exc is None:
-                self._state = "closing"
+                self._state = CLOSING
                 await self._wait_settled(self._epoch)
             elif isinstance(exc, Exception):
                 await self._settle_within(self._config.exit_grace, exc)
         finally:
-            self._state = "closed"
+            self._state = CLOSED
             self._drain(errors.ProducerClosedError(f"producer for {self._stream!r} closed first"))
             task_group.cancel_scope.cancel()  # in-flight senders abandon their calls
             with unwrap_sole():  # the block's own exception as itself, not a group of one
@@ -243,7 +244,7 @@ class Producer(Intake):
         left (measured: still waiting after 60 s). What is still unsettled after ``grace`` is
         failed by the caller's drain and the senders' cancellation.
         """
-        self._state = "closing"
+        self._state = CLOSING
         if self._queue is not None:
             self._queue.close()  # puts waiting for room in other tasks fail now
         if not self._ledger.outstanding:
@@ -271,7 +272,7 @@ class Producer(Intake):
         await self._wait_settled(self._next_epoch())
         if self._ledger.stopped:
             raise self._ledger.failed_error()
-        if self._state == "closed":
+        if self._state is CLOSED:
             raise errors.ProducerClosedError(
                 f"producer for {self._stream!r} was stopped while flushing; the records it "
                 "did not acknowledge failed with ProducerClosedError"
@@ -285,7 +286,7 @@ class Producer(Intake):
         (``SyncProducer.close(timeout=...)``)."""
         if error is None:
             error = errors.ProducerClosedError(f"producer for {self._stream!r} was aborted")
-        self._state = "closed"
+        self._state = CLOSED
         self._drain(error)
         if self._sender is not None:
             self._sender.cancel_calls()  # each sender abandons its call
