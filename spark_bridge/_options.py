@@ -413,18 +413,9 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     connection = parse_connection(options)
     refs = _stream_refs(options, connection.region)
     mode = _choice(options, "consumerMode", ("polling", "efo"), "polling")
+    # Checked, though the source subscribes to nothing (every mode reads with GetRecords:
+    # docs/spark.md, "EFO"): so neither an http endpoint nor registration=none is refused.
     registration = _choice(options, "registration", ("lazy", "eager", "none"), "lazy")
-    if mode == "efo" and registration == "none":
-        raise ConfigError(
-            "option registration=none needs consumer ARNs, which the Spark source does not "
-            "take; use lazy or eager"
-        )
-    endpoint = connection.endpoint_url
-    if mode == "efo" and endpoint is not None and endpoint.startswith("http://"):
-        raise ConfigError(
-            "option consumerMode=efo needs an https endpointUrl (SubscribeToShard is HTTP/2 "
-            f"over TLS), got {endpoint!r}"
-        )
     name = options.get("consumername")
     if name is not None and not name.strip():
         raise ConfigError("option consumerName must not be empty")

@@ -25,6 +25,7 @@ protocol), so memory is O(shards x prefetch_batches) and one slow shard stalls o
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
@@ -74,6 +75,14 @@ log = logging.getLogger("kinesis_actors.consumer")
 _DEREGISTER_TIMEOUT = 10.0
 
 
+class ConsumerState(enum.Enum):
+    """Where a :class:`Consumer` is in its life: opened once, closed for good."""
+
+    NEW = "new"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
 class Consumer:
     """Reads one or more streams shard by shard; an async context manager and iterator.
 
@@ -105,7 +114,7 @@ class Consumer:
         self._processors: Supervisor | None = None
         self._processing: set[ShardKey] = set()
         self._failure: BaseException | None = None
-        self._state = "new"
+        self._state = ConsumerState.NEW
         self._stack: AsyncExitStack | None = None
         self._tg: TaskGroup | None = None
         self._scheduler = ShardScheduler(
@@ -132,7 +141,7 @@ class Consumer:
     # -- lifecycle --------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        if self._state != "new":
+        if self._state is not ConsumerState.NEW:
             raise RuntimeError("a Consumer can be opened only once")
         if self._config.mode == "efo":
             check_efo_endpoint(self._client)
@@ -163,7 +172,7 @@ class Consumer:
             with unwrap_sole():  # the cause itself, not a group of one
                 await stack.__aexit__(type(exc), exc, exc.__traceback__)
             raise
-        self._state = "open"
+        self._state = ConsumerState.OPEN
         return self
 
     def _say_opened(self) -> None:
@@ -193,10 +202,10 @@ class Consumer:
         await self._close(clean=True)
 
     async def _close(self, *, clean: bool) -> None:
-        if self._state in ("closed", "new"):
-            self._state = "closed"
+        if self._state is not ConsumerState.OPEN:
+            self._state = ConsumerState.CLOSED
             return
-        self._state = "closed"
+        self._state = ConsumerState.CLOSED
         self._done.set()
         self._arrived.set()
         if self._tg is not None:
@@ -213,7 +222,7 @@ class Consumer:
 
     def stop(self) -> None:
         """Ask :meth:`run` and the iterator to end (from any task of this loop)."""
-        if self._state == "open":
+        if self._state is ConsumerState.OPEN:
             self._done.set()
             self._arrived.set()
 
@@ -234,9 +243,9 @@ class Consumer:
         return self._mode
 
     def _claim(self, mode: str) -> None:
-        if self._state == "closed":
+        if self._state is ConsumerState.CLOSED:
             raise errors.ConsumerClosedError("the Consumer is closed: it yields no more batches")
-        if self._state != "open":
+        if self._state is not ConsumerState.OPEN:
             raise RuntimeError("the Consumer is not open: use 'async with Consumer(...)'")
         if self._mode == mode:
             return

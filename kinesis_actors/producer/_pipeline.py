@@ -250,9 +250,9 @@ class Pipeline:
                 return True
             # A call takes an aggregate from each of at most max_call_records lanes a round:
             # over more lanes than that, what is ready fills it only in their proportion.
-            # Going at 5 MiB ready over 2,048 lanes sent aggregates of 37 records where
-            # waiting for a call's worth made them 90 (1,024 shards, 100-byte records; the
-            # CPU a record follows the aggregates' count).
+            # Going at the byte mark over 2,048 lanes sent aggregates of 66 records where
+            # waiting for a call's worth makes them 131 (benchmarks.producer_cpu,
+            # unpaced-1024-deep; the CPU a record follows the aggregates' count).
             lanes = room.ready_lanes()
             if room.ready_bytes * self._max_call_records >= self._full_bytes * lanes:
                 return True

@@ -4,11 +4,11 @@ Built on a deque and anyio events rather than a memory object stream, because th
 neither report its peak depth and blocked time, nor let control signals overtake data, nor say
 what happened to the items it drops.
 
-:class:`Mailbox` holds the queue and its control lane, the full policies, receiving, close,
-purge and the statistics; its room - the bound, what takes room and the line of senders
-waiting for it, with the invariants that make the bound hold - is its base
-:class:`~._room.Room`'s. ``send`` either queues its item and returns, or raises without
-queuing it.
+:class:`Mailbox` holds the control lane, the full policies, receiving, close, purge and the
+statistics; its queue of data and its room - the bound, what takes room and the line of
+senders waiting for it, with the invariants that make the bound hold - are a
+:class:`~._room.Room` it owns and calls. ``send`` either queues its item and returns, or
+raises without queuing it.
 
 Two options make it the producer's queue:
 
@@ -24,11 +24,9 @@ Two options make it the producer's queue:
 from __future__ import annotations
 
 import logging
-from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
-from itertools import accumulate
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import anyio
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
@@ -53,7 +51,7 @@ YIELD_EVERY = 16
 """Operations that did not wait between two scheduler yields (see ``Mailbox._fair_share``)."""
 
 
-class Mailbox(Room[T]):
+class Mailbox(Generic[T]):
     """A bounded FIFO with a priority control lane.
 
     Receivers always get control items before data. ``close()`` refuses new items; receivers
@@ -81,7 +79,11 @@ class Mailbox(Room[T]):
             raise ValueError(f"max_weight must be at least 1, got {max_weight}")
         if (max_weight is not None or hold) and policy not in (FullPolicy.BLOCK, FullPolicy.FAIL):
             raise ValueError("max_weight and hold need the BLOCK or FAIL policy")
-        super().__init__(capacity, name=name, clock=clock, max_weight=max_weight, hold=hold)
+        self._name = name
+        self._room: Room[T] = Room(
+            capacity, name=name, clock=clock, max_weight=max_weight, hold=hold
+        )
+        self._max_weight = max_weight
         self._control_capacity = control_capacity
         self._policy = policy
         self._on_drop = on_drop
@@ -90,16 +92,21 @@ class Mailbox(Room[T]):
         self._not_empty: anyio.Event | None = None
         self._closed = False
         self._unyielded = 0
-        # statistics
-        self._peak = 0
-        self._peak_occupied = 0
-        self._peak_weight = 0
-        self._sent = 0
+        # statistics (the room counts the data it puts and takes)
+        self._control_received = 0
         self._dropped = 0
         self._rejected = 0
         self._dead_letters = 0
 
     # -- properties -------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def capacity(self) -> int:
+        return self._room.capacity
 
     @property
     def policy(self) -> FullPolicy:
@@ -109,9 +116,32 @@ class Mailbox(Room[T]):
     def closed(self) -> bool:
         return self._closed
 
+    def __len__(self) -> int:
+        """Queued data items (the control lane is not counted)."""
+        return len(self._room)
+
+    @property
+    def occupied(self) -> int:
+        """Items taking room: queued, held (``hold``) and granted to a blocked sender."""
+        return self._room.occupied
+
+    @property
+    def weight(self) -> int:
+        """Their total weight."""
+        return self._room.weight
+
+    @property
+    def senders_waiting(self) -> int:
+        """Senders blocked for room."""
+        return self._room.senders_waiting
+
+    def longest_wait(self) -> float:
+        """Seconds the first blocked sender has been waiting (0.0 when none is)."""
+        return self._room.longest_wait()
+
     def __repr__(self) -> str:
         return (
-            f"<Mailbox {self._name!r} {len(self._data)}/{self._capacity} "
+            f"<Mailbox {self._name!r} {len(self._room)}/{self._room.capacity} "
             f"{self._policy.value}{' closed' if self._closed else ''}>"
         )
 
@@ -125,14 +155,21 @@ class Mailbox(Room[T]):
         :raises MailboxClosed: when the mailbox is (or gets) closed; the item is not queued.
         """
         await checkpoint_if_cancelled()
-        if self._closed or self._has_room(weight) or self._policy is not FullPolicy.BLOCK:
+        if self._closed or self._policy is not FullPolicy.BLOCK:
             self.send_nowait(item, weight)
             await self._fair_share()
             return
-        await self._wait_for_room(weight)
+        room = self._room
+        if room.put(item, weight):
+            if self._not_empty is not None:
+                self._notify_receivers()
+            await self._fair_share()
+            return
+        await room.wait_for_room(weight)
         if self._closed:
             raise MailboxClosed(self._name)
-        self._append(item, weight)
+        room.append(item, weight)
+        self._notify_receivers()
 
     def send_nowait(self, item: T, weight: int = 0) -> None:
         """Queue ``item`` without waiting, applying the full policy.
@@ -144,7 +181,7 @@ class Mailbox(Room[T]):
             FullPolicy.BLOCK,
             FullPolicy.FAIL,
         ):
-            raise MailboxFull(f"mailbox {self._name!r} is full ({self._capacity})")
+            raise MailboxFull(f"mailbox {self._name!r} is full ({self._room.capacity})")
 
     def try_send(self, item: T, weight: int = 0) -> bool:
         """Queue ``item`` without waiting; return whether it is now queued.
@@ -157,34 +194,16 @@ class Mailbox(Room[T]):
         """
         if self._closed:
             raise MailboxClosed(self._name)
-        if not self._senders:
-            # _fits and _append inlined: this is every put's way in (measured: the three
-            # calls were ~15 % of an aggregated put's CPU).
-            data = self._data
-            occupied = len(data) + self._held + self._reserved
-            total = self._weight + weight
-            limit = self._max_weight
-            if occupied < self._capacity and (limit is None or total <= limit or occupied == 0):
-                data.append(item)
-                self._sent += 1
-                if self._weights is not None:
-                    self._weights.append(weight)
-                self._weight = total
-                depth = len(data)
-                if depth > self._peak:  # noqa: PLR1730
-                    self._peak = depth
-                if depth + self._held > self._peak_occupied:  # noqa: PLR1730
-                    self._peak_occupied = depth + self._held
-                if total > self._peak_weight:  # noqa: PLR1730
-                    self._peak_weight = total
-                if self._not_empty is not None:
-                    self._notify_receivers()
-                return True
-        if self._policy is FullPolicy.DROP_OLDEST and self._data:
-            oldest = self._data.popleft()
+        if self._room.put(item, weight):
+            if self._not_empty is not None:
+                self._notify_receivers()
+            return True
+        if self._policy is FullPolicy.DROP_OLDEST and len(self._room):
+            oldest = self._room.evict_oldest()
             self._dropped += 1
             self.dead_letter(oldest, DropReason.DROPPED_OLDEST)
-            self._append(item)
+            self._room.append(item)
+            self._notify_receivers()
             return True
         if self._policy is FullPolicy.DROP_NEWEST:
             self._dropped += 1
@@ -209,47 +228,18 @@ class Mailbox(Room[T]):
             raise MailboxClosed(self._name)
         if stop > len(items):
             raise IndexError(f"try_send_many: stop {stop} is past {len(items)} items")
-        if self._senders or self._policy not in (FullPolicy.BLOCK, FullPolicy.FAIL):
+        if self._policy not in (FullPolicy.BLOCK, FullPolicy.FAIL):
             sent = 0
             for index in range(start, stop):
                 if not self.try_send(items[index], weight(items[index])):
                     break
                 sent += 1
             return sent
-        data, weights = self._data, self._weights
-        room = self._capacity - (len(data) + self._held + self._reserved)
-        limit, total = self._max_weight, self._weight
-        batch = items[start : min(stop, start + max(room, 0))]
-        item_weights = list(map(weight, batch))
-        # How many fit, from a running sum of the weights (C calls, not a step per item):
-        # ends[k] is the weight with the first k in. As in _fits, one item heavier than the
-        # bound goes alone, into an empty mailbox.
-        ends = list(accumulate(item_weights, initial=total))
-        sent = len(batch)
-        if limit is not None and ends[-1] > limit:
-            sent = max(bisect_right(ends, limit) - 1, 0)
-            if sent == 0 and batch and not (data or self._held or self._reserved):
-                sent = 1
-        if sent:
-            data.extend(batch if sent == len(batch) else batch[:sent])
-            if weights is not None:
-                weights.extend(item_weights[:sent])
-            total = ends[sent]
-        index, wanted = start + sent, stop
-        if index < wanted:
+        sent = self._room.put_many(items, start, stop, weight)
+        if start + sent < stop:
             self._rejected += 1  # the item that did not fit, as try_send counts it
-        if sent == 0:
-            return 0
-        self._sent += sent
-        self._weight = total
-        depth = len(data)
-        if depth > self._peak:  # noqa: PLR1730
-            self._peak = depth
-        if depth + self._held > self._peak_occupied:  # noqa: PLR1730
-            self._peak_occupied = depth + self._held
-        if total > self._peak_weight:  # noqa: PLR1730
-            self._peak_weight = total
-        self._notify_receivers()
+        if sent:
+            self._notify_receivers()
         return sent
 
     def send_control(self, item: T) -> None:
@@ -295,21 +285,29 @@ class Mailbox(Room[T]):
         :raises anyio.EndOfStream: when closed and drained.
         """
         if self._control:
-            self._received += 1
+            self._control_received += 1
             return self._control.popleft()
-        if self._data:
-            item = self._data.popleft()
-            self._received += 1
-            if self._hold:
-                self._held += 1  # its room comes back with release()
-            else:
-                if self._weights is not None:
-                    self._weight -= self._weights.popleft()
-                self._wake_senders()
-            return item
+        try:
+            return self._room.take()
+        except IndexError:
+            pass
         if self._closed:
             raise anyio.EndOfStream
         raise anyio.WouldBlock
+
+    def receive_held(self) -> list[T]:
+        """``hold`` mailboxes: take every queued data item at once, oldest first (a batch
+        intake, one call for all instead of one ``receive_nowait`` each; the control lane
+        is left to that). Each keeps its room until :meth:`release`; empty: ``[]``."""
+        return self._room.receive_held()
+
+    def release(self, count: int = 1, weight: int = 0) -> None:
+        """``hold`` mailboxes: ``count`` received items of ``weight`` in total are done; their
+        room goes to the senders waiting for it, first come first served.
+
+        :raises RuntimeError: when more is released than was held.
+        """
+        self._room.release(count, weight)
 
     def __aiter__(self) -> Mailbox[T]:
         return self
@@ -330,8 +328,7 @@ class Mailbox(Room[T]):
         if self._closed:
             return
         self._closed = True
-        while self._senders:
-            self._senders.popleft().event.set()
+        self._room.let_go()
         self._notify_receivers()
 
     def reopen(self) -> None:
@@ -343,9 +340,9 @@ class Mailbox(Room[T]):
             by the close is still on its way: a stream starts over from a purged mailbox,
             never on top of what the old one left.
         """
-        if self._control or self._data or self._held or self._weight:
+        if self._control or not self._room.empty:
             raise RuntimeError(f"mailbox {self._name!r}: reopen needs an empty mailbox")
-        if self._blocked or self._reserved:
+        if self._room.senders_on_their_way:
             # Woken by close() without room: reopened, they would append past capacity.
             raise RuntimeError(f"mailbox {self._name!r}: reopen with senders still waking")
         self._closed = False
@@ -358,19 +355,10 @@ class Mailbox(Room[T]):
         owner settles it.
         """
         count = 0
-        while self._control or self._data:
-            if self._control:
-                item = self._control.popleft()
-            else:
-                item = self._data.popleft()
-                if self._hold:
-                    self._held += 1
-                elif self._weights is not None:
-                    self._weight -= self._weights.popleft()
-            self.dead_letter(item, DropReason.UNDELIVERED)
+        while self._control:
+            self.dead_letter(self._control.popleft(), DropReason.UNDELIVERED)
             count += 1
-        self._wake_senders()
-        return count
+        return count + self._room.purge(self._undelivered)
 
     def dead_letter(self, item: T, reason: DropReason, error: BaseException | None = None) -> None:
         """Report an item this mailbox could not deliver to the dead-letter hook."""
@@ -385,30 +373,28 @@ class Mailbox(Room[T]):
 
     def statistics(self) -> MailboxStats:
         """The mailbox now, as a frozen :class:`MailboxStats` (trio's ``statistics()``)."""
-        blocked = self._blocked_seconds
-        if self._blocked:
-            blocked += self._blocked * self._clock.now() - self._blocked_since_sum
+        room = self._room.statistics()
         return MailboxStats(
             name=self._name,
-            capacity=self._capacity,
+            capacity=self._room.capacity,
             policy=self._policy.value,
-            depth=len(self._data),
-            peak_depth=self._peak,
+            depth=room.depth,
+            peak_depth=room.peak_depth,
             control_depth=len(self._control),
-            senders_waiting=self._blocked,
-            blocked_seconds=blocked,
-            sent=self._sent,
-            received=self._received,
+            senders_waiting=room.senders_waiting,
+            blocked_seconds=room.blocked_seconds,
+            sent=room.put,
+            received=room.taken + self._control_received,
             dropped=self._dropped,
             rejected=self._rejected,
             dead_letters=self._dead_letters,
             closed=self._closed,
-            held=self._held,
-            weight=self._weight,
+            held=room.held,
+            weight=room.weight,
             max_weight=self._max_weight,
-            peak_occupied=self._peak_occupied,
-            peak_weight=self._peak_weight,
-            blocked_sends=self._blocked_sends,
+            peak_occupied=room.peak_occupied,
+            peak_weight=room.peak_weight,
+            blocked_sends=room.blocked_sends,
         )
 
     def stats(self) -> MailboxStats:
@@ -432,24 +418,8 @@ class Mailbox(Room[T]):
             self._unyielded = 0
             await cancel_shielded_checkpoint()
 
-    def _append(self, item: T, weight: int = 0) -> None:
-        data = self._data
-        data.append(item)
-        self._sent += 1
-        if self._weights is not None:
-            self._weights.append(weight)
-        total = self._weight = self._weight + weight
-        depth = len(data)
-        # Plain comparisons, not max(): this runs once per item sent.
-        if depth > self._peak:  # noqa: PLR1730
-            self._peak = depth
-        occupied = depth + self._held
-        if occupied > self._peak_occupied:  # noqa: PLR1730
-            self._peak_occupied = occupied
-        if total > self._peak_weight:  # noqa: PLR1730
-            self._peak_weight = total
-        if self._not_empty is not None:
-            self._notify_receivers()
+    def _undelivered(self, item: T) -> None:
+        self.dead_letter(item, DropReason.UNDELIVERED)
 
     def _notify_receivers(self) -> None:
         if self._not_empty is not None:

@@ -40,7 +40,7 @@ class SupervisorSnapshot:
     name: str
     strategy: str
     state: str
-    """``running``, ``stopping``, ``stopped`` or ``failed``."""
+    """``new``, ``running``, ``stopping``, ``stopped`` or ``failed``: a supervisor state's value."""
     restarts_in_window: int
     """With an intensity per child: the most any one child has (the one nearest its limit)."""
     max_restarts: int

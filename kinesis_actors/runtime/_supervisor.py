@@ -28,6 +28,7 @@ it is ``recoverable``: then as one warning line.
 
 from __future__ import annotations
 
+import enum
 import math
 import random as _random
 from collections import deque
@@ -56,6 +57,17 @@ from ._spec import (
 )
 
 T = TypeVar("T")
+
+
+class SupervisorState(enum.Enum):
+    """Where a supervisor is in its life; ``statistics()`` carries the value."""
+
+    NEW = "new"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+    """Its restart intensity was exceeded: the children are stopped and it escalates."""
 
 
 class Supervisor:
@@ -114,7 +126,7 @@ class Supervisor:
         self._slots: list[Slot[Any]] = []
         # Bounded by the number of children: only a started, current incarnation posts, once.
         self._exits: deque[tuple[Slot[Any], Incarnation, Exception | None]] = deque()
-        self._state = "new"
+        self._state = SupervisorState.NEW
         self._failure: RestartIntensityExceeded | None = None
         self._tg: TaskGroup | None = None
         self._loop_scope: anyio.CancelScope | None = None
@@ -135,7 +147,7 @@ class Supervisor:
     # -- lifecycle --------------------------------------------------------------------------
 
     async def __aenter__(self) -> Supervisor:
-        if self._state != "new":
+        if self._state is not SupervisorState.NEW:
             raise RuntimeError(f"supervisor {self._name!r} can only be entered once")
         self._wakeup = anyio.Event()
         self._lock = anyio.Lock()
@@ -143,7 +155,7 @@ class Supervisor:
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
-        self._state = "running"
+        self._state = SupervisorState.RUNNING
         await tg.start(self._supervise)
         return self
 
@@ -181,8 +193,8 @@ class Supervisor:
         :raises Exception: whatever the child's factory or ``on_start`` raised; the child is
             then not added.
         """
-        if self._state != "running":
-            raise RuntimeError(f"supervisor {self._name!r} is {self._state}")
+        if self._state is not SupervisorState.RUNNING:
+            raise RuntimeError(f"supervisor {self._name!r} is {self._state.value}")
         async with self._lock:
             if any(slot.spec.name == spec.name for slot in self._slots):
                 raise ValueError(f"{self._name!r} already has a child named {spec.name!r}")
@@ -243,7 +255,7 @@ class Supervisor:
         return SupervisorSnapshot(
             name=self._name,
             strategy=self._strategy.value,
-            state=self._state,
+            state=self._state.value,
             restarts_in_window=self._restarts_in_window(),
             max_restarts=self._intensity.max_restarts,
             period=self._intensity.period,
@@ -288,11 +300,11 @@ class Supervisor:
             self._loop_scope.cancel()
         await self._loop_done.wait()
         if self._failure is None:
-            self._state = "stopping"
+            self._state = SupervisorState.STOPPING
         running = [slot for slot in self._slots if slot.state is not ChildState.STOPPED]
         await self._stop_all(running, graceful=graceful, finish=True)
         if self._failure is None:
-            self._state = "stopped"
+            self._state = SupervisorState.STOPPED
 
     async def _stop_all(self, slots: list[Slot[Any]], *, graceful: bool, finish: bool) -> None:
         """Stop ``slots`` (given in start order) by the supervisor's :class:`StopOrder`."""
@@ -430,7 +442,7 @@ class Supervisor:
             running = [slot for slot in self._slots if slot.state is not ChildState.STOPPED]
             await self._stop_all(running, graceful=False, finish=True)
         self._failure = failure
-        self._state = "failed"
+        self._state = SupervisorState.FAILED
         self._task_group().cancel_scope.cancel()
 
     # -- helpers ----------------------------------------------------------------------------

@@ -46,6 +46,23 @@ async def test_efo_mode_needs_an_https_endpoint(
     assert plain_client.statistics().calls == calls  # refused before any network call
 
 
+async def test_a_consumer_used_out_of_its_order_fails_clearly_before_any_call(
+    plain_client: KinesisClient, stream_name: str
+) -> None:
+    calls = plain_client.statistics().calls
+    consumer = Consumer(plain_client, stream_name)
+    with pytest.raises(RuntimeError, match="not open"):
+        await consumer.__anext__()
+    consumer.stop()  # nothing to stop yet
+    await consumer.aclose()  # never opened: closed for good all the same
+    with pytest.raises(errors.ConsumerClosedError):
+        await consumer.__anext__()
+    with pytest.raises(RuntimeError, match="only once"):
+        async with consumer:
+            pass
+    assert plain_client.statistics().calls == calls
+
+
 def test_a_timestamp_in_the_future_is_refused() -> None:
     with pytest.raises(errors.ConfigError, match="future"):
         StartingPosition.at_timestamp(datetime.now(UTC) + timedelta(hours=1))

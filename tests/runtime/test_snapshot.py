@@ -57,6 +57,20 @@ async def test_snapshot_reports_children_mailboxes_restarts_and_last_failure() -
     assert plain["children"][0]["mailbox"]["capacity"] == 4
 
 
+async def test_the_supervisor_state_is_the_same_plain_string_through_its_life() -> None:
+    sup = Supervisor(name="root")
+    states = [sup.statistics().state]
+    with pytest.raises(RuntimeError, match=r"^supervisor 'root' is new$"):
+        await sup.start_child(ChildSpec("a", probe(Journal(), "a")))
+    async with sup:
+        states.append(sup.statistics().state)
+        plain = sup.statistics().to_dict()
+    states.append(sup.statistics().state)
+    assert states == ["new", "running", "stopped"]
+    assert all(type(state) is str for state in [*states, plain["state"]])
+    assert json.loads(json.dumps(plain))["state"] == "running"
+
+
 async def test_log_lines_name_the_actor(caplog: pytest.LogCaptureFixture) -> None:
     journal = Journal()
     with caplog.at_level(logging.INFO, "kinesis_actors.runtime"):

@@ -180,6 +180,7 @@ async def test_intensity_exceeded_stops_children_in_reverse_and_escalates_with_c
     assert [str(cause) for cause in failure.causes] == ["b boom"] * 3
     assert failure.__cause__ is failure.causes[-1]
     assert failure.supervisor == "root"
+    assert (sup.statistics().state, sup.statistics().failure) == ("failed", str(failure))
     stops = journal.of("stop")
     assert stops[:3] == [("b", 0), ("b", 1), ("b", 2)]
     assert stops[3:] == [("c", 0), ("a", 0)]

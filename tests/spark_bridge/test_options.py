@@ -258,21 +258,16 @@ def test_registration_rejects_other_values(raw: str) -> None:
         source(registration=raw)
 
 
-def test_efo_with_registration_none_is_an_error() -> None:
-    with fails("registration"):
-        source(consumerMode="efo", registration="none")
-    # Polling ignores registration, so none is fine there.
+def test_efo_takes_what_polling_takes_since_both_read_with_get_records() -> None:
+    """The source subscribes to nothing in either mode, so consumerMode=efo refuses neither
+    registration=none nor an http endpoint (SubscribeToShard's needs)."""
+    efo = source(consumerMode="efo", registration="none", endpointUrl="http://localhost:4567")
+    assert (efo.mode, efo.registration, efo.connection.endpoint_url) == (
+        "efo",
+        "none",
+        "http://localhost:4567",
+    )
     assert source(consumerMode="polling", registration="none").registration == "none"
-
-
-def test_efo_needs_an_https_endpoint() -> None:
-    with pytest.raises(ConfigError) as raised:
-        source(consumerMode="efo", endpointUrl="http://localhost:4567")
-    assert "consumerMode" in str(raised.value)
-    assert "endpointUrl" in str(raised.value)
-    efo = source(consumerMode="efo", endpointUrl="https://localhost:4567")
-    assert (efo.mode, efo.connection.endpoint_url) == ("efo", "https://localhost:4567")
-    assert source(consumerMode="polling", endpointUrl="http://localhost:4567").mode == "polling"
 
 
 def test_efo_is_accepted_and_the_source_says_it_reads_with_get_records(

@@ -280,7 +280,6 @@ def test_a_batch_read_says_to_use_read_stream(spark: Any, local_kinesis: LocalKi
         ({"maxBytesPerTrigger": "0"}, "maxBytesPerTrigger"),
         ({"consumerMode": "push"}, "consumerMode"),
         ({"verifySsl": "maybe"}, "verifySsl"),
-        ({"consumerMode": "efo"}, "https endpointUrl"),
         ({"maxRecordPerTrigger": "10"}, "maxrecordpertrigger"),
     ],
 )
