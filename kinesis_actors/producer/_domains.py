@@ -1,7 +1,7 @@
 """The pipeline's waiting rooms: ordering domains (one per key) inside lanes (one per shard).
 
-Plain state, owned by :class:`~kinesis_actors.producer._pipeline.Pipeline`, which alone
-moves a domain between its states: idle (nothing waiting), ready (queued in its lane),
+Plain state, owned by :class:`~kinesis_actors.producer._waiting.WaitingRoom`, which alone
+writes it and moves a domain between its states: idle (nothing waiting), ready (queued in its lane),
 in flight (with ``preserve_order``, its next records wait for the one out) and waiting
 (backing off after a failure, until ``not_before``).
 """

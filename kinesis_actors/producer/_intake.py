@@ -2,10 +2,14 @@
 into the bounded queue, waiting while it is full (the backpressure).
 
 :class:`Intake` is the put side of :class:`~._producer.Producer`, which extends it
-(inheritance, as with :class:`~._ledger.Ledger`: the put path gains no call). The queue is the
-dispatcher actor's mailbox; a record is admitted with its room (one record, its size in
-bytes) and an entry in the current flush epoch, and that room comes back when the ledger
-settles it. Entries come from the ledger's spares first (see :class:`~._entry.Entry`).
+(inheritance: the put path gains no call). It owns the flush epoch records are admitted in
+and the blocks single puts settle into, and holds the producer's
+:class:`~._ledger.Ledger`; what it reads of the lifecycle (``_state``, ``_queue``,
+``_sender``, ``_max_record_bytes``) is the Producer's to write. The queue is the dispatcher
+actor's mailbox; a record is admitted with its room (one record, its size in bytes) and a
+count in the ledger's ``outstanding`` for its flush epoch, and that room comes back when
+the ledger settles it. Entries come from the ledger's spares first (see
+:class:`~._entry.Entry`).
 """
 
 from __future__ import annotations
@@ -17,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .. import errors
-from ..runtime import MailboxClosed
+from ..runtime import Mailbox, MailboxClosed
 from ._config import ProducerConfig
 from ._entry import Entry
 from ._handle import NO_OUTCOMES, PUT_BLOCK, Outcomes, PutHandle, PutHandles, fail_unsent
 from ._ledger import Ledger
-from ._stream import DEFAULT_MAX_RECORD_BYTES
+from ._lifecycle import OPEN, ProducerState
 from ._validation import batch_entries, key_size, known_hash_key, prepare_record, valid_hash_key
 
 if TYPE_CHECKING:
@@ -42,14 +46,24 @@ _view = PutHandle._view
 _entry_size = attrgetter("size")  # a C callable: the mailbox calls it once per record
 
 
-class Intake(Ledger):
+class Intake:
     """The put side of a producer; see the module's docstring."""
 
+    # The lifecycle's, written by the Producer alone; read here on every put.
+    _state: ProducerState
+    _queue: Mailbox[Entry] | None  # the dispatcher's mailbox, once open
+    _sender: Sender | None  # the dispatcher's owner, once open
+    _max_record_bytes: int  # the stream's, once described
+
     def __init__(self, stream: str, config: ProducerConfig) -> None:
-        super().__init__(stream, config)
-        self._state = "new"  # new, opening, open, closing, closed
-        self._sender: Sender | None = None  # the dispatcher's owner, once open
-        self._max_record_bytes = DEFAULT_MAX_RECORD_BYTES
+        self._stream = stream
+        self._config = config
+        ledger = self._ledger = Ledger(stream, config)
+        # The ledger's containers the put path adds to and takes from (see _ledger): held
+        # here to spare every put an attribute load.
+        self._outstanding = ledger.outstanding
+        self._spares = ledger.spares
+        self._epoch = 0  # the flush epoch records are admitted in
         self._puts_since_checkpoint = 0
         self._put_outcomes = Outcomes(PUT_BLOCK)  # the block single puts settle into
         self._put_slot = 0
@@ -121,6 +135,12 @@ class Intake(Ledger):
             spares.append(entry)
             raise anyio.WouldBlock
         return _view(outcomes, slot)
+
+    def _next_epoch(self) -> int:
+        """Admit records into a new flush epoch from now on: the one that ends."""
+        epoch = self._epoch
+        self._epoch = epoch + 1
+        return epoch
 
     def _next_slot(self) -> tuple[Outcomes, int]:
         """A slot of the current block of single puts, taken before any wait (a concurrent
@@ -201,19 +221,19 @@ class Intake(Ledger):
     def _offer(self, entry: Entry) -> bool:
         """Queue ``entry`` if there is room now (the put path's fast way); False if full."""
         queue = self._queue
-        if queue is None or self._state != "open" or self._failure or self._broken:
+        if queue is None or self._state is not OPEN or self._ledger.stopped:
             self._check_open()
         assert queue is not None
         epoch = entry.epoch = self._epoch
-        outstanding = self._epoch_outstanding
+        outstanding = self._outstanding
         outstanding[epoch] = outstanding.get(epoch, 0) + 1
         try:
             queued = queue.try_send(entry, entry.size)
         except MailboxClosed:
-            self._forget(epoch)
-            raise self._stopped_error() from None
+            self._ledger.forget(epoch)
+            raise self._ledger.stopped_error() from None
         if not queued:
-            self._forget(epoch)
+            self._ledger.forget(epoch)
             return False
         if len(queue) == 1:
             self._wake_sender()  # the first record of an empty queue: the dispatcher takes it
@@ -223,20 +243,20 @@ class Intake(Ledger):
     def _offer_many(self, entries: list[Entry], start: int, stop: int) -> int:
         """Queue ``entries[start:stop]`` while they fit (put_many's fast way): how many did."""
         queue = self._queue
-        if queue is None or self._state != "open" or self._failure or self._broken:
+        if queue is None or self._state is not OPEN or self._ledger.stopped:
             self._check_open()
         assert queue is not None
         was_empty = len(queue) == 0
         try:
             sent = queue.try_send_many(entries, start, stop, _entry_size)
         except MailboxClosed:
-            raise self._stopped_error() from None
+            raise self._ledger.stopped_error() from None
         if sent:
             epoch = self._epoch
             if entries[start].epoch != epoch:  # a flush began since batch_entries stamped them
                 for index in range(start, start + sent):
                     entries[index].epoch = epoch
-            outstanding = self._epoch_outstanding
+            outstanding = self._outstanding
             outstanding[epoch] = outstanding.get(epoch, 0) + sent
             if was_empty:
                 self._wake_sender()  # an empty queue's first records: the dispatcher takes them
@@ -248,16 +268,16 @@ class Intake(Ledger):
         queue = self._queue
         assert queue is not None
         epoch = entry.epoch = self._epoch
-        outstanding = self._epoch_outstanding
+        outstanding = self._outstanding
         outstanding[epoch] = outstanding.get(epoch, 0) + 1
         self._wake_sender()  # it watches waiting puts, to say why they wait
         try:
             await queue.send(entry, entry.size)
         except MailboxClosed:
-            self._forget(epoch)
-            raise self._stopped_error() from None
+            self._ledger.forget(epoch)
+            raise self._ledger.stopped_error() from None
         except BaseException:
-            self._forget(epoch)
+            self._ledger.forget(epoch)
             raise
         self._wake_sender()
 
@@ -266,10 +286,10 @@ class Intake(Ledger):
             self._sender.wake()
 
     def _check_open(self) -> None:
-        if self._state != "open":
+        if self._state is not OPEN:
             raise errors.ProducerClosedError(
                 f"producer for {self._stream!r} is {self._state}; put and flush need an open "
                 "producer ('async with Producer(...)')"
             )
-        if self._failure is not None or self._broken is not None:
-            raise self._failed_error()
+        if self._ledger.stopped:
+            raise self._ledger.failed_error()

@@ -1,19 +1,23 @@
 """The producer's ledger: what was accepted, and how each record ended.
 
-Every record ends here exactly once: acknowledged (:meth:`Ledger._acknowledge`, a PutRecords
-answer's written records together) or failed (:meth:`Ledger._settle`). Settling gives the
+Every record ends here exactly once: acknowledged (:meth:`Ledger.acknowledge`, a PutRecords
+answer's written records together) or failed (:meth:`Ledger.settle`). Settling gives the
 record's room back to the queue, counts it, and counts it off its flush epoch, so a ``flush``
 knows when everything accepted before it has settled. A failure with ``fail_on_error`` is kept
-as the producer's failure; the senders' supervisor giving up is kept apart, as ``_broken``.
+as the producer's failure; the senders' supervisor giving up is kept apart, as ``broken``.
 
 A failure with ``fail_on_error`` stops the producer (``put`` and ``flush`` raise) whoever looked
 at it, but leaving the block raises only for failures no handle gave to the caller
-(:meth:`Ledger._unretrieved_failure`): an error the caller took from its record's handle was
+(:meth:`Ledger.exit_error`): an error the caller took from its record's handle was
 reported once, where it was asked for, and raising it again at the exit would punish the code
 that handled it. One nobody retrieved must not pass in silence, so the exit raises it.
 
-Sans-IO but for the clock read that rate-limits the failure log; :class:`~._producer.Producer`
-extends it (inheritance, not delegation: the put path gains no call).
+Sans-IO but for the clock read that rate-limits the failure log and the event a flush
+waits on. A component of the :class:`~._producer.Producer`, which alone holds one, and the
+one writer of its fields. Two of its containers are written from the put path as well, by
+rule: the intake counts each admitted record in ``outstanding`` (its flush epoch's count,
+which :meth:`Ledger.settle` counts off) and takes entries from ``spares`` (which settling
+refills); a method call per record there was what the put path could not afford.
 """
 
 from __future__ import annotations
@@ -43,21 +47,52 @@ class Ledger:
         self._config = config
         self._queue: Mailbox[Entry] | None = None  # the dispatcher's mailbox, once open
         self._counters = dict.fromkeys(("records_sent", "records_failed"), 0)
-        self._epoch = 0
-        self._epoch_outstanding: dict[int, int] = {}  # records not settled, per flush epoch
-        self._settled: anyio.Event | None = None
+        # Records not settled, per flush epoch: counted in by the intake, off here.
+        self.outstanding: dict[int, int] = {}
+        self._settled: anyio.Event | None = None  # set when an epoch has nothing outstanding
         self._failure: BaseException | None = None
         self._broken: RestartIntensityExceeded | None = None  # the senders' supervisor gave up
+        # A failure counts against the producer, or the senders gave up: it takes no more
+        # records. One flag, read by every put.
+        self.stopped = False
         # Failed slots that count against the producer, in failure order; their Outcomes say
         # which are still unretrieved. Bounded by what was accepted before the first failure
         # (after it, put takes no more records).
         self._counted_failures: list[tuple[Outcomes, int]] = []
         self._last_failure_log = -math.inf
-        # Settled entries, refilled by the put path (see Entry): at most a queue's worth.
-        self._spares: list[Entry] = []
+        # Settled entries, taken by the put path (see Entry): at most a queue's worth.
+        self.spares: list[Entry] = []
         self._spare_limit = config.queue_limit_records
 
-    def _acknowledge(
+    @property
+    def records_sent(self) -> int:
+        """Records acknowledged."""
+        return self._counters["records_sent"]
+
+    @property
+    def records_failed(self) -> int:
+        """Records failed for good."""
+        return self._counters["records_failed"]
+
+    def open(self, queue: Mailbox[Entry]) -> None:
+        """Settling gives each record's room back to ``queue`` from now on."""
+        self._queue = queue
+
+    def mark_broken(self, failure: RestartIntensityExceeded) -> None:
+        """The senders' supervisor gave up: the producer has failed."""
+        self._broken = failure
+        self.stopped = True
+
+    async def wait_settled(self, target: int) -> None:
+        """Wait until no record of epoch ``target`` or earlier is outstanding."""
+        while any(epoch <= target for epoch in self.outstanding):
+            # Shared by concurrent flushes: replacing an unset event would strand the flush
+            # already waiting on it (two flushes at once hung the first).
+            if self._settled is None or self._settled.is_set():
+                self._settled = anyio.Event()
+            await self._settled.wait()
+
+    def acknowledge(
         self, parts: list[Part | Entry], shard_ids: list[str], sequence_numbers: list[str]
     ) -> None:
         """A PutRecords answer's written Kinesis records (``parts``, each with its shard and
@@ -66,7 +101,7 @@ class Ledger:
         records = nbytes = 0
         epoch, count = parts[0].entries[0].epoch, 0
         settled_in = self._settled_in
-        spares = self._spares
+        spares = self.spares
         for part, shard_id, sequence_number in zip(parts, shard_ids, sequence_numbers, strict=True):
             entries = part.entries  # a record sent alone: [itself], made here, dropped here
             for index, entry in enumerate(entries):
@@ -99,15 +134,15 @@ class Ledger:
         self._queue.release(records, nbytes)
 
     def _settled_in(self, epoch: int, count: int) -> None:
-        remaining = self._epoch_outstanding[epoch] - count
+        remaining = self.outstanding[epoch] - count
         if remaining:
-            self._epoch_outstanding[epoch] = remaining
+            self.outstanding[epoch] = remaining
         else:
-            del self._epoch_outstanding[epoch]
+            del self.outstanding[epoch]
             if self._settled is not None:
                 self._settled.set()
 
-    def _settle(self, entry: Entry, result: PutResult | None, error: BaseException | None) -> None:
+    def settle(self, entry: Entry, result: PutResult | None, error: BaseException | None) -> None:
         """Every record ends here exactly once (called by the pipeline)."""
         outcomes, slot = entry.outcomes, entry.slot
         entry.data = b""  # a spare holds no record,
@@ -131,8 +166,8 @@ class Ledger:
         if queue is not None:
             queue.release(1, entry.size)
         self._settled_in(entry.epoch, 1)
-        if len(self._spares) < self._spare_limit:
-            self._spares.append(entry)
+        if len(self.spares) < self._spare_limit:
+            self.spares.append(entry)
 
     def _record_failure(self, error: BaseException) -> bool:
         """Count and log a record's failure; whether it counts against the producer."""
@@ -142,6 +177,7 @@ class Ledger:
         counts = self._config.fail_on_error and not closing
         if counts and self._failure is None:
             self._failure = error
+            self.stopped = True
         now = anyio.current_time()
         if now - self._last_failure_log >= self._config.backpressure_warning_interval:
             self._last_failure_log = now
@@ -166,22 +202,23 @@ class Ledger:
                     first = outcomes.errors.get(slot)
         return None if first is None else (first, count)
 
-    def _forget(self, epoch: int) -> None:
+    def forget(self, epoch: int) -> None:
         """A record counted in ``epoch`` was not queued after all."""
         self._settled_in(epoch, 1)
 
-    def _stopped_error(self) -> errors.KinesisError:
+    def stopped_error(self) -> errors.KinesisError:
+        """What a put that found the queue closed raises."""
         if self._broken is not None or self._failure is not None:
-            return self._failed_error()
+            return self.failed_error()
         return errors.ProducerClosedError(
             f"producer for {self._stream!r} closed while this put waited for room"
         )
 
-    def _exit_error(self) -> errors.ProducerFailedError | None:
+    def exit_error(self) -> errors.ProducerFailedError | None:
         """What a normal exit raises: the senders' supervisor giving up, or a failure that
         counts against the producer and that no handle gave to the caller; else ``None``."""
         if self._broken is not None:
-            return self._failed_error()
+            return self.failed_error()
         unretrieved = self._unretrieved_failure()
         if unretrieved is None:
             return None
@@ -195,7 +232,8 @@ class Ledger:
         error.__cause__ = first
         return error
 
-    def _failed_error(self) -> errors.ProducerFailedError:
+    def failed_error(self) -> errors.ProducerFailedError:
+        """What ``put`` and ``flush`` raise once the producer has failed (:attr:`stopped`)."""
         broken = self._broken
         if broken is not None:
             failed = errors.ProducerFailedError(

@@ -22,8 +22,9 @@ may put keys on the wrong child: those records are counted, once a map says who 
 (``misplaced_records``). See ``docs/producer.md``, "Resharding and key order".
 
 Where records wait (domains, lanes, their states, the backoff heap) is the
-:class:`~._waiting.WaitingRoom` this class extends; here is what to send (aggregates, pacing,
-linger), what came back (acknowledgements, failures, retries) and the time-to-live.
+:class:`~._waiting.WaitingRoom` this class owns and changes only through its methods; here
+is what to send (aggregates, pacing, linger), what came back (acknowledgements, failures,
+retries) and the time-to-live.
 
 Nothing here awaits or reads a clock: the caller passes ``now`` and asks
 :meth:`Pipeline.next_wakeup` when to come back.
@@ -31,17 +32,15 @@ Nothing here awaits or reads a clock: the caller passes ``now`` and asks
 
 from __future__ import annotations
 
-import heapq
 import math
 import random
 from collections.abc import Callable, Iterable
-from operator import attrgetter
 from typing import Any
 
 from .. import errors
 from ..records import Aggregator, OutboundRecord, ShardMap
 from ._calls import Call, Part
-from ._domains import IDLE, READY, WAITING, Domain, DomainKey, Lane, domain_key, key_bytes
+from ._domains import Domain, DomainKey, Lane, domain_key, key_bytes
 from ._entry import Entry
 from ._handle import PutResult
 from ._ratelimit import Grant, ShardRateLimiter
@@ -77,9 +76,6 @@ _MIN_AGGREGATE_ROOM = 64
 _SWEEP_FLOOR = 0.005
 _SWEEP_SHARE = 0.01
 
-_enqueued = attrgetter("enqueued")
-_oldest = attrgetter("oldest")
-
 Settle = Callable[["Entry", PutResult | None, BaseException | None], None]
 #: ``acknowledge(parts, shard_ids, sequence_numbers)``: a call's Kinesis records that were
 #: written, in three columns (a part's user records are in sub-sequence order). One call per
@@ -97,8 +93,9 @@ def _unbelievable(result: object) -> errors.MalformedReplyError:
     )
 
 
-class Pipeline(WaitingRoom):
-    """Holds every accepted, unsettled record that is not in flight, and decides what to send.
+class Pipeline:
+    """Holds every accepted, unsettled record that is not in flight (in its waiting room),
+    and decides what to send.
 
     ``full_records``/``full_bytes``: once this much is ready, a call goes without waiting for
     ``linger``. ``max_call_bytes`` must hold the largest valid record.
@@ -144,7 +141,7 @@ class Pipeline(WaitingRoom):
         )
         self._ttl = record_ttl
         self._batch_quantum = batch_quantum
-        super().__init__(preserve_order=preserve_order)
+        self._room = WaitingRoom(preserve_order=preserve_order)
         self._next_sweep = 0.0
         # Set by drain(): every record that would wait here again fails with it instead.
         self._drained: BaseException | None = None
@@ -162,6 +159,38 @@ class Pipeline(WaitingRoom):
         self.retries = 0
         self.throttled = 0
 
+    # -- the waiting room's counts, read-only -----------------------------------------------
+
+    @property
+    def ready_records(self) -> int:
+        """Records that could be sent now (not in flight, not backing off)."""
+        return self._room.ready_records
+
+    @property
+    def ready_bytes(self) -> int:
+        """The bytes of :attr:`ready_records`."""
+        return self._room.ready_bytes
+
+    @property
+    def pending_records(self) -> int:
+        """Every record waiting here (ready, behind its key's record in flight, backing off)."""
+        return self._room.pending_records
+
+    @property
+    def needs_refresh(self) -> bool:
+        """A record had no predicted shard, or landed on another: the map is out of date."""
+        return self._room.needs_refresh
+
+    @property
+    def shard_map(self) -> ShardMap | None:
+        """The map records are predicted with; ``None`` means one lane for the whole stream."""
+        return self._room.shard_map
+
+    @property
+    def pinned_keys(self) -> int:
+        """Keys pinned now (see :meth:`~._waiting.WaitingRoom.pin`)."""
+        return self._room.pinned_keys
+
     def set_shard_map(self, shard_map: ShardMap | None) -> list[str]:
         """Predict with ``shard_map`` from now on; the pacing of shards gone is forgotten.
 
@@ -171,7 +200,7 @@ class Pipeline(WaitingRoom):
         """
         if self._landed_elsewhere:
             self._count_misplaced(shard_map)
-        gone = super().set_shard_map(shard_map)
+        gone = self._room.set_shard_map(shard_map)
         for shard_id in gone:
             self._limiter.forget(shard_id)
         return gone
@@ -205,7 +234,7 @@ class Pipeline(WaitingRoom):
     def add_many(self, entries: Iterable[Entry], now: float) -> None:
         """Queue accepted records in their domains, stamped ``enqueued = now`` (the
         dispatcher's intake: one call per look into the queue, not one per record)."""
-        count = self.place_many(entries, now)
+        count = self._room.place_many(entries, now)
         ttl = self._ttl
         if count and ttl is not None and now + ttl < self._next_sweep:
             self._next_sweep = now + ttl  # the sweep that fails them if they wait
@@ -213,9 +242,10 @@ class Pipeline(WaitingRoom):
     # -- building calls -----------------------------------------------------------------------
 
     def _due(self, now: float) -> bool:
-        if self.ready_records >= self._full_records:
+        room = self._room
+        if room.ready_records >= self._full_records:
             return True
-        if self.ready_bytes >= self._full_bytes:
+        if room.ready_bytes >= self._full_bytes:
             if not self._aggregation:
                 return True
             # A call takes an aggregate from each of at most max_call_records lanes a round:
@@ -223,10 +253,10 @@ class Pipeline(WaitingRoom):
             # Going at the byte mark over 2,048 lanes sent aggregates of 66 records where
             # waiting for a call's worth makes them 131 (benchmarks.producer_cpu,
             # unpaced-1024-deep; the CPU a record follows the aggregates' count).
-            lanes = self.ready_lanes()
-            if self.ready_bytes * self._max_call_records >= self._full_bytes * lanes:
+            lanes = room.ready_lanes()
+            if room.ready_bytes * self._max_call_records >= self._full_bytes * lanes:
                 return True
-        oldest = self.oldest_ready()
+        oldest = room.oldest_ready()
         return oldest is not None and now >= oldest + self._linger
 
     def next_call(self, now: float, *, force: bool = False) -> Call | None:
@@ -234,11 +264,12 @@ class Pipeline(WaitingRoom):
 
         ``force`` (flush, close) ignores ``linger``; rate limits and ordering still hold.
         """
-        self.release_due(now)
+        room = self._room
+        room.release_due(now)
         self._sweep(now)
-        if self.ready_records == 0 or not (force or self._due(now)):
+        if room.ready_records == 0 or not (force or self._due(now)):
             return None
-        if self.sendable_at() > now:
+        if room.sendable_at() > now:
             return None  # every lane with ready records is paced: no pass over them
         parts: list[Part | Entry] = []
         nbytes = 0
@@ -250,15 +281,7 @@ class Pipeline(WaitingRoom):
         # and half the build stage's CPU), while the other held the queue's whole backlog.
         # Oldest first, both halves wait alike and keep runs of several records per key; at
         # many shards, the lanes a call of 500 Kinesis records has no room for come next.
-        lanes = []
-        head = self._head
-        for lane in self._lanes.values():
-            if lane.ready and lane.resume_at <= now:
-                domain = head(lane)
-                if domain is not None and domain.entries:
-                    lane.oldest = domain.entries[0].enqueued
-                    lanes.append(lane)
-        lanes.sort(key=_oldest)
+        lanes = room.open_lanes(now)
         while lanes and len(parts) < self._max_call_records:
             still = []
             for lane in lanes:
@@ -273,7 +296,7 @@ class Pipeline(WaitingRoom):
         charge_grant = self._limiter.charge_grant
         for grant in grants.values():
             charge_grant(grant, now)
-        self.forget_summary()  # records taken, lanes paced
+        room.forget_summary()  # records taken, lanes paced
         return Call(parts, nbytes) if parts else None
 
     def _build_part(
@@ -289,7 +312,8 @@ class Pipeline(WaitingRoom):
         well-filled call per quantum instead of a call per trickle of tokens (measured: 4-7
         records per call and a whole core at capacity, before the quantum).
         """
-        head = self._head(lane)
+        waiting = self._room
+        head = waiting.head(lane)
         if head is None:
             return None
         first = head.entries[0]
@@ -299,7 +323,7 @@ class Pipeline(WaitingRoom):
         if grant is None:
             opened = limiter.open(shard_id, first.size, self._batch_quantum / 2, now)
             if not isinstance(opened, Grant):
-                lane.resume_at = self._resume_at(now + opened)
+                waiting.pace(lane, self._resume_at(now + opened))
                 return None
             grant = grants[shard_id] = opened
         elif not grant.allows(first.size):
@@ -307,7 +331,7 @@ class Pipeline(WaitingRoom):
             limiter.charge_grant(grant, now)
             delay = limiter.delay(shard_id, 1, first.size, now)
             if delay > 0:
-                lane.resume_at = self._resume_at(now + delay)
+                waiting.pace(lane, self._resume_at(now + delay))
                 return None
             grant = grants[shard_id] = limiter.grant(shard_id, now)
         if first.size > room:
@@ -322,7 +346,7 @@ class Pipeline(WaitingRoom):
         if cap < _MIN_AGGREGATE_ROOM or cap < len(first.data):
             return self._single(lane, head, grant)
         aggregator = Aggregator(cap)
-        taken, runs = self.take_runs(lane, aggregator)
+        taken, runs = waiting.take_runs(lane, aggregator)
         if not taken:
             return None
         if len(taken) == 1:  # an aggregator of one would send the record as itself
@@ -348,7 +372,7 @@ class Pipeline(WaitingRoom):
     def _single(self, lane: Lane, domain: Domain, grant: Grant) -> Part | Entry:
         """The domain's first record sent as itself, its own part (see :class:`~._entry.Entry`):
         its size is the entry's (data plus key), with no key to measure again."""
-        return self._sent_alone(lane, self.take_one(lane, domain), domain, grant)
+        return self._sent_alone(lane, self._room.take_one(lane, domain), domain, grant)
 
     def _part(
         self,
@@ -401,9 +425,9 @@ class Pipeline(WaitingRoom):
         # (before a throttle of that lane, to keep their order: recovery is additive, so that
         # is the same).
         succeeded: dict[str, list[int]] = {}
-        mapped = self._map is not None
+        mapped = self._room.shard_map is not None
         nbytes = 0
-        release = self._release
+        release = self._room.release
         for part, result in zip(call.parts, results, strict=True):
             if not isinstance(result, dict):
                 self._failed(part, _unbelievable(result), now, succeeded, unknown=True)
@@ -458,9 +482,8 @@ class Pipeline(WaitingRoom):
         those keys are pinned to that hash key at once, before their next records are built
         (with ``preserve_order`` none is in flight), and the aggregate is kept to be checked
         against the next map."""
-        self.needs_refresh = True
         self.mispredicted += 1
-        self.mark_stale(part.lane)
+        self._room.mark_stale(part.lane)
         if isinstance(part, Part) and part.explicit_hash_key is not None:
             sent_by = {domain.key: domain.hash_key for domain in part.domains}
             hash_keys = [
@@ -471,7 +494,7 @@ class Pipeline(WaitingRoom):
             ]
             if hash_keys.count(hash_keys[0]) != len(hash_keys):
                 self._landed_elsewhere.append((shard_id, hash_keys))
-                self.pins_refused += self.pin(part.domains, int(part.explicit_hash_key))
+                self.pins_refused += self._room.pin(part.domains, int(part.explicit_hash_key))
 
     def fail(self, call: Call, error: BaseException, now: float) -> None:
         """The whole call failed with ``error``: not written, unless ``error`` says it may be.
@@ -520,7 +543,7 @@ class Pipeline(WaitingRoom):
             else:
                 self._settle(entry, None, final)
         self._requeue(again, now)
-        self._release(part)
+        self._room.release(part)
 
     def _requeue(self, entries: list[Entry], now: float) -> None:
         """Put failed records back at the front of their domains, which then back off.
@@ -538,34 +561,13 @@ class Pipeline(WaitingRoom):
             by_key.setdefault(domain_key(entry.partition_key, entry.explicit_hash_key), []).append(
                 entry
             )
+        requeue, backoff_until = self._room.requeue, self._retries.backoff_until
         for key, group in by_key.items():
-            domain = self._domains.get(key)
-            if domain is None:
-                domain = self.new_domain(key, group[0].hash_key)
-            was_waiting = domain.state == WAITING
-            if domain.state == READY:
-                self._leave_ready(domain, WAITING)
-            domain.state = WAITING
-            entries = domain.entries
-            waited = len(entries)
-            entries[:0] = group
-            if waited and group[-1].enqueued > entries[len(group)].enqueued:
-                # Without preserve_order a key's records in flight can fail in any order, and
-                # the younger ones came back first. Oldest first again (a stable sort: records
-                # accepted together keep their order), where the TTL sweep looks.
-                entries.sort(key=_enqueued)
-            domain.nbytes += sum(entry.size for entry in group)
-            self.pending_records += len(group)
             self.retries += len(group)
-            attempts = max(entry.attempts for entry in group)
-            backoff = self._retries.backoff_until(attempts, now)
-            # A domain reused after it went idle may carry an old, later not_before.
-            domain.not_before = max(domain.not_before, backoff) if was_waiting else backoff
+            requeue(key, group, backoff_until(max(entry.attempts for entry in group), now))
             if self._ttl is not None:  # the sweep, not the backoff, ends a record at its deadline
                 deadline = min(entry.enqueued for entry in group) + self._ttl
                 self._next_sweep = min(self._next_sweep, deadline)
-            self._waiting_seq += 1
-            heapq.heappush(self._waiting, (domain.not_before, self._waiting_seq, key))
 
     # -- time-to-live -------------------------------------------------------------------------
 
@@ -580,28 +582,10 @@ class Pipeline(WaitingRoom):
         ttl = self._ttl
         if ttl is None or now < self._next_sweep:
             return
-        expired, expired_error = self._retries.expired, self._retries.expired_error
-        earliest = math.inf
-        for domain in list(self._domains.values()):
-            entries = domain.entries
-            count = 0
-            while count < len(entries) and expired(entries[count], now):
-                count += 1
-            if count:
-                self.forget_summary()
-                gone = entries[:count]
-                del entries[:count]  # at once: one memmove, not one per record
-                for entry in gone:
-                    domain.nbytes -= entry.size
-                    self.pending_records -= 1
-                    if domain.state == READY:
-                        self.ready_records -= 1
-                        self.ready_bytes -= entry.size
-                    self._settle(entry, None, expired_error(entry))
-            if entries:
-                earliest = min(earliest, entries[0].enqueued)
-            elif domain.state in (READY, WAITING):
-                self._leave_ready(domain, IDLE)
+        gone, earliest = self._room.expire(now, self._retries.expired)
+        expired_error, settle = self._retries.expired_error, self._settle
+        for entry in gone:
+            settle(entry, None, expired_error(entry))
         self._next_sweep = max(earliest + ttl, now + max(_SWEEP_FLOOR, ttl * _SWEEP_SHARE))
 
     # -- scheduling and shutdown ----------------------------------------------------------------
@@ -610,24 +594,24 @@ class Pipeline(WaitingRoom):
         """How many shards have ready records held back at ``now`` only because the shard's
         pacing (its token buckets) has no room yet: the producer keeping to the stream's
         limits. A shard may have several lanes; it counts once."""
-        return len(
-            {lane.shard_id for lane in self._lanes.values() if lane.ready and lane.resume_at > now}
-        )
+        return self._room.paced_shards(now)
 
     def next_wakeup(self, now: float, *, force: bool = False) -> float | None:
         """The next moment something may become sendable without any new event, if any."""
+        room = self._room
         candidates = []
-        if self.ready_records:
-            oldest = self.oldest_ready()
+        if room.ready_records:
+            oldest = room.oldest_ready()
             if oldest is not None and not force:
                 candidates.append(oldest + self._linger)
             # The first paced lane to open; when one may send now (so this is past), a call
             # goes at the linger above or when a sender is free, and its building paces the
             # rest anew.
-            candidates.append(self.sendable_at())
-        if self._waiting:
-            candidates.append(self._waiting[0][0])
-        if self._ttl is not None and self.pending_records and math.isfinite(self._next_sweep):
+            candidates.append(room.sendable_at())
+        backoff_end = room.first_backoff_end()
+        if backoff_end is not None:
+            candidates.append(backoff_end)
+        if self._ttl is not None and room.pending_records and math.isfinite(self._next_sweep):
             candidates.append(self._next_sweep)
         later = [t for t in candidates if now < t < math.inf]
         return min(later) if later else None
@@ -636,18 +620,11 @@ class Pipeline(WaitingRoom):
         """Fail every record still waiting here with ``error`` (a cancelled close), and every
         record that an answer landing later would put back (see :meth:`_requeue`)."""
         self._drained = error
-        failed = 0
-        for domain in list(self._domains.values()):
-            entries, domain.entries = domain.entries, []
-            for entry in entries:
-                self._settle(entry, None, error)
-                failed += 1
-        self._domains.clear()
-        self._lanes.clear()
-        self.forget_summary()
-        self._waiting.clear()
-        self.ready_records = self.ready_bytes = self.pending_records = 0
-        return failed
+        gone = self._room.drain()
+        settle = self._settle
+        for entry in gone:
+            settle(entry, None, error)
+        return len(gone)
 
     def abandon(self, call: Call, error: BaseException) -> None:
         """A call whose outcome will never be known (its sender was cancelled): fail it all.
@@ -659,4 +636,4 @@ class Pipeline(WaitingRoom):
             for entry in part.entries:
                 self._settle(entry, None, error)
             if self._drained is None:
-                self._release(part)
+                self._room.release(part)

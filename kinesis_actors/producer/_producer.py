@@ -7,6 +7,8 @@ sans-IO :class:`Pipeline`, and call senders send its calls, at most ``max_in_fli
 at once; each outcome goes back into the pipeline, which settles every record's handle
 exactly once (in the :class:`~._ledger.Ledger`) and gives its room in the queue back, waking
 the next waiting ``put``. This module is the lifecycle: opening, flushing, closing, aborting.
+It owns the lifecycle's fields (the state, the queue, the senders, the stream's record limit)
+and changes the ledger and the senders only through their methods.
 
 The actors run under a supervisor in a task group owned by ``async with Producer(...)``: a
 sender that crashes is restarted and its records sent again; past ``restart_intensity`` the
@@ -32,11 +34,12 @@ from ..runtime import (
 )
 from ._config import ProducerConfig
 from ._intake import Intake
+from ._lifecycle import CLOSED, CLOSING, NEW, OPEN, OPENING
 from ._metrics import ProducerMetrics
 from ._pipeline import Entry, Pipeline
 from ._sender import Sender
 from ._setup import new_pipeline
-from ._stream import StreamInfo, describe_stream, list_open_shards
+from ._stream import DEFAULT_MAX_RECORD_BYTES, StreamInfo, describe_stream, list_open_shards
 
 if TYPE_CHECKING:
     from ..client import KinesisClient
@@ -79,6 +82,10 @@ class Producer(Intake):
         elif not isinstance(config, ProducerConfig):
             raise errors.ConfigError(f"config must be a ProducerConfig, got {config!r}")
         super().__init__(stream, config)
+        self._state = NEW
+        self._queue = None
+        self._sender = None
+        self._max_record_bytes = DEFAULT_MAX_RECORD_BYTES
         self._client = client
         self._pipeline: Pipeline | None = None
         self._task_group: TaskGroup | None = None
@@ -123,7 +130,7 @@ class Producer(Intake):
         the calls, the endpoint and the supervision tree (see there)."""
         pipeline = self._pipeline
         sender = self._sender
-        counters = self._counters
+        ledger = self._ledger
         queue = None if self._queue is None else self._queue.statistics()
         return ProducerMetrics(
             outstanding_records=queue.depth + queue.held if queue else 0,
@@ -133,8 +140,8 @@ class Producer(Intake):
             backpressure_cycles=queue.blocked_sends if queue else 0,
             backpressure_seconds=queue.blocked_seconds if queue else 0.0,
             records_put=queue.sent if queue else 0,
-            records_sent=counters["records_sent"],
-            records_failed=counters["records_failed"],
+            records_sent=ledger.records_sent,
+            records_failed=ledger.records_failed,
             retries=pipeline.retries if pipeline else 0,
             throttled=pipeline.throttled if pipeline else 0,
             calls=sender.calls if sender else 0,
@@ -157,10 +164,9 @@ class Producer(Intake):
         return self.statistics()
 
     async def __aenter__(self) -> Self:
-        if self._state != "new":
+        if self._state is not NEW:
             raise RuntimeError("a Producer can be opened once")
-        self._state = "opening"
-        self._settled = anyio.Event()
+        self._state = OPENING
         await self._describe_stream()
         pipeline = self._new_pipeline()
         if self._record_distribution != "AUTO":
@@ -180,12 +186,14 @@ class Producer(Intake):
         try:
             await task_group.start(sender.run, name=f"producer-senders[{self._stream}]")
             self._queue = sender.queue
+            assert self._queue is not None
+            self._ledger.open(self._queue)
         except BaseException as exc:
             task_group.cancel_scope.cancel()
             with unwrap_sole():
                 await task_group.__aexit__(type(exc), exc, exc.__traceback__)
             raise
-        self._state = "open"
+        self._state = OPEN
         return self
 
     async def __aexit__(
@@ -208,22 +216,22 @@ class Producer(Intake):
         """
         task_group = self._task_group
         if task_group is None:
-            self._state = "closed"
+            self._state = CLOSED
             return None
         try:
             if exc is None:
-                self._state = "closing"
+                self._state = CLOSING
                 await self._wait_settled(self._epoch)
             elif isinstance(exc, Exception):
                 await self._settle_within(self._config.exit_grace, exc)
         finally:
-            self._state = "closed"
+            self._state = CLOSED
             self._drain(errors.ProducerClosedError(f"producer for {self._stream!r} closed first"))
             task_group.cancel_scope.cancel()  # in-flight senders abandon their calls
             with unwrap_sole():  # the block's own exception as itself, not a group of one
                 suppressed = await task_group.__aexit__(exc_type, exc, tb)
         if exc_type is None:
-            failed = self._exit_error()
+            failed = self._ledger.exit_error()
             if failed is not None:
                 raise failed
         return suppressed
@@ -236,14 +244,14 @@ class Producer(Intake):
         left (measured: still waiting after 60 s). What is still unsettled after ``grace`` is
         failed by the caller's drain and the senders' cancellation.
         """
-        self._state = "closing"
+        self._state = CLOSING
         if self._queue is not None:
             self._queue.close()  # puts waiting for room in other tasks fail now
-        if not self._epoch_outstanding:
+        if not self._ledger.outstanding:
             return
         with anyio.move_on_after(grace):
             await self._wait_settled(self._epoch)
-        if self._epoch_outstanding:
+        if self._ledger.outstanding:
             self.abort(
                 errors.ProducerClosedError(
                     f"producer for {self._stream!r} left its block on "
@@ -261,12 +269,10 @@ class Producer(Intake):
         producer was closed (or stopped by a close past its timeout) meanwhile.
         """
         self._check_open()
-        target = self._epoch
-        self._epoch += 1
-        await self._wait_settled(target)
-        if self._failure is not None or self._broken is not None:
-            raise self._failed_error()
-        if self._state == "closed":
+        await self._wait_settled(self._next_epoch())
+        if self._ledger.stopped:
+            raise self._ledger.failed_error()
+        if self._state is CLOSED:
             raise errors.ProducerClosedError(
                 f"producer for {self._stream!r} was stopped while flushing; the records it "
                 "did not acknowledge failed with ProducerClosedError"
@@ -280,7 +286,7 @@ class Producer(Intake):
         (``SyncProducer.close(timeout=...)``)."""
         if error is None:
             error = errors.ProducerClosedError(f"producer for {self._stream!r} was aborted")
-        self._state = "closed"
+        self._state = CLOSED
         self._drain(error)
         if self._sender is not None:
             self._sender.cancel_calls()  # each sender abandons its call
@@ -296,7 +302,7 @@ class Producer(Intake):
                     entry = queue.receive_nowait()
                 except (anyio.WouldBlock, anyio.EndOfStream):
                     break
-                self._settle(entry, None, error)
+                self._ledger.settle(entry, None, error)
         if self._pipeline is not None:
             self._pipeline.drain(error)
 
@@ -308,13 +314,13 @@ class Producer(Intake):
         Every record not settled fails with the ProducerFailedError ``put``, ``flush`` and
         leaving the block raise from now on; a ``put`` waiting for room gets it too.
         """
-        self._broken = failure
+        self._ledger.mark_broken(failure)
         log.error("producer for stream %r failed: %s", self._stream, failure)
-        self._drain(self._failed_error())
+        self._drain(self._ledger.failed_error())
 
     def _undelivered(self, entry: Entry) -> None:
         """A record still queued when the dispatcher stopped for good: failed, never lost."""
-        self._settle(
+        self._ledger.settle(
             entry, None, errors.ProducerClosedError(f"producer for {self._stream!r} closed first")
         )
 
@@ -322,23 +328,17 @@ class Producer(Intake):
         """Wait until no record of epoch ``target`` or earlier is outstanding."""
         sender = self._sender
         assert sender is not None
-        sender.flushing += 1
-        sender.wake()
+        sender.begin_flush()
         try:
-            while any(epoch <= target for epoch in self._epoch_outstanding):
-                # Shared by concurrent flushes: replacing an unset event would strand the
-                # flush already waiting on it (two flushes at once hung the first).
-                if self._settled is None or self._settled.is_set():
-                    self._settled = anyio.Event()
-                await self._settled.wait()
+            await self._ledger.wait_settled(target)
         finally:
-            sender.flushing -= 1
+            sender.end_flush()
 
     # -- the stream -------------------------------------------------------------------------
 
     def _new_pipeline(self) -> Pipeline:
         info = StreamInfo(self._max_record_bytes, self._record_distribution, self._open_shards)
-        return new_pipeline(self._config, info, self._settle, self._acknowledge)
+        return new_pipeline(self._config, info, self._ledger.settle, self._ledger.acknowledge)
 
     async def _describe_stream(self) -> None:
         info = self._stream_info

@@ -96,7 +96,8 @@ class Delivery:
 class Sender:
     """The producer's outbox: a supervisor of one dispatcher and the call senders.
 
-    ``flushing`` (a count of waiting flushes) makes the dispatcher ignore linger. ``calls``,
+    A flush under way (:meth:`begin_flush` to :meth:`end_flush`) makes the dispatcher ignore
+    linger. ``calls``,
     ``failed_calls``, ``crashes`` and ``shard_map_refreshes`` count what it did; ``in_flight``
     is the number of calls handed to a sender and not yet settled.
     """
@@ -104,6 +105,7 @@ class Sender:
     __slots__ = (
         "_client",
         "_config",
+        "_flushing",
         "_idle",
         "_last_backpressure_warning",
         "_next_refresh",
@@ -119,7 +121,6 @@ class Sender:
         "calls",
         "crashes",
         "failed_calls",
-        "flushing",
         "health",
         "in_flight",
         "queue",
@@ -151,7 +152,7 @@ class Sender:
         self._scopes: set[anyio.CancelScope] = set()  # one per call handed out
         self._refreshing = False
         self._next_refresh = 0.0
-        self.flushing = 0
+        self._flushing = 0  # flushes waiting: linger is ignored while there are any
         self.in_flight = 0
         self.calls = 0
         self.failed_calls = 0
@@ -169,6 +170,15 @@ class Sender:
     def wake(self) -> None:
         """Look now (a record in an empty queue, a put waiting for room, a flush began)."""
         self._wake.set()
+
+    def begin_flush(self) -> None:
+        """A flush waits: send what is ready without waiting for ``linger``, from now on."""
+        self._flushing += 1
+        self._wake.set()
+
+    def end_flush(self) -> None:
+        """A flush :meth:`begin_flush` counted is over (done or cancelled)."""
+        self._flushing -= 1
 
     def cancel_calls(self) -> None:
         """Abandon every call handed to a sender, running or not yet received (an abort).
@@ -246,7 +256,7 @@ class Sender:
             if pipeline.needs_refresh and not self._refreshing and now >= self._next_refresh:
                 self._refreshing = True
                 task_group.start_soon(self._refresh_shard_map)
-            force = self.flushing > 0
+            force = self._flushing > 0
             while idle:
                 mailbox = idle.popleft()
                 if mailbox.closed:

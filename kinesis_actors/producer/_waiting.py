@@ -16,11 +16,13 @@ through later reshards, to that hash key's owners) and never sit in both sibling
 which one shard owns both the pin and the key's own hash key lifts it. A domain is idle, ready, in
 flight (with ``preserve_order``, at most one Kinesis record of it at a time) or waiting out a
 backoff; this keeps those states, the counts of ready records and bytes and of waiting records,
-and the heap of backoffs. Records are placed here (:meth:`WaitingRoom.place_many`) and taken out to
+and the heap of backoffs. Records are placed here (:meth:`WaitingRoom.place_many`), taken out to
 be sent, a lane's head record alone or its domains' runs into an aggregate
-(:meth:`WaitingRoom.take_runs`); retries, expiry and a drain are the pipeline's. What to
-send and when (pacing, linger, call limits) is the :class:`~._pipeline.Pipeline`'s, which is
-a waiting room with a sending policy. Sans-IO: nothing here awaits or reads a clock.
+(:meth:`WaitingRoom.take_runs`), put back to back off (:meth:`WaitingRoom.requeue`), expired
+(:meth:`WaitingRoom.expire`) or drained. What to send and when (pacing, linger, call
+limits, retries, the time-to-live) is the :class:`~._pipeline.Pipeline`'s, which owns a
+waiting room and writes its state only through these methods. Sans-IO: nothing here awaits
+or reads a clock.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ and its misplaced records are all that is left of its order (counted by the pipe
 
 _data = attrgetter("data")  # C callables, mapped over a run of entries
 _size = attrgetter("size")
+_enqueued = attrgetter("enqueued")
+_oldest = attrgetter("oldest")
 
 _RUN_SLICE = 512
 """The most records of one domain handed to an aggregate at once: more than a 51,200-byte
@@ -74,7 +78,8 @@ UNPREDICTED_LANE = "?"
 
 class WaitingRoom:
     """Accepted records not in flight, by domain and lane; ``ready_records``/``ready_bytes``
-    count what can be sent now, ``pending_records`` everything waiting here."""
+    count what can be sent now, ``pending_records`` everything waiting here. Every field
+    here, and those of its domains and lanes, is written by this class alone."""
 
     def __init__(self, *, preserve_order: bool) -> None:
         self._preserve_order = preserve_order
@@ -227,7 +232,9 @@ class WaitingRoom:
 
     def mark_stale(self, shard_id: str) -> None:
         """``shard_id`` is gone (a record predicted for it landed elsewhere): until the next
-        map, its lanes build Kinesis records of one domain each (see the module's header)."""
+        map, its lanes build Kinesis records of one domain each (see the module's header),
+        and the map needs a refresh."""
+        self.needs_refresh = True
         self._stale_shards.add(shard_id)
         for lane in self._lanes.values():
             if lane.shard_id == shard_id:
@@ -305,7 +312,7 @@ class WaitingRoom:
         one_domain = lane.stale
         ready_state = READY
         records = nbytes_taken = 0
-        # _head and _took_from inlined, and the counters written once (in ``finally``, so an
+        # head and _took_from inlined, and the counters written once (in ``finally``, so an
         # add_run that raises leaves them true): this runs per domain of every aggregate
         # (measured: ~0.08 us a 100-byte record of put_many).
         try:
@@ -450,7 +457,7 @@ class WaitingRoom:
             if not domain.queued and len(spares) < self._prune_at:
                 spares.append(domain)
 
-    def _head(self, lane: Lane) -> Domain | None:
+    def head(self, lane: Lane) -> Domain | None:
         """The lane's first ready domain, dropping stale queue entries on the way."""
         ready = lane.ready
         while ready:
@@ -485,7 +492,7 @@ class WaitingRoom:
         :meth:`ready_lanes` read until ready records are taken, moved or reordered."""
         oldest = first = math.inf
         lanes = 0
-        head = self._head
+        head = self.head
         for lane in self._lanes.values():
             if lane.ready:
                 domain = head(lane)
@@ -498,8 +505,34 @@ class WaitingRoom:
         return summary
 
     def forget_summary(self) -> None:
-        """A lane's ``resume_at`` or its records changed outside this class's methods."""
+        """Drop the lanes' summary: the next look makes a pass over them again."""
         self._summary = None
+
+    def open_lanes(self, now: float) -> list[Lane]:
+        """The lanes with ready records that their pacing lets send at ``now``, the one whose
+        head record waited longest first (each lane's ``oldest`` set to its head's stamp)."""
+        lanes = []
+        head = self.head
+        for lane in self._lanes.values():
+            if lane.ready and lane.resume_at <= now:
+                domain = head(lane)
+                if domain is not None and domain.entries:
+                    lane.oldest = domain.entries[0].enqueued
+                    lanes.append(lane)
+        lanes.sort(key=_oldest)
+        return lanes
+
+    def pace(self, lane: Lane, resume_at: float) -> None:
+        """The lane's shard has no room before ``resume_at``: it sends nothing until then."""
+        lane.resume_at = resume_at
+        self._summary = None
+
+    def paced_shards(self, now: float) -> int:
+        """How many shards have ready records in a lane paced past ``now`` (a shard with two
+        such lanes counts once)."""
+        return len(
+            {lane.shard_id for lane in self._lanes.values() if lane.ready and lane.resume_at > now}
+        )
 
     def _took_from(self, lane: Lane, domain: Domain) -> None:
         """After taking records from the lane's head domain: in flight, rotate or idle."""
@@ -514,7 +547,7 @@ class WaitingRoom:
         else:
             self._leave_ready(domain, IDLE)
 
-    def _release(self, part: Part | Entry) -> None:
+    def release(self, part: Part | Entry) -> None:
         """The in-flight Kinesis record ``part`` came back: its domains may move again.
 
         An aggregate names its domains (one run each: with ``preserve_order`` a domain has one
@@ -553,3 +586,77 @@ class WaitingRoom:
                 self._make_ready(domain, front=True)
             else:
                 self._leave_ready(domain, IDLE)
+
+    def first_backoff_end(self) -> float | None:
+        """When the earliest backoff started ends (maybe one already cut short), if any."""
+        waiting = self._waiting
+        return waiting[0][0] if waiting else None
+
+    # -- retries, expiry and drain --------------------------------------------------------------
+
+    def requeue(self, key: DomainKey, entries: list[Entry], backoff: float) -> None:
+        """Put a domain's failed records back at its front, oldest first; the domain then
+        waits until ``backoff`` (or its current backoff, if later) before they go again."""
+        domain = self._domains.get(key)
+        if domain is None:
+            domain = self.new_domain(key, entries[0].hash_key)
+        was_waiting = domain.state == WAITING
+        if domain.state == READY:
+            self._leave_ready(domain, WAITING)
+        domain.state = WAITING
+        queued = domain.entries
+        waited = len(queued)
+        queued[:0] = entries
+        if waited and entries[-1].enqueued > queued[len(entries)].enqueued:
+            # Without preserve_order a key's records in flight can fail in any order, and
+            # the younger ones came back first. Oldest first again (a stable sort: records
+            # accepted together keep their order), where the TTL sweep looks.
+            queued.sort(key=_enqueued)
+        domain.nbytes += sum(entry.size for entry in entries)
+        self.pending_records += len(entries)
+        # A domain reused after it went idle may carry an old, later not_before.
+        domain.not_before = max(domain.not_before, backoff) if was_waiting else backoff
+        self._waiting_seq += 1
+        heapq.heappush(self._waiting, (domain.not_before, self._waiting_seq, key))
+
+    def expire(
+        self, now: float, expired: Callable[[Entry, float], bool]
+    ) -> tuple[list[Entry], float]:
+        """Take out every record ``expired`` at ``now`` (a domain's oldest are at its front):
+        them, in order, and when the oldest record left was accepted (inf if none)."""
+        gone: list[Entry] = []
+        earliest = math.inf
+        for domain in list(self._domains.values()):
+            entries = domain.entries
+            count = 0
+            while count < len(entries) and expired(entries[count], now):
+                count += 1
+            if count:
+                self._summary = None
+                out = entries[:count]
+                del entries[:count]  # at once: one memmove, not one per record
+                nbytes = sum(map(_size, out))
+                domain.nbytes -= nbytes
+                self.pending_records -= count
+                if domain.state == READY:
+                    self.ready_records -= count
+                    self.ready_bytes -= nbytes
+                gone += out
+            if entries:
+                earliest = min(earliest, entries[0].enqueued)
+            elif domain.state in (READY, WAITING):
+                self._leave_ready(domain, IDLE)
+        return gone, earliest
+
+    def drain(self) -> list[Entry]:
+        """Take out every record waiting here, and forget every domain, lane and backoff."""
+        gone: list[Entry] = []
+        for domain in self._domains.values():
+            gone += domain.entries
+            domain.entries = []
+        self._domains.clear()
+        self._lanes.clear()
+        self._summary = None
+        self._waiting.clear()
+        self.ready_records = self.ready_bytes = self.pending_records = 0
+        return gone

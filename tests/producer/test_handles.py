@@ -206,22 +206,22 @@ def test_a_spare_keeps_no_block_of_results_alive() -> None:
     batch's block, failures included, until it was refilled."""
     ledger = Ledger("s", ProducerConfig(queue_limit_records=2_000))
     queue: Mailbox[Entry] = Mailbox(2_000, hold=True)
-    ledger._queue = queue
+    ledger.open(queue)
     entries, outcomes = batch_entries([(b"x", "k")] * 1_000, None, 1 << 20, "s", 0, spares=[])
     assert outcomes is not None
     for entry in entries:
         queue.send_nowait(entry, entry.size)
     queue.receive_held()
-    ledger._epoch_outstanding[0] = 1_000
+    ledger.outstanding[0] = 1_000
     aggregate = Part(b"aggregate", "k", None, "shardId-0", entries[:999], 0, [])
-    ledger._acknowledge([aggregate], ["shardId-0"], ["1"])
-    ledger._settle(entries[999], PutResult("shardId-0", "2", 0), None)
+    ledger.acknowledge([aggregate], ["shardId-0"], ["1"])
+    ledger.settle(entries[999], PutResult("shardId-0", "2", 0), None)
     assert PutHandles._over(outcomes)[998].result().sub_sequence_number == 998
-    assert len(ledger._spares) == 1_000
-    assert all(spare.outcomes is NO_OUTCOMES and spare.data == b"" for spare in ledger._spares)
+    assert len(ledger.spares) == 1_000
+    assert all(spare.outcomes is NO_OUTCOMES and spare.data == b"" for spare in ledger.spares)
     assert sys.getrefcount(outcomes) == 2  # this test's name and the call's argument
     with pytest.raises(IndexError):  # a spare settled again fails loudly
-        ledger._settle(ledger._spares[0], PutResult("shardId-0", "3", 0), None)
+        ledger.settle(ledger.spares[0], PutResult("shardId-0", "3", 0), None)
 
 
 @pytest.mark.anyio

@@ -406,7 +406,7 @@ def test_a_domain_reused_after_its_records_expired_backs_off_from_its_new_failur
     while now < 50.0:  # fail until the backoff (ceilings doubling from 0.1 s) passes 50 s
         call = h.call(now)
         h.pipeline.fail(call, throttled, now)
-        (domain,) = h.pipeline._domains.values()
+        (domain,) = h.pipeline._room._domains.values()
         now = domain.not_before
     old_not_before = domain.not_before
     assert old_not_before > 50.2  # backing off past the record's deadline (50 s)
@@ -415,7 +415,7 @@ def test_a_domain_reused_after_its_records_expired_backs_off_from_its_new_failur
     h.add("a", now=50.05)  # the same key: the idle domain is reused
     call = h.call(50.05)
     h.pipeline.fail(call, throttled, 50.05)
-    assert h.pipeline._domains["a"].not_before <= 50.05 + 0.1  # its own first backoff
+    assert h.pipeline._room._domains["a"].not_before <= 50.05 + 0.1  # its own first backoff
 
 
 def test_an_answer_with_the_wrong_number_of_results_is_an_unknown_outcome() -> None:
@@ -599,9 +599,9 @@ def test_idle_domains_are_kept_for_their_next_records_and_pruned_past_the_bound(
     h.add("a")
     call = h.call()
     h.pipeline.complete(call, ok(call), 1.0)
-    domain = h.pipeline._domains["a"]  # idle now, and kept
+    domain = h.pipeline._room._domains["a"]  # idle now, and kept
     h.add("a")
-    assert h.pipeline._domains["a"] is domain  # the key's next record reuses it
+    assert h.pipeline._room._domains["a"] is domain  # the key's next record reuses it
     call = h.call()
     h.pipeline.complete(call, ok(call), 1.0)
     largest = 0
@@ -609,9 +609,9 @@ def test_idle_domains_are_kept_for_their_next_records_and_pruned_past_the_bound(
         h.add(f"k{index}")
         call = h.call()
         h.pipeline.complete(call, ok(call), 1.0)
-        largest = max(largest, len(h.pipeline._domains))
+        largest = max(largest, len(h.pipeline._room._domains))
     assert largest <= IDLE_DOMAINS + 1  # past it, every idle one was pruned
-    assert len(h.pipeline._domains) < IDLE_DOMAINS
+    assert len(h.pipeline._room._domains) < IDLE_DOMAINS
     assert len(h.settled) == 3 * IDLE_DOMAINS + 2
 
 
@@ -623,7 +623,7 @@ def test_pruned_domains_are_made_new_for_keys_never_seen_before() -> None:
     for index in range(3 * IDLE_DOMAINS):
         key = f"k{index}"
         h.add(key)
-        domain = h.pipeline._domains[key]
+        domain = h.pipeline._room._domains[key]
         made[id(domain)] = domain
         assert (domain.key, domain.lane.shard_id) == (key, TWO_SHARDS.shard_for(key))
         call = h.call()

@@ -234,9 +234,9 @@ class Model:
         pending = len(self.added) - len(self.settled) - len(flying)
         assert self.pipeline.pending_records == pending
         # What the lanes' summary says (kept between looks) is what a pass over them finds.
-        kept = self.pipeline._summary
+        kept = self.pipeline._room._summary
         if kept is not None:
-            oldest, first, lanes = self.pipeline._summarize()
+            oldest, first, lanes = self.pipeline._room._summarize()
             assert kept[:2] == (oldest, first), "a stale summary of the lanes"
             assert kept[2] <= lanes, "more lanes counted ready than have ready records"
         assert 0 <= self.pipeline.ready_records <= pending

@@ -19,9 +19,18 @@ async def test_put_and_flush_after_close_raise_producer_closed(
     async with Producer(client, stream_name, ProducerConfig(linger=0.01)) as producer:
         handle = await producer.put(b"x", "k")
     assert handle.result().shard_id
-    with pytest.raises(errors.ProducerClosedError, match="closed"):
+    with pytest.raises(errors.ProducerClosedError, match=r"is closed; put and flush need"):
         await producer.put(b"late", "k")
-    with pytest.raises(errors.ProducerClosedError, match="closed"):
+    with pytest.raises(errors.ProducerClosedError, match=r"is closed; put and flush need"):
+        await producer.flush()
+
+
+async def test_put_before_open_says_the_producer_is_new(client: KinesisClient) -> None:
+    """The lifecycle's states are named in the messages as they always were ("new")."""
+    producer = Producer(client, "never-opened")
+    with pytest.raises(errors.ProducerClosedError, match=r"'never-opened' is new; put and"):
+        await producer.put(b"x", "k")
+    with pytest.raises(errors.ProducerClosedError, match=r"is new; put and flush need"):
         await producer.flush()
 
 
