@@ -296,7 +296,6 @@ class Pipeline:
         charge_grant = self._limiter.charge_grant
         for grant in grants.values():
             charge_grant(grant, now)
-        room.forget_summary()  # records taken, lanes paced
         return Call(parts, nbytes) if parts else None
 
     def _build_part(

@@ -504,10 +504,6 @@ class WaitingRoom:
         summary = self._summary = (oldest, first, lanes)
         return summary
 
-    def forget_summary(self) -> None:
-        """Drop the lanes' summary: the next look makes a pass over them again."""
-        self._summary = None
-
     def open_lanes(self, now: float) -> list[Lane]:
         """The lanes with ready records that their pacing lets send at ``now``, the one whose
         head record waited longest first (each lane's ``oldest`` set to its head's stamp)."""
