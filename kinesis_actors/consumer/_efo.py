@@ -215,8 +215,11 @@ class EfoReader:
             except errors.MalformedReplyError as exc:
                 if exc.bad_records and exc.reply is not None:
                     # A whole event but for some records (the client's contract): poison path.
+                    # The subscription ended with the error; the next one starts after it.
                     self._backoff.delivered()
-                    return await self._accept(exc.reply, generation, exc.bad_records, removed=True)
+                    read = await self._accept(exc.reply, generation, exc.bad_records, removed=True)
+                    await self._dispose(generation, "error")  # no-op at the shard's end
+                    return read
                 self._metrics.transient_errors += 1
                 await self._dispose(generation, "error")
                 self._failed(exc)

@@ -284,6 +284,8 @@ async def test_a_poison_record_mid_stream_is_skipped_and_the_rest_read_once() ->
     assert await read_all(efo, 4) == ["1", "2", "4", "5"]
     assert client.positions == [{"Type": "TRIM_HORIZON"}, after("4")]
     assert efo._metrics.poison_records == 1
+    # The subscription ended with the error, not by the server's end of stream.
+    assert efo._metrics.resubscriptions == {"error": 1}
     await efo.aclose()
 
 
