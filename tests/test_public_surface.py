@@ -70,6 +70,7 @@ PUBLIC: dict[str, list[str]] = {
         "ShardKey",
         "ShardRead",
         "ShardReader",
+        "ShardState",
         "ShardStatistics",
         "StartingPosition",
         "default_consumer_name",

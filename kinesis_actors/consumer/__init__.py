@@ -6,7 +6,7 @@
 * ``commit(batch)`` / ``positions()`` - resume exactly after the last committed record,
   including in the middle of a KPL aggregate and across resharding.
 * ``statistics()`` - a frozen :class:`ConsumerStatistics`, its shards' :class:`ShardStatistics`
-  keyed by ``(stream, shard_id)``.
+  keyed by ``(stream, shard_id)``, each in a :class:`ShardState`.
 
 ``ConsumerConfig(mode="polling")`` reads with GetRecords, ``mode="efo"`` with Enhanced Fan-Out
 (SubscribeToShard, :class:`EfoReader`); both plug into the same core through
@@ -25,6 +25,7 @@ from ._config import ConsumerConfig, StartingPosition
 from ._consumer import Consumer
 from ._efo import EfoReader
 from ._efo_policy import EfoSettings
+from ._metrics import ShardState
 from ._positions import (
     POSITIONS_VERSION,
     SavedShard,
@@ -55,6 +56,7 @@ __all__ = [
     "ShardKey",
     "ShardRead",
     "ShardReader",
+    "ShardState",
     "ShardStatistics",
     "StartingPosition",
     "default_consumer_name",

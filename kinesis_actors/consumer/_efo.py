@@ -51,7 +51,7 @@ from .. import errors
 from ..client import KinesisClient, StreamRef, service_now, stream_params
 from ._config import StartingPosition
 from ._efo_policy import EfoSettings, HeldShard, SubscribeBackoff
-from ._metrics import ShardMetrics
+from ._metrics import ShardMetrics, ShardState
 from ._pacing import PacingSettings, ReadPacer
 from ._poison import screen
 from ._proof import NotFoundPolicy, check_resumed_at, judge_not_found, unreadable
@@ -435,7 +435,7 @@ class EfoReader:
             if held.polling:
                 then = "it is read by GetRecords meanwhile"
             else:
-                self._metrics.state = "starved"
+                self._metrics.state = ShardState.STARVED
                 after = self._settings.fallback_after
                 then = (
                     "still retrying"
@@ -461,7 +461,7 @@ class EfoReader:
         now = self._clock()
         was_starved, was_polling, waited = held.starved, held.polling, held.held_for(now)
         held.released(now)
-        self._metrics.state = "reading"
+        self._metrics.state = ShardState.READING
         if was_polling:
             self._polling = None
             self._count_polled()
@@ -481,7 +481,7 @@ class EfoReader:
         now = self._clock()
         self._held.fell_back(now)
         self._metrics.fallbacks += 1
-        self._metrics.state = "polling"
+        self._metrics.state = ShardState.POLLING
         self._polling = PollingReader(
             self._client,
             self._ref,

@@ -3,10 +3,33 @@ gives frozen copies of them, ``ShardStatistics``)."""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["ShardMetrics"]
+__all__ = ["ShardMetrics", "ShardState"]
+
+
+class ShardState(enum.StrEnum):
+    """Where one shard's reading is; ``ShardStatistics.state`` carries it. A ``str`` whose
+    value is the lower-case name, so it compares equal to it and exports as it."""
+
+    WAITING = "waiting"
+    """Not read yet: its parents are unfinished, or (in a group) its lease is not held."""
+    READING = "reading"
+    """Read by its reader (GetRecords, or its Enhanced Fan-Out subscription)."""
+    STARVED = "starved"
+    """EFO: every subscription met ResourceInUse for ``efo_starvation_warning`` seconds."""
+    POLLING = "polling"
+    """EFO: held by another subscription, read by GetRecords meanwhile."""
+    ENDED = "ended"
+    """The shard's end was read; its last batches are not all acknowledged yet."""
+    FINISHED = "finished"
+    """Read to its end and every batch acknowledged (or finished in the saved positions)."""
+    FAILED = "failed"
+    """It stopped the consumer with a typed, final error."""
+    LOST = "lost"
+    """Its lease went to another worker; what it buffered was dropped."""
 
 
 @dataclass(slots=True)
@@ -37,7 +60,7 @@ class ShardMetrics:
     read).
     """
 
-    state: str = "waiting"
+    state: ShardState = ShardState.WAITING
     millis_behind_latest: int | None = None
     reads: int = 0
     empty_reads: int = 0

@@ -36,7 +36,7 @@ from ..records import MAGIC, Position, build_record_batch
 from ..runtime import CreditGate, FullPolicy, Mailbox
 from ._batch import RecordBatch
 from ._config import StartingPosition
-from ._metrics import ShardMetrics
+from ._metrics import ShardMetrics, ShardState
 from ._positions import SavedShard, ShardKey, later, order
 from ._reader import ShardRead
 from ._statistics import ShardStatistics
@@ -88,7 +88,7 @@ class ShardPipeline:
         self._gate = CreditGate(self._prefetch, name=name)
         if saved.finished:
             self._buffer.close()
-            self._metrics.state = "finished"
+            self._metrics.state = ShardState.FINISHED
             self._let_go.set()
 
     # -- what anyone may read ---------------------------------------------------------------
@@ -179,7 +179,7 @@ class ShardPipeline:
         """A reader starts reading under ``scope`` (cancelled by a rewind or a drop): the
         generation it reads for, where it begins, and the user records to drop there."""
         self._reader_scope = scope
-        self._metrics.state = "reading"
+        self._metrics.state = ShardState.READING
         return (self._generation, *self.cursor())
 
     def cursor(self) -> tuple[StartingPosition, Position | None]:
@@ -215,7 +215,7 @@ class ShardPipeline:
 
     def failed(self) -> None:
         """The reader stopped the consumer with a typed, final error."""
-        self._metrics.state = "failed"
+        self._metrics.state = ShardState.FAILED
 
     @property
     def reader_may_end(self) -> bool:
@@ -273,7 +273,7 @@ class ShardPipeline:
             self._end_reached = True
             self._children = read.child_shards
             self._buffer.close()
-            metrics.state = "ended"
+            metrics.state = ShardState.ENDED
             self._check_settled()
             self._on_change()
 
@@ -324,7 +324,7 @@ class ShardPipeline:
         self._delivered = self._committed
         self._taken = self._committed
         self._end_reached = False
-        self._metrics.state = "reading"
+        self._metrics.state = ShardState.READING
         if self._reader_scope is not None:
             self._reader_scope.cancel()
 
@@ -340,7 +340,7 @@ class ShardPipeline:
         dropped = len(self._buffer)
         self._buffer.close()
         self._buffer.purge()
-        self._metrics.state = "lost"
+        self._metrics.state = ShardState.LOST
         self._let_go.set()
         if self._reader_scope is not None:
             self._reader_scope.cancel()  # its actor sees ``dropped`` and returns
@@ -375,7 +375,7 @@ class ShardPipeline:
 
     def _check_settled(self) -> None:
         if self.finished:
-            self._metrics.state = "finished"
+            self._metrics.state = ShardState.FINISHED
             self._let_go.set()
 
     def saved(self) -> SavedShard:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ._metrics import ShardMetrics
+from ._metrics import ShardMetrics, ShardState
 from ._positions import ShardKey
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ class ShardStatistics:
     taken) and ``backpressured_seconds`` (a wait for credits in progress included) filled in.
     ``resubscriptions`` is a copy, by cause."""
 
-    state: str = "waiting"
+    state: ShardState = ShardState.WAITING
     millis_behind_latest: int | None = None
     reads: int = 0
     empty_reads: int = 0

@@ -198,8 +198,8 @@ _STATE = InstrumentSpec(
     _C + "shards",
     "up_down_counter",
     "{shard}",
-    "Shards read by this consumer, by state (waiting, reading, ended, finished, failed, "
-    "starved); each shard counts 1 in its current state.",
+    "Shards read by this consumer, by state (a ShardState: waiting, reading, starved, polling, "
+    "ended, finished, failed, lost); each shard counts 1 in its current state.",
     (*_SHARD, "state"),
 )
 _WAITING = InstrumentSpec(
@@ -340,7 +340,7 @@ def consumer_points(
             yield Point(spec.name, getattr(shard, field), tags)
         for cause, count in shard.resubscriptions.items():
             yield Point(_RESUBSCRIPTIONS.name, count, {**tags, "cause": cause})
-        yield Point(_STATE.name, 1, {**tags, "state": shard.state})
+        yield Point(_STATE.name, 1, {**tags, "state": str(shard.state)})
     # Every stream the snapshot names gets a point, so a count that fell to 0 says 0.
     for stream, count in statistics.waiting_by_stream().items():
         yield Point(_WAITING.name, count, {**attributes, "stream": stream})

@@ -4,6 +4,7 @@ the shards' live counters; ``Consumer.metrics`` kept for one release with a warn
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -11,6 +12,7 @@ from kinesis_actors.client import KinesisClient
 from kinesis_actors.consumer import (
     Consumer,
     ConsumerStatistics,
+    ShardState,
     ShardStatistics,
     StartingPosition,
 )
@@ -40,6 +42,17 @@ def test_a_shards_statistics_are_a_copy_that_its_reader_no_longer_changes() -> N
     assert statistics.buffer_depth == 0
     with pytest.raises(dataclasses.FrozenInstanceError):
         statistics.reads = 5  # type: ignore[misc]
+
+
+def test_a_shards_state_is_an_enum_equal_to_its_name_in_snapshots_and_json() -> None:
+    pipeline = ShardPipeline(("s", "shardId-0"), SavedShard(start=StartingPosition.latest()), 2)
+    assert pipeline.statistics().state is ShardState.WAITING
+    pipeline.drop()  # its lease went to another worker
+    statistics = pipeline.statistics()
+    assert statistics.state is ShardState.LOST and statistics.state == "lost"
+    assert json.loads(json.dumps(statistics.to_dict()))["state"] == "lost"
+    finished = ShardPipeline(("s", "shardId-1"), SavedShard(finished=True), 2)
+    assert finished.statistics().state is ShardState.FINISHED
 
 
 def test_statistics_before_open_are_empty_and_frozen() -> None:
