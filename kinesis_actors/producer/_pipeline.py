@@ -22,9 +22,10 @@ may put keys on the wrong child: those records are counted, once a map says who 
 (``misplaced_records``). See ``docs/producer.md``, "Resharding and key order".
 
 Where records wait (domains, lanes, their states, the backoff heap) is the
-:class:`~._waiting.WaitingRoom` this class owns and changes only through its methods; here
-is what to send (aggregates, pacing, linger), what came back (acknowledgements, failures,
-retries) and the time-to-live.
+:class:`~._waiting.WaitingRoom` this class owns and changes only through its methods; what to
+send next (aggregates, pacing, linger) is its :class:`~._builder.CallBuilder`'s, which takes
+from that room on this class's behalf (one caller drives both); here is what came back
+(acknowledgements, failures, retries), the time-to-live and when to look again.
 
 Nothing here awaits or reads a clock: the caller passes ``now`` and asks
 :meth:`Pipeline.next_wakeup` when to come back.
@@ -38,14 +39,16 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import errors
-from ..records import Aggregator, OutboundRecord, ShardMap
+from ..records import ShardMap
+from ._builder import BATCH_QUANTUM, CallBuilder
 from ._calls import Call, Part
-from ._domains import Domain, DomainKey, Lane, domain_key, key_bytes
+from ._domains import DomainKey, domain_key
 from ._entry import Entry
 from ._handle import PutResult
-from ._ratelimit import Grant, ShardRateLimiter
+from ._lanes import UNPREDICTED_LANE, WHOLE_STREAM_LANE
+from ._ratelimit import ShardRateLimiter
 from ._retries import RecordRetries
-from ._waiting import UNPREDICTED_LANE, WHOLE_STREAM_LANE, WaitingRoom
+from ._waiting import WaitingRoom
 
 __all__ = [
     "UNPREDICTED_LANE",
@@ -57,17 +60,6 @@ __all__ = [
     "Pipeline",
     "Settle",
 ]
-
-BATCH_QUANTUM = 0.2
-"""Seconds of a paced shard's tokens one call carries: at a stream's capacity a shard gets a
-call five times a second. Each call costs the process a wake-up or two and a round through
-the loop, the dispatcher and the senders, which at 50 ms was most of what a record cost at
-capacity beyond an unpaced run (measured: 100-byte aggregated records, 2 shards, client CPU
-a record 1.6-1.8x the unpaced figure at 50 ms, about 1.2-1.3x at 200 ms). The records wait
-in the queue at capacity anyway; a shard that keeps up never waits for a quantum."""
-
-# The smallest aggregate worth building; below it a part would be mostly overhead.
-_MIN_AGGREGATE_ROOM = 64
 
 # Deadline sweeps run when the earliest waiting record expires, but at most every
 # max(_SWEEP_FLOOR, ttl * _SWEEP_SHARE): a record may outlive ``record_ttl`` by that much
@@ -125,13 +117,6 @@ class Pipeline:
         self._limiter = limiter
         self._settle = settle
         self._acknowledge = acknowledge
-        self._aggregation = aggregation
-        self._aggregation_max_bytes = aggregation_max_bytes
-        self._max_call_records = max_call_records
-        self._max_call_bytes = max_call_bytes
-        self._full_records = full_records
-        self._full_bytes = full_bytes
-        self._linger = linger
         self._retries = RecordRetries(
             retry_base=retry_base,
             retry_max=retry_max,
@@ -140,8 +125,19 @@ class Pipeline:
             rng=rng,
         )
         self._ttl = record_ttl
-        self._batch_quantum = batch_quantum
         self._room = WaitingRoom(preserve_order=preserve_order)
+        self._builder = CallBuilder(
+            self._room,
+            limiter,
+            aggregation=aggregation,
+            aggregation_max_bytes=aggregation_max_bytes,
+            max_call_records=max_call_records,
+            max_call_bytes=max_call_bytes,
+            full_records=full_records,
+            full_bytes=full_bytes,
+            linger=linger,
+            batch_quantum=batch_quantum,
+        )
         self._next_sweep = 0.0
         # Set by drain(): every record that would wait here again fails with it instead.
         self._drained: BaseException | None = None
@@ -241,170 +237,14 @@ class Pipeline:
 
     # -- building calls -----------------------------------------------------------------------
 
-    def _due(self, now: float) -> bool:
-        room = self._room
-        if room.ready_records >= self._full_records:
-            return True
-        if room.ready_bytes >= self._full_bytes:
-            if not self._aggregation:
-                return True
-            # A call takes an aggregate from each of at most max_call_records lanes a round:
-            # over more lanes than that, what is ready fills it only in their proportion.
-            # Going at the byte mark over 2,048 lanes sent aggregates of 66 records where
-            # waiting for a call's worth makes them 131 (benchmarks.producer_cpu,
-            # unpaced-1024-deep; the CPU a record follows the aggregates' count).
-            lanes = room.ready_lanes()
-            if room.ready_bytes * self._max_call_records >= self._full_bytes * lanes:
-                return True
-        oldest = room.oldest_ready()
-        return oldest is not None and now >= oldest + self._linger
-
     def next_call(self, now: float, *, force: bool = False) -> Call | None:
         """The next PutRecords call to send, or ``None`` if nothing should go yet.
 
         ``force`` (flush, close) ignores ``linger``; rate limits and ordering still hold.
         """
-        room = self._room
-        room.release_due(now)
+        self._room.release_due(now)
         self._sweep(now)
-        if room.ready_records == 0 or not (force or self._due(now)):
-            return None
-        if room.sendable_at() > now:
-            return None  # every lane with ready records is paced: no pass over them
-        parts: list[Part | Entry] = []
-        nbytes = 0
-        grants: dict[str, Grant] = {}
-        # Lanes whose head record waited longest go first: they meet a shard's tokens first.
-        # In dict order, the first half of a saturated shard always took the quantum's
-        # tokens before the other: it ran dry and sent each record as it came, a domain and
-        # an aggregate entry per record (measured: 115 keys per aggregate against 24 this way,
-        # and half the build stage's CPU), while the other held the queue's whole backlog.
-        # Oldest first, both halves wait alike and keep runs of several records per key; at
-        # many shards, the lanes a call of 500 Kinesis records has no room for come next.
-        lanes = room.open_lanes(now)
-        while lanes and len(parts) < self._max_call_records:
-            still = []
-            for lane in lanes:
-                if len(parts) >= self._max_call_records:
-                    break
-                part = self._build_part(lane, now, self._max_call_bytes - nbytes, grants)
-                if part is not None:
-                    parts.append(part)
-                    nbytes += part.size
-                    still.append(lane)
-            lanes = still
-        charge_grant = self._limiter.charge_grant
-        for grant in grants.values():
-            charge_grant(grant, now)
-        return Call(parts, nbytes) if parts else None
-
-    def _build_part(
-        self, lane: Lane, now: float, room: int, grants: dict[str, Grant]
-    ) -> Part | Entry | None:
-        """One Kinesis record from the lane, or ``None`` (and maybe a ``resume_at``).
-
-        The lane's first record in this call opens its :class:`~._ratelimit.Grant`, the
-        shard's tokens at ``now``, which its next records of the call spend; the buckets are
-        charged once per call. A paced lane opens only on a grid of ``batch_quantum``
-        seconds (multiples of it on the caller's clock), once its shard has earned half a
-        quantum of tokens or more (see :meth:`_resume_at`): a saturated shard then gets one
-        well-filled call per quantum instead of a call per trickle of tokens (measured: 4-7
-        records per call and a whole core at capacity, before the quantum).
-        """
-        waiting = self._room
-        head = waiting.head(lane)
-        if head is None:
-            return None
-        first = head.entries[0]
-        shard_id = lane.shard_id
-        limiter = self._limiter
-        grant = grants.get(shard_id)
-        if grant is None:
-            opened = limiter.open(shard_id, first.size, self._batch_quantum / 2, now)
-            if not isinstance(opened, Grant):
-                waiting.pace(lane, self._resume_at(now + opened))
-                return None
-            grant = grants[shard_id] = opened
-        elif not grant.allows(first.size):
-            # Out of tokens: the buckets, charged, say exactly how long to wait.
-            limiter.charge_grant(grant, now)
-            delay = limiter.delay(shard_id, 1, first.size, now)
-            if delay > 0:
-                waiting.pace(lane, self._resume_at(now + delay))
-                return None
-            grant = grants[shard_id] = limiter.grant(shard_id, now)
-        if first.size > room:
-            return None
-        # A record of over half an aggregate gains nothing from company (measured: 10 KiB
-        # records averaged 3.9 per aggregate, at a higher CPU cost than sending them alone).
-        if not self._aggregation or first.size * 2 > self._aggregation_max_bytes:
-            return self._single(lane, head, grant)
-        key_bytes = first.size - len(first.data)  # the aggregate travels under this key
-        available = int(grant.nbytes)
-        cap = min(self._aggregation_max_bytes, room, available) - key_bytes
-        if cap < _MIN_AGGREGATE_ROOM or cap < len(first.data):
-            return self._single(lane, head, grant)
-        aggregator = Aggregator(cap)
-        taken, runs = waiting.take_runs(lane, aggregator)
-        if not taken:
-            return None
-        if len(taken) == 1:  # an aggregator of one would send the record as itself
-            return self._sent_alone(lane, taken[0], runs[0], grant)
-        return self._part(lane, aggregator.build(), taken, runs, grant)
-
-    def _resume_at(self, earliest: float) -> float:
-        """When a paced lane looks again: the first point of the quantum's grid from
-        ``earliest`` on.
-
-        The grid, not ``earliest`` itself: a lane that opened a quantum after it last spent
-        its tokens, late by the loop's latency, went on a period of a quantum plus that
-        latency, and its calls drifted across the seconds; a second then held one call less
-        (a 50 ms quantum: 95-97 % of the shard's limit in its lowest second, measured). On
-        the grid the calls keep their spacing, each carrying the tokens of the quantum before
-        it, and a quantum that divides a second puts as many in every second. Half a
-        quantum earned is enough to open (what a lane has when it looks a little after the
-        point where it spent its tokens), so it opens on every point, not every other.
-        """
-        quantum = self._batch_quantum
-        return max(earliest, math.ceil(earliest / quantum) * quantum)
-
-    def _single(self, lane: Lane, domain: Domain, grant: Grant) -> Part | Entry:
-        """The domain's first record sent as itself, its own part (see :class:`~._entry.Entry`):
-        its size is the entry's (data plus key), with no key to measure again."""
-        return self._sent_alone(lane, self._room.take_one(lane, domain), domain, grant)
-
-    def _part(
-        self,
-        lane: Lane,
-        record: OutboundRecord,
-        entries: list[Entry],
-        runs: list[Domain],
-        grant: Grant,
-    ) -> Part:
-        data, partition_key = record.data, record.partition_key
-        size = len(data) + key_bytes(partition_key)
-        # Always spent: if a bucket runs short mid-call (the record bucket, or a record
-        # bigger than the byte tokens left), it goes into debt and the lane waits it out.
-        grant.spend(size)
-        return Part(
-            data, partition_key, record.explicit_hash_key, lane.shard_id, entries, size, runs
-        )
-
-    @staticmethod
-    def _sent_alone(lane: Lane, entry: Entry, domain: Domain, grant: Grant) -> Part | Entry:
-        grant.spend(entry.size)
-        if domain.pinned:  # it travels under the domain's hash key, not its own: a part of one
-            return Part(
-                entry.data,
-                entry.partition_key,
-                domain.explicit_hash_key,
-                lane.shard_id,
-                [entry],
-                entry.size,
-                [domain],
-            )
-        entry.lane = lane.shard_id
-        return entry
+        return self._builder.build(now, force=force)
 
     # -- outcomes -----------------------------------------------------------------------------
 
@@ -602,7 +442,7 @@ class Pipeline:
         if room.ready_records:
             oldest = room.oldest_ready()
             if oldest is not None and not force:
-                candidates.append(oldest + self._linger)
+                candidates.append(oldest + self._builder.linger)
             # The first paced lane to open; when one may send now (so this is past), a call
             # goes at the linger above or when a sender is free, and its building paces the
             # rest anew.

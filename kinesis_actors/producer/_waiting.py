@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter
 
@@ -37,22 +36,12 @@ from ..records import Aggregator, ShardMap
 from ._calls import Part
 from ._domains import IDLE, IN_FLIGHT, READY, WAITING, Domain, DomainKey, Lane
 from ._entry import Entry
+from ._lanes import LaneMap
 
-__all__ = ["UNPREDICTED_LANE", "WHOLE_STREAM_LANE", "LaneKey", "WaitingRoom"]
-
-LaneKey = str | tuple[str, bool]
-"""A lane's key: a predicted shard's id with ``True`` for the upper half of its hash range,
-``False`` for the lower; or one of the two lanes without a prediction, by name."""
-
-WHOLE_STREAM_LANE = "*"
-"""The one lane of a stream with ``AUTO`` record distribution: shards cannot be predicted."""
+__all__ = ["WaitingRoom"]
 
 IDLE_DOMAINS = 4096
 """Idle domains kept for their keys' next records before they are pruned."""
-
-MAX_PINS = 65_536
-"""The most keys pinned at once (see :meth:`WaitingRoom.pin`); past it a key is not pinned
-and its misplaced records are all that is left of its order (counted by the pipeline)."""
 
 _data = attrgetter("data")  # C callables, mapped over a run of entries
 _size = attrgetter("size")
@@ -72,10 +61,6 @@ def _move(entries: list[Entry], count: int, taken: list[Entry]) -> int:
     return sum(map(_size, moved))
 
 
-UNPREDICTED_LANE = "?"
-"""The lane of records whose hash key no known open shard covers (a reshard is under way)."""
-
-
 class WaitingRoom:
     """Accepted records not in flight, by domain and lane; ``ready_records``/``ready_bytes``
     count what can be sent now, ``pending_records`` everything waiting here. Every field
@@ -83,19 +68,8 @@ class WaitingRoom:
 
     def __init__(self, *, preserve_order: bool) -> None:
         self._preserve_order = preserve_order
-        self._map: ShardMap | None = None
-        self._lanes: dict[LaneKey, Lane] = {}
-        # Shards an acknowledgement from another shard showed gone (split or merged) since the
-        # map was set: their lanes are stale (see the module's header). Bounded by the map.
-        self._stale_shards: set[str] = set()
-        # The map's shards in halves, ordered: where each half starts and ends, and its lane's
-        # key; one bisect finds a new domain's lane (set by set_shard_map).
-        self._half_starts: list[int] = []
-        self._half_ends: list[int] = []
-        self._half_keys: list[tuple[str, bool]] = []
-        # Pinned domains' keys: (the hash key they follow, their own), kept when the domain is
-        # pruned, until a map lifts them (see the module's header). Bounded by MAX_PINS.
-        self._pins: dict[DomainKey, tuple[int, int]] = {}
+        # The map's lanes, stale shards and pinned keys (see ``_lanes``).
+        self._lanes = LaneMap()
         # Domains are kept when they fall idle (a key's next record reuses its domain, lane
         # lookup and list: measured, one new domain per two records with 1,000 keys) until
         # there are _prune_at of them; then every idle empty one goes (to the spares below),
@@ -122,97 +96,64 @@ class WaitingRoom:
         self.ready_records = 0
         self.ready_bytes = 0
         self.pending_records = 0
-        self.needs_refresh = False
 
     # -- shard map ----------------------------------------------------------------------------
 
     @property
     def shard_map(self) -> ShardMap | None:
         """The map records are predicted with; ``None`` means one lane for the whole stream."""
-        return self._map
+        return self._lanes.shard_map
+
+    @property
+    def needs_refresh(self) -> bool:
+        """A record's hash key had no lane of the map, or a shard was found gone."""
+        return self._lanes.needs_refresh
 
     def set_shard_map(self, shard_map: ShardMap | None) -> list[str]:
         """Predict with ``shard_map`` from now on: every waiting domain moves to its new lane.
 
         Returns the shards whose lanes are gone (their pacing can be forgotten).
         """
-        self._map = shard_map
-        self.needs_refresh = False
         self._summary = None
-        self._stale_shards.clear()
-        halves = []
-        for found in shard_map or ():
-            start, end = found.starting_hash_key, found.ending_hash_key
-            middle = (start + end + 1) // 2  # where the upper half starts
-            if middle > start:  # a shard of one hash key has no lower half
-                halves.append((start, middle - 1, (found.shard_id, False)))
-            halves.append((middle, end, (found.shard_id, True)))
-        self._half_starts = [start for start, _, _ in halves]
-        self._half_ends = [end for _, end, _ in halves]
-        self._half_keys = [key for _, _, key in halves]
-        if self._pins:
-            self._lift_pins()
-        old = self._lanes
-        self._lanes = {}
+        lanes = self._lanes
+        old, lifted = lanes.reset(shard_map)
+        for pinned, own in lifted:
+            domain = self._domains.get(pinned)
+            if domain is not None:
+                domain.unpin(own)
         for domain in self._domains.values():
-            domain.lane = self._lane(domain.hash_key)
+            domain.lane = lanes.lane(domain.hash_key)
             domain.queued = False
         for domain in self._domains.values():
             if domain.state == READY:
                 domain.lane.ready.append(domain)
                 domain.queued = True
-        for key, lane in old.items():
-            kept = self._lanes.get(key)
+        for lane_key, lane in old.items():
+            kept = lanes.get(lane_key)
             if kept is not None:
                 kept.resume_at = lane.resume_at
-        live = {lane.shard_id for lane in self._lanes.values()}
+        live = {lane.shard_id for lane in lanes.lanes()}
         gone = (lane.shard_id for lane in old.values() if lane.shard_id not in live)
         return list(dict.fromkeys(gone))  # a shard's two halves, once
-
-    def _shard_of(self, hash_key: int) -> str | None:
-        """The map's shard that owns ``hash_key``, if one does."""
-        index = bisect_right(self._half_starts, hash_key) - 1
-        if index >= 0 and hash_key <= self._half_ends[index]:
-            return self._half_keys[index][0]
-        return None
-
-    def _lift_pins(self) -> None:
-        """Pins whose hash key and the key's own are owned by one shard of the new map: a
-        merge brought them together again (or the key was never off its shard), so the key
-        can go back to its own hash key without leaving the shard its records are on."""
-        shard_of = self._shard_of
-        lifted = [
-            key
-            for key, (point, own) in self._pins.items()
-            if (shard := shard_of(point)) is not None and shard == shard_of(own)
-        ]
-        for key in lifted:
-            _, own = self._pins.pop(key)
-            domain = self._domains.get(key)
-            if domain is not None:
-                domain.unpin(own)
 
     @property
     def pinned_keys(self) -> int:
         """Keys pinned now (see :meth:`pin`)."""
-        return len(self._pins)
+        return len(self._lanes.pins)
 
     def pin(self, domains: Iterable[Domain], hash_key: int) -> int:
         """``domains`` had records in a Kinesis record that landed by ``hash_key`` on a shard
         that may not own theirs: each whose own differs now sends to ``hash_key`` too, so its
         next records go where those went. Returns how many could not be pinned (past
-        :data:`MAX_PINS`)."""
-        pins = self._pins
+        :data:`~._lanes.MAX_PINS`)."""
+        pin = self._lanes.pin
         refused = 0
         for domain in domains:
             if domain.hash_key == hash_key:
                 continue
-            key = domain.key
-            pinned = pins.get(key)
-            if pinned is None and len(pins) >= MAX_PINS:
+            if not pin(domain.key, hash_key, domain.hash_key):
                 refused += 1
                 continue
-            pins[key] = (hash_key, domain.hash_key if pinned is None else pinned[1])
             self._follow(domain, hash_key)
         return refused
 
@@ -220,7 +161,7 @@ class WaitingRoom:
         """Point ``domain`` at ``hash_key``: its Kinesis records carry it, and its lane is
         that hash key's (a queue entry in its old lane is dropped as stale)."""
         domain.pin(hash_key)
-        lane = self._lane(hash_key)
+        lane = self._lanes.lane(hash_key)
         if lane is domain.lane:
             return
         self._summary = None
@@ -234,11 +175,7 @@ class WaitingRoom:
         """``shard_id`` is gone (a record predicted for it landed elsewhere): until the next
         map, its lanes build Kinesis records of one domain each (see the module's header),
         and the map needs a refresh."""
-        self.needs_refresh = True
-        self._stale_shards.add(shard_id)
-        for lane in self._lanes.values():
-            if lane.shard_id == shard_id:
-                lane.stale = True
+        self._lanes.mark_stale(shard_id)
 
     # -- records in and out -------------------------------------------------------------------
 
@@ -396,33 +333,16 @@ class WaitingRoom:
     def new_domain(self, key: DomainKey, hash_key: int) -> Domain:
         """An idle domain for ``key``, in the lane of ``hash_key``: a pruned one made new if
         there is one. The caller has checked that ``key`` has none."""
-        pinned = self._pins.get(key) if self._pins else None
-        lane = self._lane(hash_key if pinned is None else pinned[0])
+        lanes = self._lanes
+        pins = lanes.pins
+        pinned = pins.get(key) if pins else None
+        lane = lanes.lane(hash_key if pinned is None else pinned[0])
         spares = self._spare_domains
         domain = spares.pop().reuse(key, hash_key, lane) if spares else Domain(key, hash_key, lane)
         self._domains[key] = domain
         if pinned is not None:
             domain.pin(pinned[0])
         return domain
-
-    def _lane(self, hash_key: int) -> Lane:
-        """The lane of a new domain: its shard's half, or a lane without a prediction."""
-        key: LaneKey
-        if self._map is None:
-            key = shard_id = WHOLE_STREAM_LANE
-        else:
-            index = bisect_right(self._half_starts, hash_key) - 1
-            if index >= 0 and hash_key <= self._half_ends[index]:
-                key = self._half_keys[index]
-                shard_id = key[0]
-            else:
-                key = shard_id = UNPREDICTED_LANE
-                self.needs_refresh = True
-        lane = self._lanes.get(key)
-        if lane is None:
-            stale = shard_id == UNPREDICTED_LANE or shard_id in self._stale_shards
-            lane = self._lanes[key] = Lane(shard_id, stale=stale)
-        return lane
 
     def _make_ready(self, domain: Domain, *, front: bool) -> None:
         self._summary = None  # an older head, or a lane with ready records again
@@ -493,7 +413,7 @@ class WaitingRoom:
         oldest = first = math.inf
         lanes = 0
         head = self.head
-        for lane in self._lanes.values():
+        for lane in self._lanes.lanes():
             if lane.ready:
                 domain = head(lane)
                 if domain is not None and domain.entries:
@@ -509,7 +429,7 @@ class WaitingRoom:
         head record waited longest first (each lane's ``oldest`` set to its head's stamp)."""
         lanes = []
         head = self.head
-        for lane in self._lanes.values():
+        for lane in self._lanes.lanes():
             if lane.ready and lane.resume_at <= now:
                 domain = head(lane)
                 if domain is not None and domain.entries:
@@ -527,7 +447,7 @@ class WaitingRoom:
         """How many shards have ready records in a lane paced past ``now`` (a shard with two
         such lanes counts once)."""
         return len(
-            {lane.shard_id for lane in self._lanes.values() if lane.ready and lane.resume_at > now}
+            {lane.shard_id for lane in self._lanes.lanes() if lane.ready and lane.resume_at > now}
         )
 
     def _took_from(self, lane: Lane, domain: Domain) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kinesis_actors.producer import ShardRateLimiter, _waiting
+from kinesis_actors.producer import ShardRateLimiter, _lanes
 from kinesis_actors.producer._pipeline import Call, Entry, Part, Pipeline
 from kinesis_actors.records import MAX_HASH_KEY, HashRange, ShardMap, deaggregate, hash_key
 
@@ -360,7 +360,7 @@ def test_a_pinned_key_sent_alone_carries_the_hash_key_it_follows() -> None:
 
 def test_keys_past_the_pin_bound_are_refused_and_counted(monkeypatch: Any) -> None:
     """Pins are bounded: past the bound a misplaced key is not pinned, and counted."""
-    monkeypatch.setattr(_waiting, "MAX_PINS", 1)
+    monkeypatch.setattr(_lanes, "MAX_PINS", 1)
     settled: list[Entry] = []
     p, _ = split_a_third_in(settled)
     assert p.pinned_keys == 1
