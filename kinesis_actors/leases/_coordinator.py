@@ -1,17 +1,19 @@
 """The lease coordinator: one actor per worker that takes, holds and hands over leases.
 
-The decisions are :mod:`._policy`'s and :mod:`._sync`'s; keeping a held lease (renewals, the
-write/adopt/release protocol, the event queue, what is known of the table) is the
-:class:`~._holder.LeaseHolder`'s, a component this class owns and drives through its methods
-(it writes none of the holder's fields, nor the holder any of its), and shard sync's listing
-and creates are :class:`~._shard_sync.ShardSync`'s. This module owns the rest (the streams,
-the task group, the handoffs asked, its own counters of :class:`LeaseStats`) and runs three
-loops in one task group: renewals (the holder's), take rounds (a consistent Scan - every
-round on the two watchers, about once a failover time elsewhere, see
-:class:`~._policy.ScanSchedule` - then takes, steals and opening children whose parents
-finished) and shard sync. Calls from the consumer's tasks (``checkpoint``, ``finish``,
-``release_all``) take the lease's lock, so a lease's writes never race each other and the
-counter held is always the last one written.
+The decisions are :mod:`._policy`'s and :mod:`._sync`'s. The work is shared by components
+this class owns and drives through their methods (it writes none of their fields, nor they
+any of its): keeping a held lease (renewals, the write/adopt/release protocol, the event
+queue, what is known of the table) is the :class:`~._holder.LeaseHolder`'s; the take rounds
+(a consistent Scan - every round on the two watchers, about once a failover time elsewhere,
+see :class:`~._policy.ScanSchedule` - then takes, steals or asks for handoffs, the handoffs
+asked, pins, and opening leases whose parents finished) are the
+:class:`~._taker.LeaseTaker`'s; shard sync's listing and creates are
+:class:`~._shard_sync.ShardSync`'s. This module owns the rest: the public calls, the
+streams, the lifecycle and the task group, the supervision of the three loops it runs in
+that group (renewals, the holder's; take rounds, the taker's; shard sync, its own) and its
+own counters of :class:`LeaseStats`. Calls from the consumer's tasks (``checkpoint``,
+``finish``, ``release_all``) take the lease's lock, so a lease's writes never race each
+other and the counter held is always the last one written.
 
 A failed write condition on a held lease ends that lease at once (:class:`LeaseLost`); a
 lease that could not be renewed for ``failover_time`` (the table unreachable) is dropped too,
@@ -25,48 +27,36 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import replace
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 
 from .._deprecated import renamed
-from ..client import StreamRef, service_now
+from ..client import StreamRef
 from ..errors import ConfigError, KinesisError
 from ..runtime import RestartIntensity, RestartIntensityExceeded
 from ._config import LeaseConfig
-from ._errors import LeaseLostError, WorkerIdConflictError
+from ._errors import LeaseLostError
 from ._events import LeaseEvent, LeaseStats
-from ._holder import EPSILON, Held, LeaseHolder
-from ._items import LATEST, SHARD_END, TRIM_HORIZON, Lease
-from ._policy import ScanSchedule, live_owners, parents_finished, plan_takes, write_landed
+from ._holder import Held, LeaseHolder
+from ._items import SHARD_END, TRIM_HORIZON, Lease
 from ._shard_sync import ShardSync
 from ._streams import Streams, describe_stream
 from ._sync import INITIAL_POSITIONS
-from ._table import PERMANENT_FAULTS, Caller, LeaseTable
+from ._table import Caller, LeaseTable
+from ._taker import FATAL, LeaseTaker
 
 __all__ = ["LeaseCoordinator"]
 
 logger = logging.getLogger("kinesis_actors.leases")
 
-_T = TypeVar("_T")
-
-#: How much earlier than the service's clock (as the Kinesis client's replies tell it) a LATEST
-#: lease's start is pinned: a later owner reads from the pin, and the arrival timestamps are
-#: stamped by other hosts of the service (a few records read twice are allowed, one skipped
-#: is not).
-PIN_MARGIN_MS = 2000
-#: Faults that stop the coordinator: no retry mends them, and its user must hear of them.
-FATAL: tuple[type[KinesisError], ...] = (*PERMANENT_FAULTS, WorkerIdConflictError)
 #: A loop that crashes on something unexpected (a bug) is restarted, up to this many times in
 #: ``_LOOP_PERIOD`` seconds; one more and the coordinator stops with the causes.
 _LOOP_RESTARTS = 3
 _LOOP_PERIOD = 60.0
-#: Takes, asks and pins of one round run this many at a time: a dead worker's 250 leases are
-#: about 16 waves of writes, not 250 one after another, and the table sees a bounded burst.
-_ROUND_CONCURRENCY = 16
 
 
 class _CallableClock:
@@ -160,16 +150,21 @@ class LeaseCoordinator:
         self._stats = LeaseStats(worker_id=worker_id)
         self._kinesis = kinesis
         self._names = names
-        self._initial = initial_position
         self._multi = len(names) > 1 if multi_stream is None else multi_stream
-        self._rng = rng or random.Random()
         self._streams: Streams | None = None
         self._shards = ShardSync(kinesis, self._table, initial_position)
         self._sync_wanted = anyio.Event()
-        self._releasing = False
-        # Handoffs this worker asked for: lease key -> (asked at, asked of).
-        self._asked: dict[str, tuple[float, str]] = {}
-        self._schedule = ScanSchedule(self._worker_id, self._config.failover_time)
+        self._taker = LeaseTaker(
+            self._table,
+            self._holder,
+            worker_id,
+            self._config,
+            self._clock,
+            known=self._known,
+            kinesis=kinesis,
+            initial_position=initial_position,
+            rng=rng or random.Random(),
+        )
         self._scope: anyio.CancelScope | None = None
         self._task_group: Any = None
 
@@ -203,9 +198,9 @@ class LeaseCoordinator:
         await self._table.ensure(create=self._config.create_table)
         refs = [await describe_stream(self._kinesis, name) for name in self._names]
         self._streams = Streams(refs, multi=self._multi, table=self._table.name)
-        self._observe(await self._table.list())  # validates before anything is written
+        self._taker.observe(await self._table.list())  # validates before anything is written
         await self._sync_all()
-        await self._take_round()
+        await self._taker.take_round()
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
         self._task_group.start_soon(self._run)
@@ -229,7 +224,7 @@ class LeaseCoordinator:
         with anyio.CancelScope() as self._scope:
             async with anyio.create_task_group() as loops:
                 loops.start_soon(self._guard, "renewal", self._holder.renew_rounds)
-                loops.start_soon(self._guard, "take", self._take_loop)
+                loops.start_soon(self._guard, "take", self._taker.take_rounds)
                 loops.start_soon(self._guard, "shard sync", self._sync_loop)
 
     async def _guard(self, name: str, loop: Callable[[], Any]) -> None:
@@ -370,7 +365,7 @@ class LeaseCoordinator:
                 stream=stream,
                 shard_id=shard_id,
             )
-        self._open_ready()
+        self._taker.open_ready()
         self._sync_wanted.set()
 
     async def release_all(
@@ -383,7 +378,7 @@ class LeaseCoordinator:
         duplicate. A lease lost meanwhile is skipped (and reported as :class:`LeaseLost`).
         The coordinator takes nothing more afterwards.
         """
-        self._releasing = True
+        self._taker.stop_taking()
         finals = dict(final_checkpoints or {})
 
         async def release(key: str, held: Held) -> None:
@@ -424,7 +419,7 @@ class LeaseCoordinator:
             shard_syncs=self._shards.syncs,
             leases_created=self._shards.created,
         )
-        return self._holder.report(own)
+        return self._holder.report(self._taker.report(own))
 
     def snapshot(self) -> LeaseStats:
         """Deprecated: :meth:`statistics`, the same snapshot."""
@@ -435,273 +430,6 @@ class LeaseCoordinator:
         if self._streams is None:
             raise RuntimeError("the coordinator is not open: use 'async with'")
         return self._streams
-
-    # -- take rounds -------------------------------------------------------------------------
-
-    def _observe(self, leases: list[Lease]) -> list[Lease]:
-        streams = self._known()
-        ours = [lease for lease in leases if streams.owner_of(lease) is not None]
-        holder = self._holder
-        holder.observe(ours, self._clock())
-        for lease in ours:
-            if (
-                lease.owner == self._worker_id
-                and lease.key not in holder.held
-                and lease.checkpoint_owner is None  # else its owner renews it, handing it to us
-                and lease.key not in self._asked
-                and holder.changes_by_same_owner(lease.key) >= 2
-            ):
-                changes = holder.changes_by_same_owner(lease.key)
-                raise WorkerIdConflictError(
-                    f"lease {lease.key!r} is owned by this worker's id {self._worker_id!r} "
-                    f"and was renewed {changes} times (counter now {lease.counter}) while "
-                    "this process did not hold it: another live process uses the same "
-                    "worker_id; give each live worker its own",
-                    worker_id=self._worker_id,
-                    lease_key=lease.key,
-                )
-        return ours
-
-    def _following(self) -> bool:
-        """Whether this worker needs every round's listing for its own sake: a handoff it
-        asked for is pending, or a lease it holds waits on its parents."""
-        return bool(self._asked) or any(
-            not held.ready and not held.needs_pin and held.lease.parent_shard_ids
-            for held in self._holder.held.values()
-        )
-
-    async def _take_round(self) -> None:
-        """One round: list the table (a watcher's round, see :class:`ScanSchedule`, or one
-        due), take, steal and follow handoffs by that listing; every round pins and hands
-        ready leases to their readers."""
-        now = self._clock()
-        if not self._schedule.due(
-            now, following=self._following(), period=self._config.take_period
-        ):
-            if not self._releasing:
-                pins = [(k, h) for k, h in self._holder.held.items() if h.needs_pin]
-                await self._each(pins, lambda pin: self._pin(*pin))
-            self._open_ready()
-            return
-        ours = self._observe(await self._table.list())
-        now = self._clock()
-        self._schedule.listed(
-            live_owners(ours, lambda lease: self._holder.expired(lease, now)), now
-        )
-        self._stats = replace(
-            self._stats, listings=self._stats.listings + 1, watching=self._schedule.watching
-        )
-        if not self._releasing:
-            still = 2 * self._config.renew_period
-            plan = plan_takes(
-                ours,
-                worker_id=self._worker_id,
-                held=self._holder.held.keys(),
-                expired=lambda lease: self._holder.expired(lease, now),
-                # A handoff in progress is followed by _follow_handoffs, never cut short.
-                reclaimable=lambda lease: (
-                    lease.checkpoint_owner is None and self._holder.expired(lease, now, after=still)
-                ),
-                max_leases=self._config.max_leases,
-                max_leases_to_steal=self._config.max_leases_to_steal,
-                rescue=self._schedule.watching,
-                rng=self._rng,
-            )
-            live = sum(1 for lease in ours if not lease.finished)
-            self._stats = replace(self._stats, workers=plan.workers, leases=live)
-            await self._each(plan.take, lambda lease: self._take(lease, stolen=False))
-            if self._config.graceful_handoff:
-                await self._each(plan.steal, self._ask)
-            else:
-                await self._each(plan.steal, lambda lease: self._take(lease, stolen=True))
-            await self._follow_handoffs(now)
-            pins = [(k, h) for k, h in self._holder.held.items() if h.needs_pin]
-            await self._each(pins, lambda pin: self._pin(*pin))
-        self._open_ready()
-
-    async def _each(self, items: Sequence[_T], action: Callable[[_T], Awaitable[None]]) -> None:
-        """``action`` on every item, :data:`_ROUND_CONCURRENCY` at a time. The first error
-        of the table ends the round as one sequential round would end: the others are
-        cancelled, and it is raised once (not as a group) for the take loop to log."""
-        if not items:
-            return
-        if len(items) == 1:
-            await action(items[0])
-            return
-        limit = anyio.CapacityLimiter(_ROUND_CONCURRENCY)
-        failed: list[KinesisError] = []
-
-        async def one(item: _T, scope: anyio.CancelScope) -> None:
-            async with limit:
-                try:
-                    await action(item)
-                except KinesisError as error:
-                    failed.append(error)
-                    scope.cancel()
-
-        async with anyio.create_task_group() as group:
-            for item in items:
-                group.start_soon(one, item, group.cancel_scope)
-        if failed:
-            fatal = [error for error in failed if isinstance(error, FATAL)]
-            raise (fatal or failed)[0]
-
-    async def _take(self, lease: Lease, *, stolen: bool) -> None:
-        info = self._known().owner_of(lease)
-        if info is None:
-            return
-        started = self._clock()
-        new = await self._table.take(lease, self._worker_id)
-        if new is None:
-            # Someone else was faster, or its owner renewed it - or our take landed and only
-            # its reply was lost (the client's retry then failed the condition): read it.
-            current = await self._table.get(lease.key)
-            if current is None or not write_landed(lease, current, self._worker_id, None):
-                return
-            new = current
-            self._stats = replace(self._stats, replies_settled=self._stats.replies_settled + 1)
-        # A stolen lease's reader stops at its owner's next renewal: wait that long before
-        # reading, so that no shard is read twice at once. So does one taken back from our
-        # own id (an earlier run that may only have been paused).
-        reclaimed = lease.owner == self._worker_id
-        ready_at = started + self._config.renew_period + EPSILON if stolen or reclaimed else 0.0
-        previous = lease.owner if lease.owner != self._worker_id else None
-        held = self._new_held(new, info.name, started, previous, ready_at)
-        self._holder.hold(held)
-        self._open(lease.key, held, self._clock())
-        if stolen:
-            self._stats = replace(self._stats, stolen=self._stats.stolen + 1)
-        else:
-            self._stats = replace(self._stats, taken=self._stats.taken + 1)
-        logger.info(
-            "%s %s lease %s (from %s)",
-            self._worker_id,
-            "stole" if stolen else "took",
-            lease.key,
-            lease.owner,
-        )
-
-    async def _ask(self, lease: Lease) -> None:
-        """Ask ``lease``'s live owner to hand it over (see :class:`LeaseHandoff`)."""
-        owner = lease.owner
-        if owner is None or self._known().owner_of(lease) is None:
-            return
-        new = await self._table.ask_handoff(lease, self._worker_id)
-        if new is None:  # lost to a renewal or a take - or landed with its reply lost
-            current = await self._table.get(lease.key)
-            if current is None or (current.owner, current.checkpoint_owner) != (
-                self._worker_id,
-                owner,
-            ):
-                return
-            new = current
-        self._asked[lease.key] = (self._clock(), owner)
-        self._holder.learn(new)
-        self._stats = replace(self._stats, handoffs_asked=self._stats.handoffs_asked + 1)
-        logger.info("%s asked %s to hand %s over", self._worker_id, owner, lease.key)
-
-    async def _follow_handoffs(self, now: float) -> None:
-        """The handoffs asked for, by the last listing (and the asks since): a lease handed
-        over is held (and read at once: its owner stopped first); one not handed over in
-        time, or whose owner died, is taken as before; one that changed hands otherwise is
-        forgotten."""
-        by_key = self._holder.by_key
-        held = self._holder.held
-        patience = self._config.handoff_timeout + self._config.failover_time
-        for key, (asked_at, owner) in list(self._asked.items()):
-            lease = by_key.get(key)
-            if lease is None or lease.owner != self._worker_id or key in held:
-                del self._asked[key]
-            elif lease.checkpoint_owner is None:
-                del self._asked[key]
-                self._adopt_handed(lease, owner)
-            elif now - asked_at > patience or self._holder.expired(lease, now):
-                del self._asked[key]
-                await self._take(lease, stolen=True)
-
-    def _adopt_handed(self, lease: Lease, previous: str) -> None:
-        info = self._known().owner_of(lease)
-        if info is None or lease.finished:
-            return
-        held = self._new_held(lease, info.name, self._clock(), previous, 0.0)
-        self._holder.hold(held)
-        self._open(lease.key, held, self._clock())
-        self._stats = replace(self._stats, handoffs_received=self._stats.handoffs_received + 1)
-        logger.info("%s was handed %s by %s", self._worker_id, lease.key, previous)
-
-    def _new_held(
-        self, lease: Lease, stream: str, now: float, previous: str | None, ready_at: float
-    ) -> Held:
-        """A lease just taken or handed to us, to hold: a LATEST one with no parents is
-        pinned before it is read, unless an earlier owner pinned it already."""
-        if lease.checkpoint != LATEST or lease.parent_shard_ids:
-            return Held(lease, stream, now, previous, ready_at=ready_at)
-        pinned = lease.latest_pinned_at
-        return Held(
-            lease,
-            stream,
-            now,
-            previous,
-            ready_at=ready_at,
-            pinned_before=pinned,
-            needs_pin=pinned is None and self._initial == LATEST,
-        )
-
-    async def _pin(self, key: str, held: Held) -> None:
-        """Pin a LATEST lease's start (``latestPinnedAt``, the service's clock minus a margin)
-        before its first reader takes its iterator, so that a later owner reads from there:
-        written like a renewal, and retried next take round if it fails (the lease is not
-        handed out until it is pinned).
-
-        The time is the service's (:func:`~kinesis_actors.client.service_now`, from the
-        ``Date`` of the Kinesis client's replies), never this host's: the pin is compared
-        with arrival timestamps, and a host whose clock ran 30 s fast pinned a time 28 s
-        after its reader's start, so the next owner skipped what arrived in between."""
-        async with held.lock:
-            if self._holder.held.get(key) is not held or not held.needs_pin:
-                return
-            pin = int(service_now(self._kinesis).timestamp() * 1000) - PIN_MARGIN_MS
-            try:
-                new = await self._holder.write(key, held, None, pin=pin)
-            except FATAL:
-                raise
-            except KinesisError as error:
-                self._transient(f"pinning the start of {key}", error)
-                return
-            if new is not None:  # pinned: it needs no pin any more
-                self._open(key, held, self._clock())
-
-    def _open_ready(self) -> None:
-        now = self._clock()
-        for key, held in self._holder.held.items():
-            self._open(key, held, now)
-
-    def _open(self, key: str, held: Held, now: float) -> None:
-        """Hand ``held`` to its reader if it may be read now: pinned, not finished, its
-        parents finished and (stolen or reclaimed) its previous owner's reader stopped.
-        Called when a take is won, not only at the end of the round: a dead worker's 250
-        leases reach their readers as they are taken, not all after the last."""
-        if held.ready or held.needs_pin or now < held.ready_at or held.lease.finished:
-            return
-        if not parents_finished(self._known().parents_of(held.lease), self._holder.by_key):
-            return
-        logger.debug("%s may read %s", self._worker_id, key)
-        self._holder.hand_out(held)
-
-    async def _take_loop(self) -> None:
-        period = self._config.take_period
-        next_round = self._clock() + period
-        while True:
-            # Rounds start every period, not a period after the last one ended: the failover
-            # bound counts on it.
-            await anyio.sleep(max(0.0, next_round - self._clock()))
-            next_round = max(next_round + period, self._clock())
-            try:
-                await self._take_round()
-            except FATAL:
-                raise
-            except KinesisError as error:
-                self._transient("a take round", error)
 
     # -- shard sync --------------------------------------------------------------------------
 
@@ -732,7 +460,7 @@ class LeaseCoordinator:
         is left to the take rounds."""
         streams = self._known()
         fresh: list[Lease] = []
-        if not self._schedule.watching:
+        if not self._taker.watching:
             listed = await self._table.list()
             fresh = [lease for lease in listed if streams.owner_of(lease) is not None]
         # A lambda: each listing of the table replaces the holder's by_key.

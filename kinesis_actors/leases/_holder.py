@@ -11,10 +11,12 @@ the item back: a write of ours that landed after its reply was lost is kept, any
 ends the lease (:class:`LeaseLost`), never the worker.
 
 The coordinator (:mod:`._coordinator`) owns one and drives it through the methods and
-read-only properties below; it decides what to take, when a lease may be read and when to
-stop, and owns everything else (the streams, the task group, take rounds, shard sync, its
-own counters). Nothing here writes the coordinator's fields: a shard found ended elsewhere
-is told through the ``on_shard_end`` callback, the counters through :meth:`report`.
+read-only properties below, and so does its take rounds' :class:`~._taker.LeaseTaker`, which
+it hands the holder to: the taker decides what to take and when a lease may be read, the
+coordinator when to stop, and they own everything else (the streams, the task group, take
+rounds, shard sync, their own counters). Nothing here writes their fields: a shard found
+ended elsewhere is told through the ``on_shard_end`` callback, the counters through
+:meth:`report`.
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ EPSILON = 0.025
 
 @dataclass(slots=True)
 class Held:
-    """A held lease: created by the coordinator, then written only by its
-    :class:`LeaseHolder`, under ``lock``."""
+    """A held lease: created by the take rounds (:class:`~._taker.LeaseTaker`), then written
+    only by the :class:`LeaseHolder`, under ``lock``."""
 
     lease: Lease
     stream: str
@@ -102,7 +104,7 @@ class LeaseHolder:
         self._failure: BaseException | None = None
         self._counts = _Counts()
 
-    # -- what the coordinator reads ----------------------------------------------------------
+    # -- what the coordinator and the taker read ---------------------------------------------
 
     @property
     def held(self) -> Mapping[str, Held]:
@@ -128,9 +130,9 @@ class LeaseHolder:
         return self._tracker.changes_by_same_owner(key)
 
     def report(self, stats: LeaseStats) -> LeaseStats:
-        """``stats`` (the coordinator's counters) with the holder's added: what is held now,
-        the renewals and the counts shared by both (lost replies settled, transient
-        faults)."""
+        """``stats`` (the coordinator's and the taker's counters) with the holder's added:
+        what is held now, the renewals and the counts shared (lost replies settled,
+        transient faults)."""
         counts = self._counts
         return replace(
             stats,
@@ -146,7 +148,7 @@ class LeaseHolder:
             renewal_latency_max=counts.renewal_latency_max,
         )
 
-    # -- what the coordinator tells ----------------------------------------------------------
+    # -- what the coordinator and the taker tell ---------------------------------------------
 
     def observe(self, leases: Iterable[Lease], now: float) -> None:
         """A complete listing of the table (this worker's streams' leases), seen at ``now``."""
@@ -155,7 +157,7 @@ class LeaseHolder:
         self._by_key = {lease.key: lease for lease in listed}
 
     def learn(self, lease: Lease) -> None:
-        """A write of the coordinator's own (an ask for a handoff) made ``lease``."""
+        """A write of the taker's own (an ask for a handoff) made ``lease``."""
         self._by_key[lease.key] = lease
 
     def hold(self, held: Held) -> None:
@@ -171,7 +173,7 @@ class LeaseHolder:
         held.pending = checkpoint
 
     def hand_out(self, held: Held) -> None:
-        """``held`` may be read now (the coordinator decided): tell the reader, once."""
+        """``held`` may be read now (the taker decided): tell the reader, once."""
         if held.ready:
             return
         held.ready = True
@@ -335,7 +337,7 @@ class LeaseHolder:
         run) - and it is dropped (:class:`LeaseLost`), to be taken again like any other: None.
 
         A failed condition is never by itself evidence of another process under our id; that
-        takes a counter that keeps moving while we do not hold the lease (the coordinator's
+        takes a counter that keeps moving while we do not hold the lease (the take rounds'
         check of each listing)."""
         current = await self._table.get(key)
         sequence = None if checkpoint is None else checkpoint[0]

@@ -26,7 +26,7 @@ from kinesis_actors.leases import (
     LeaseTable,
     decode_lease,
 )
-from kinesis_actors.leases._coordinator import PIN_MARGIN_MS
+from kinesis_actors.leases._taker import PIN_MARGIN_MS
 
 from .helpers import FAST, PATIENCE, coordinator, events_until, scan
 

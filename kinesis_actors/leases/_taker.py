@@ -1,0 +1,423 @@
+"""The take rounds: what a worker takes, steals and asks for, and when a lease may be read.
+
+:class:`LeaseTaker` runs the take loop, a round every ``take_interval``: it lists the table
+when :class:`~._policy.ScanSchedule` says so (every round on the two watchers, about once a
+failover time elsewhere) and checks the listing (our own id renewed by another process is a
+:class:`WorkerIdConflictError`), takes free and expired leases and steals toward the even
+share by :func:`~._policy.plan_takes` - or asks the owners to hand them over (see
+:class:`LeaseHandoff`) and follows those asks - pins a LATEST lease's start before its first
+reader, and hands a lease to its reader once it may be read (pinned, its parents finished, a
+stolen lease's previous reader stopped). It owns the scan schedule, the handoffs it asked
+for, whether it still takes (not after ``release_all``) and the counters of its rounds.
+
+It is separate from :class:`LeaseCoordinator` (:mod:`._coordinator`) because the round is
+one job with state of its own that nothing else writes: the coordinator owns one, starts its
+loop under its supervision, tells it to stop taking and reads what it exposes; the coordinator
+keeps the public calls, the lifecycle, the supervision and shard sync. Keeping a held lease
+is the :class:`~._holder.LeaseHolder`'s: the round reads what the holder knows of the table
+and tells it what was taken (:meth:`~._holder.LeaseHolder.hold`, ``learn``, ``write``,
+``hand_out``), and writes none of its fields, nor the holder any of the round's.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TypeVar
+
+import anyio
+
+from ..client import service_now
+from ..errors import KinesisError
+from ._config import LeaseConfig
+from ._errors import WorkerIdConflictError
+from ._events import LeaseStats
+from ._holder import EPSILON, Held, LeaseHolder
+from ._items import LATEST, Lease
+from ._policy import ScanSchedule, live_owners, parents_finished, plan_takes, write_landed
+from ._streams import Streams
+from ._table import PERMANENT_FAULTS, Caller, LeaseTable
+
+__all__ = ["FATAL", "PIN_MARGIN_MS", "LeaseTaker"]
+
+logger = logging.getLogger("kinesis_actors.leases")
+
+_T = TypeVar("_T")
+
+#: How much earlier than the service's clock (as the Kinesis client's replies tell it) a LATEST
+#: lease's start is pinned: a later owner reads from the pin, and the arrival timestamps are
+#: stamped by other hosts of the service (a few records read twice are allowed, one skipped
+#: is not).
+PIN_MARGIN_MS = 2000
+#: Faults that stop the coordinator: no retry mends them, and its user must hear of them.
+FATAL: tuple[type[KinesisError], ...] = (*PERMANENT_FAULTS, WorkerIdConflictError)
+#: Takes, asks and pins of one round run this many at a time: a dead worker's 250 leases are
+#: about 16 waves of writes, not 250 one after another, and the table sees a bounded burst.
+_ROUND_CONCURRENCY = 16
+
+
+@dataclass(slots=True)
+class _RoundCounts:
+    """The take rounds' share of :class:`LeaseStats` (its defaults are the snapshot's),
+    turned into the snapshot by :meth:`LeaseTaker.report`."""
+
+    taken: int = 0
+    stolen: int = 0
+    replies_settled: int = 0
+    transient_errors: int = 0
+    handoffs_asked: int = 0
+    handoffs_received: int = 0
+    workers: int = 1
+    leases: int = 0
+    listings: int = 0
+    watching: bool = True
+
+
+class LeaseTaker:
+    """A worker's take rounds (see the module's doc).
+
+    ``known`` gives the coordinator's streams (it raises until the coordinator is open);
+    ``kinesis`` is the Kinesis client whose replies date a pin (see :meth:`_pin`).
+    """
+
+    def __init__(
+        self,
+        table: LeaseTable,
+        holder: LeaseHolder,
+        worker_id: str,
+        config: LeaseConfig,
+        clock: Callable[[], float],
+        *,
+        known: Callable[[], Streams],
+        kinesis: Caller,
+        initial_position: str,
+        rng: random.Random,
+    ) -> None:
+        self._table = table
+        self._holder = holder
+        self._worker_id = worker_id
+        self._config = config
+        self._clock = clock
+        self._known = known
+        self._kinesis = kinesis
+        self._initial = initial_position
+        self._rng = rng
+        self._releasing = False
+        # Handoffs this worker asked for: lease key -> (asked at, asked of).
+        self._asked: dict[str, tuple[float, str]] = {}
+        self._schedule = ScanSchedule(worker_id, config.failover_time)
+        self._counts = _RoundCounts()
+
+    # -- what the coordinator reads ----------------------------------------------------------
+
+    @property
+    def watching(self) -> bool:
+        """Whether this worker is a watcher by its last listing (see :class:`ScanSchedule`)."""
+        return self._schedule.watching
+
+    def report(self, stats: LeaseStats) -> LeaseStats:
+        """``stats`` (the coordinator's counters) with the rounds' added: takes, steals,
+        handoffs asked and received, what the last listing showed, and the counts shared
+        with others (lost replies settled, transient faults)."""
+        counts = self._counts
+        return replace(
+            stats,
+            taken=counts.taken,
+            stolen=counts.stolen,
+            replies_settled=stats.replies_settled + counts.replies_settled,
+            transient_errors=stats.transient_errors + counts.transient_errors,
+            handoffs_asked=counts.handoffs_asked,
+            handoffs_received=counts.handoffs_received,
+            workers=counts.workers,
+            leases=counts.leases,
+            listings=counts.listings,
+            watching=counts.watching,
+        )
+
+    # -- what the coordinator tells ----------------------------------------------------------
+
+    def stop_taking(self) -> None:
+        """``release_all`` began: rounds take, steal, ask and pin nothing more (they still
+        list the table and hand ready leases to their readers)."""
+        self._releasing = True
+
+    def observe(self, leases: list[Lease]) -> list[Lease]:
+        """A complete listing of the table: this worker's streams' leases in it, told to the
+        holder. Raises :class:`WorkerIdConflictError` if a lease under our id that we do not
+        hold keeps being renewed (see :mod:`._policy`)."""
+        streams = self._known()
+        ours = [lease for lease in leases if streams.owner_of(lease) is not None]
+        holder = self._holder
+        holder.observe(ours, self._clock())
+        for lease in ours:
+            if (
+                lease.owner == self._worker_id
+                and lease.key not in holder.held
+                and lease.checkpoint_owner is None  # else its owner renews it, handing it to us
+                and lease.key not in self._asked
+                and holder.changes_by_same_owner(lease.key) >= 2
+            ):
+                changes = holder.changes_by_same_owner(lease.key)
+                raise WorkerIdConflictError(
+                    f"lease {lease.key!r} is owned by this worker's id {self._worker_id!r} "
+                    f"and was renewed {changes} times (counter now {lease.counter}) while "
+                    "this process did not hold it: another live process uses the same "
+                    "worker_id; give each live worker its own",
+                    worker_id=self._worker_id,
+                    lease_key=lease.key,
+                )
+        return ours
+
+    # -- take rounds -------------------------------------------------------------------------
+
+    def _following(self) -> bool:
+        """Whether this worker needs every round's listing for its own sake: a handoff it
+        asked for is pending, or a lease it holds waits on its parents."""
+        return bool(self._asked) or any(
+            not held.ready and not held.needs_pin and held.lease.parent_shard_ids
+            for held in self._holder.held.values()
+        )
+
+    async def take_round(self) -> None:
+        """One round: list the table (a watcher's round, see :class:`ScanSchedule`, or one
+        due), take, steal and follow handoffs by that listing; every round pins and hands
+        ready leases to their readers."""
+        now = self._clock()
+        if not self._schedule.due(
+            now, following=self._following(), period=self._config.take_period
+        ):
+            if not self._releasing:
+                pins = [(k, h) for k, h in self._holder.held.items() if h.needs_pin]
+                await self._each(pins, lambda pin: self._pin(*pin))
+            self.open_ready()
+            return
+        ours = self.observe(await self._table.list())
+        now = self._clock()
+        self._schedule.listed(
+            live_owners(ours, lambda lease: self._holder.expired(lease, now)), now
+        )
+        counts = self._counts
+        counts.listings += 1
+        counts.watching = self._schedule.watching
+        if not self._releasing:
+            still = 2 * self._config.renew_period
+            plan = plan_takes(
+                ours,
+                worker_id=self._worker_id,
+                held=self._holder.held.keys(),
+                expired=lambda lease: self._holder.expired(lease, now),
+                # A handoff in progress is followed by _follow_handoffs, never cut short.
+                reclaimable=lambda lease: (
+                    lease.checkpoint_owner is None and self._holder.expired(lease, now, after=still)
+                ),
+                max_leases=self._config.max_leases,
+                max_leases_to_steal=self._config.max_leases_to_steal,
+                rescue=self._schedule.watching,
+                rng=self._rng,
+            )
+            live = sum(1 for lease in ours if not lease.finished)
+            counts.workers, counts.leases = plan.workers, live
+            await self._each(plan.take, lambda lease: self._take(lease, stolen=False))
+            if self._config.graceful_handoff:
+                await self._each(plan.steal, self._ask)
+            else:
+                await self._each(plan.steal, lambda lease: self._take(lease, stolen=True))
+            await self._follow_handoffs(now)
+            pins = [(k, h) for k, h in self._holder.held.items() if h.needs_pin]
+            await self._each(pins, lambda pin: self._pin(*pin))
+        self.open_ready()
+
+    async def _each(self, items: Sequence[_T], action: Callable[[_T], Awaitable[None]]) -> None:
+        """``action`` on every item, :data:`_ROUND_CONCURRENCY` at a time. The first error
+        of the table ends the round as one sequential round would end: the others are
+        cancelled, and it is raised once (not as a group) for the take loop to log."""
+        if not items:
+            return
+        if len(items) == 1:
+            await action(items[0])
+            return
+        limit = anyio.CapacityLimiter(_ROUND_CONCURRENCY)
+        failed: list[KinesisError] = []
+
+        async def one(item: _T, scope: anyio.CancelScope) -> None:
+            async with limit:
+                try:
+                    await action(item)
+                except KinesisError as error:
+                    failed.append(error)
+                    scope.cancel()
+
+        async with anyio.create_task_group() as group:
+            for item in items:
+                group.start_soon(one, item, group.cancel_scope)
+        if failed:
+            fatal = [error for error in failed if isinstance(error, FATAL)]
+            raise (fatal or failed)[0]
+
+    async def _take(self, lease: Lease, *, stolen: bool) -> None:
+        info = self._known().owner_of(lease)
+        if info is None:
+            return
+        started = self._clock()
+        new = await self._table.take(lease, self._worker_id)
+        if new is None:
+            # Someone else was faster, or its owner renewed it - or our take landed and only
+            # its reply was lost (the client's retry then failed the condition): read it.
+            current = await self._table.get(lease.key)
+            if current is None or not write_landed(lease, current, self._worker_id, None):
+                return
+            new = current
+            self._counts.replies_settled += 1
+        # A stolen lease's reader stops at its owner's next renewal: wait that long before
+        # reading, so that no shard is read twice at once. So does one taken back from our
+        # own id (an earlier run that may only have been paused).
+        reclaimed = lease.owner == self._worker_id
+        ready_at = started + self._config.renew_period + EPSILON if stolen or reclaimed else 0.0
+        previous = lease.owner if lease.owner != self._worker_id else None
+        held = self._new_held(new, info.name, started, previous, ready_at)
+        self._holder.hold(held)
+        self._open(lease.key, held, self._clock())
+        if stolen:
+            self._counts.stolen += 1
+        else:
+            self._counts.taken += 1
+        logger.info(
+            "%s %s lease %s (from %s)",
+            self._worker_id,
+            "stole" if stolen else "took",
+            lease.key,
+            lease.owner,
+        )
+
+    async def _ask(self, lease: Lease) -> None:
+        """Ask ``lease``'s live owner to hand it over (see :class:`LeaseHandoff`)."""
+        owner = lease.owner
+        if owner is None or self._known().owner_of(lease) is None:
+            return
+        new = await self._table.ask_handoff(lease, self._worker_id)
+        if new is None:  # lost to a renewal or a take - or landed with its reply lost
+            current = await self._table.get(lease.key)
+            if current is None or (current.owner, current.checkpoint_owner) != (
+                self._worker_id,
+                owner,
+            ):
+                return
+            new = current
+        self._asked[lease.key] = (self._clock(), owner)
+        self._holder.learn(new)
+        self._counts.handoffs_asked += 1
+        logger.info("%s asked %s to hand %s over", self._worker_id, owner, lease.key)
+
+    async def _follow_handoffs(self, now: float) -> None:
+        """The handoffs asked for, by the last listing (and the asks since): a lease handed
+        over is held (and read at once: its owner stopped first); one not handed over in
+        time, or whose owner died, is taken as before; one that changed hands otherwise is
+        forgotten."""
+        by_key = self._holder.by_key
+        held = self._holder.held
+        patience = self._config.handoff_timeout + self._config.failover_time
+        for key, (asked_at, owner) in list(self._asked.items()):
+            lease = by_key.get(key)
+            if lease is None or lease.owner != self._worker_id or key in held:
+                del self._asked[key]
+            elif lease.checkpoint_owner is None:
+                del self._asked[key]
+                self._adopt_handed(lease, owner)
+            elif now - asked_at > patience or self._holder.expired(lease, now):
+                del self._asked[key]
+                await self._take(lease, stolen=True)
+
+    def _adopt_handed(self, lease: Lease, previous: str) -> None:
+        info = self._known().owner_of(lease)
+        if info is None or lease.finished:
+            return
+        held = self._new_held(lease, info.name, self._clock(), previous, 0.0)
+        self._holder.hold(held)
+        self._open(lease.key, held, self._clock())
+        self._counts.handoffs_received += 1
+        logger.info("%s was handed %s by %s", self._worker_id, lease.key, previous)
+
+    def _new_held(
+        self, lease: Lease, stream: str, now: float, previous: str | None, ready_at: float
+    ) -> Held:
+        """A lease just taken or handed to us, to hold: a LATEST one with no parents is
+        pinned before it is read, unless an earlier owner pinned it already."""
+        if lease.checkpoint != LATEST or lease.parent_shard_ids:
+            return Held(lease, stream, now, previous, ready_at=ready_at)
+        pinned = lease.latest_pinned_at
+        return Held(
+            lease,
+            stream,
+            now,
+            previous,
+            ready_at=ready_at,
+            pinned_before=pinned,
+            needs_pin=pinned is None and self._initial == LATEST,
+        )
+
+    async def _pin(self, key: str, held: Held) -> None:
+        """Pin a LATEST lease's start (``latestPinnedAt``, the service's clock minus a margin)
+        before its first reader takes its iterator, so that a later owner reads from there:
+        written like a renewal, and retried next take round if it fails (the lease is not
+        handed out until it is pinned).
+
+        The time is the service's (:func:`~kinesis_actors.client.service_now`, from the
+        ``Date`` of the Kinesis client's replies), never this host's: the pin is compared
+        with arrival timestamps, and a host whose clock ran 30 s fast pinned a time 28 s
+        after its reader's start, so the next owner skipped what arrived in between."""
+        async with held.lock:
+            if self._holder.held.get(key) is not held or not held.needs_pin:
+                return
+            pin = int(service_now(self._kinesis).timestamp() * 1000) - PIN_MARGIN_MS
+            try:
+                new = await self._holder.write(key, held, None, pin=pin)
+            except FATAL:
+                raise
+            except KinesisError as error:
+                self._transient(f"pinning the start of {key}", error)
+                return
+            if new is not None:  # pinned: it needs no pin any more
+                self._open(key, held, self._clock())
+
+    def open_ready(self) -> None:
+        """Hand every held lease that may be read now to its reader (see :meth:`_open`)."""
+        now = self._clock()
+        for key, held in self._holder.held.items():
+            self._open(key, held, now)
+
+    def _open(self, key: str, held: Held, now: float) -> None:
+        """Hand ``held`` to its reader if it may be read now: pinned, not finished, its
+        parents finished and (stolen or reclaimed) its previous owner's reader stopped.
+        Called when a take is won, not only at the end of the round: a dead worker's 250
+        leases reach their readers as they are taken, not all after the last."""
+        if held.ready or held.needs_pin or now < held.ready_at or held.lease.finished:
+            return
+        if not parents_finished(self._known().parents_of(held.lease), self._holder.by_key):
+            return
+        logger.debug("%s may read %s", self._worker_id, key)
+        self._holder.hand_out(held)
+
+    async def take_rounds(self) -> None:
+        """Take rounds, one every ``take_period``, until cancelled; a round's transient
+        fault is counted and logged, a fatal one raised."""
+        period = self._config.take_period
+        next_round = self._clock() + period
+        while True:
+            # Rounds start every period, not a period after the last one ended: the failover
+            # bound counts on it.
+            await anyio.sleep(max(0.0, next_round - self._clock()))
+            next_round = max(next_round + period, self._clock())
+            try:
+                await self.take_round()
+            except FATAL:
+                raise
+            except KinesisError as error:
+                self._transient("a take round", error)
+
+    def _transient(self, what: str, error: KinesisError) -> None:
+        """A transient fault of a round the client's retries did not mend (``what``
+        failed): counted and logged; the round runs again at its next interval."""
+        self._counts.transient_errors += 1
+        logger.warning("%s of %s failed, retried next round: %s", what, self._worker_id, error)
