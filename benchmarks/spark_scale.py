@@ -25,6 +25,14 @@ each, so every row reads about the same records), one local Spark session
   the AvailableNow query's checkpoint, so nothing is new: the source runner's and the JVM's
   CPU over ``idle`` seconds (after ``settle``), a share of one core.
 
+**Per row, marginal** (``--marginal R1,R2``): ``worker_cpu_us_per_row`` above divides the
+workers' CPU, per-task and per-shard costs included, by the rows, so it falls as rows grow
+whatever a row costs. Here each shard count reads about ``R1`` and then ``R2`` records in all
+(``R / shards`` a shard), on fresh targets, with ``arrivalWindowPerTrigger`` of an hour so
+each read is one micro-batch of the same tasks (the grouping depends on the shards that
+moved, not on their rows): the difference of the workers' CPU over the difference of the rows
+is what one more row costs, ``marginal_us_per_row``, with every fixed cost cancelled.
+
 Run by hand (minutes at 1,000 shards), not by the suite; the test runs a tiny row.
 """
 
@@ -186,9 +194,12 @@ def measure(
     settle: float = SETTLE_SECONDS,
     shards_per_task: int | None = None,
     records_per_shard: int = RECORDS_PER_SHARD,
+    options: dict[str, str] | None = None,
+    planner: bool = True,
 ) -> dict[str, Any]:
     """One row: a fresh target of ``shards`` shards with ``records_per_shard`` records each,
-    the queries above (no idle query with ``idle`` 0)."""
+    the queries above (no idle query with ``idle`` 0, no planner alone without ``planner``);
+    ``options``: more source options."""
     owned = spark is None
     if spark is None:
         spark, owned = _session()
@@ -199,7 +210,7 @@ def measure(
         tempfile.TemporaryDirectory(prefix="spark-scale-") as tmp,
     ):
         records = anyio.run(_put, target, records_per_shard)
-        options = _options(target)
+        options = {**_options(target), **(options or {})}
         if shards_per_task is not None:
             options["shardsPerTask"] = str(shards_per_task)
         checkpoint = Path(tmp) / "checkpoint"
@@ -220,12 +231,86 @@ def measure(
         row["worker_cpu_ms_per_task"] = workers * 1000 / max(sum(tasks), 1)
         row["worker_cpu_us_per_row"] = workers * 1e6 / max(records, 1)
         row["runner_cpu_s"] = row["cpu_s"].get("source_runner", 0.0)
-        row.update(_planner(options, shards))
+        if planner:
+            row.update(_planner(options, shards))
         if idle > 0:
             row.update(_idle(spark, options, checkpoint, idle, settle))
     if owned:
         spark.stop()
     return row
+
+
+#: The arrival window of the marginal runs: longer than any put, so one micro-batch.
+MARGINAL_WINDOW = "1h"
+
+
+def marginal(shards: int, rows: tuple[int, int], spark: Any = None) -> dict[str, Any]:
+    """What one more row costs the Python workers at ``shards`` shards: two AvailableNow
+    reads of about ``rows[0]`` and ``rows[1]`` records, each one micro-batch of the same
+    tasks (see the module's doc)."""
+    runs = [
+        measure(
+            shards,
+            idle=0,
+            spark=spark,
+            records_per_shard=max(1, total // shards),
+            options={"arrivalWindowPerTrigger": MARGINAL_WINDOW},
+            planner=False,
+        )
+        for total in rows
+    ]
+    small, large = runs
+    one_batch = [run["micro_batches"] == 1 for run in runs]
+    if not all(one_batch) or large["tasks"] != small["tasks"]:
+        raise RuntimeError(
+            f"the two reads were not one micro-batch of the same tasks: "
+            f"{small['tasks_per_batch']} and {large['tasks_per_batch']}"
+        )
+    added = large["records"] - small["records"]
+    return {
+        "shards": shards,
+        "rows": [small["records"], large["records"]],
+        "tasks": small["tasks"],
+        "worker_cpu_s": [small["worker_cpu_s"], large["worker_cpu_s"]],
+        "marginal_us_per_row": (large["worker_cpu_s"] - small["worker_cpu_s"]) * 1e6 / added,
+        "loadavg_before": small["loadavg_before"],
+    }
+
+
+def run_marginal(shards: tuple[int, ...], rows: tuple[int, int]) -> dict[str, Any]:
+    """:func:`marginal` at every shard count, after a 16-shard warm-up."""
+    started = time.perf_counter()
+    results: dict[str, Any] = {"machine": machine(), "loadavg_start": _load(), "marginal": []}
+    spark, owned = _session()
+    try:
+        measure(16, idle=0, spark=spark, planner=False)
+        for count in shards:
+            results["marginal"].append(marginal(count, rows, spark))
+    finally:
+        if owned:
+            spark.stop()
+    results["loadavg_end"] = _load()
+    results["seconds"] = time.perf_counter() - started
+    return results
+
+
+def report_marginal(results: dict[str, Any]) -> str:
+    rows = results["marginal"]
+    first = rows[0]["marginal_us_per_row"] if rows else 0.0
+    for row in rows:
+        row["ratio_to_first"] = row["marginal_us_per_row"] / first if first else 0.0
+    head = (
+        "Spark source, Python workers' CPU for one more row (two AvailableNow reads a shard "
+        f"count, one micro-batch each); load average {results['loadavg_start']} at start, "
+        f"{results['loadavg_end']} at end; {results['seconds']:.0f} s in all"
+    )
+    columns = [
+        ("shards", "shards", _f(0)),
+        ("tasks", "tasks", _f(0)),
+        ("marginal µs/row", "marginal_us_per_row", _f(1)),
+        ("ratio to first", "ratio_to_first", _f(2)),
+    ]
+    return "\n".join([head, _table(rows, columns)])
 
 
 def run(
@@ -299,11 +384,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle", type=float, default=IDLE_SECONDS, help="idle window, s")
     parser.add_argument("--shards-per-task", type=int, help="the option (default: automatic)")
     parser.add_argument("--rows", type=int, help="about this many records a row (not 3 a shard)")
+    parser.add_argument(
+        "--marginal", help="R1,R2: one more row's CPU from reads of about R1 and R2 records"
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     counts = tuple(int(part) for part in args.shards.split(","))
-    results = run(counts, args.idle, args.shards_per_task, args.rows)
-    print(json.dumps(results, indent=2, default=str) if args.json else report(results))
+    if args.marginal:
+        small, large = (int(part) for part in args.marginal.split(","))
+        results = run_marginal(counts, (small, large))
+        text = report_marginal(results)
+    else:
+        results = run(counts, args.idle, args.shards_per_task, args.rows)
+        text = report(results)
+    print(json.dumps(results, indent=2, default=str) if args.json else text)
     return 0
 
 
