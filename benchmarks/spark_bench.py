@@ -248,6 +248,9 @@ def _session() -> tuple[Any, bool]:
         .config("spark.driver.memory", "1g")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.python.worker.reuse", "true")
+        # A Python worker connects back to the JVM within this (15 s by default): on a busy
+        # 2-core machine one did not, and the run failed.
+        .config("spark.python.authenticate.socketTimeout", "120s")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -28,6 +28,9 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         .config("spark.driver.memory", "1g")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.python.worker.reuse", "true")
+        # A Python worker connects back to the JVM within this (15 s by default): on a
+        # 2-core machine running the suite beside another busy process one did not.
+        .config("spark.python.authenticate.socketTimeout", "120s")
         .getOrCreate()
     )
     spark_bridge.register(session)

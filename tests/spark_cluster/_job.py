@@ -49,6 +49,8 @@ def main() -> None:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.python.worker.reuse", "true")
+        # A Python worker connects back to the JVM within this (15 s by default), under load.
+        .config("spark.python.authenticate.socketTimeout", "120s")
     )
     for key, value in SPECULATION.items():
         builder = builder.config(key, value)

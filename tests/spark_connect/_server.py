@@ -118,6 +118,9 @@ class ConnectServer:
             "spark.sql.warehouse.dir": str(self.workdir / "warehouse"),
             "spark.local.dir": str(self.workdir / "local"),
             "spark.python.worker.reuse": "true",
+            # A Python worker connects back to the JVM within this (15 s by default): under
+            # load on 2 cores one did not.
+            "spark.python.authenticate.socketTimeout": "120s",
         }
         command = [
             str(spark_home / "bin" / "spark-submit"),
