@@ -63,7 +63,8 @@ class LaneMap:
 
     @property
     def pins(self) -> Mapping[DomainKey, tuple[int, int]]:
-        """The pinned keys: (the hash key each follows, its own). Read-only."""
+        """The pinned keys: (the hash key each follows, its own). A read-only view, the same
+        object for the lane map's life (a reader may keep it)."""
         return self._pins
 
     def lanes(self) -> Iterable[Lane]:
