@@ -13,6 +13,7 @@ and in which order, is the supervisor's.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -96,6 +97,12 @@ class Slot(Generic[T]):
         ctx = ActorContext(self.path, self.mailbox, incarnation.number)
 
         def ready() -> None:
+            if anyio.current_effective_deadline() == -math.inf:
+                # The start is being cancelled (the supervisor began to stop while this
+                # child started): stay unstarted, so the next checkpoint ends it. Shielded
+                # and started, it would outlive its cancelled starter, which trio does not
+                # move it away from: the supervisor's exit waited on it forever.
+                return
             # From now on only the supervisor stops this child, in its order, even when an
             # outer scope is cancelled (the starter could still cancel a start in progress).
             if incarnation.scope is not None:

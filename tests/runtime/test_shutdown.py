@@ -132,3 +132,61 @@ async def test_a_supervisor_cannot_be_reused_or_used_after_stopping() -> None:
     with pytest.raises(RuntimeError, match="once"):
         async with sup:
             pass
+
+
+class ReadyLate(Actor[Any]):
+    """Crashes on ``"boom"``; a restarted incarnation's ``on_start`` waits for ``gate``; its
+    ``run`` waits for ``release``, journaling whether it was cancelled or released."""
+
+    def __init__(self, journal: Journal, gate: anyio.Event, release: anyio.Event) -> None:
+        self.journal = journal
+        self.gate = gate
+        self.release = release
+
+    async def on_start(self, ctx: ActorContext[Any]) -> None:
+        self.journal.add("on_start", ctx.incarnation)
+        if ctx.incarnation > 0:
+            await self.gate.wait()
+
+    async def run(self, ctx: ActorContext[Any]) -> None:
+        if ctx.incarnation == 0:
+            async for message in ctx:
+                if message == "boom":
+                    raise RuntimeError("boom")
+            return
+        try:
+            await self.release.wait()
+        except anyio.get_cancelled_exc_class():
+            self.journal.add("cancelled", ctx.incarnation)
+            raise
+        self.journal.add("released", ctx.incarnation)
+
+
+async def test_a_restart_that_gets_ready_while_the_supervisor_stops_is_cancelled() -> None:
+    """A restart's ``on_start`` returns just as the supervisor begins to stop: its decision
+    loop, which is starting the child, is cancelled in the same step in which the child is
+    woken. On trio a child started under a cancelled starter is not moved into the
+    supervisor's task group; readied under a shield, it never saw the cancellation and the
+    supervisor's exit waited on it forever (the suite once hung so, with nothing to time out).
+    It must be cancelled and the exit return, without ``release`` ever being set."""
+    journal = Journal()
+    gate, release, exited = anyio.Event(), anyio.Event(), anyio.Event()
+    spec = ChildSpec("late", lambda: ReadyLate(journal, gate, release), shutdown_timeout=1.0)
+
+    async def supervise() -> None:
+        async with Supervisor(name="late") as sup:
+            await sup.start_child(spec)
+            await sup.child("late").send("boom")
+            await journal.wait_count("on_start", 2)  # the restart waits in its on_start
+            await anyio.wait_all_tasks_blocked()
+            gate.set()  # woken; the exit below cancels the decision loop before it runs
+        exited.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(supervise)
+        # Far longer than a correct exit takes (it cancels a waiting actor); past it, the
+        # child is let go so that the failure is reported instead of hanging the suite.
+        with anyio.move_on_after(30):
+            await exited.wait()
+        release.set()
+    assert journal.of("cancelled") == [(1,)] and journal.of("released") == []
