@@ -392,6 +392,12 @@ def main(argv: list[str] | None = None) -> int:
     counts = tuple(int(part) for part in args.shards.split(","))
     if args.marginal:
         small, large = (int(part) for part in args.marginal.split(","))
+        if not 0 < small < large:
+            parser.error("--marginal takes R1,R2 with 0 < R1 < R2")
+        if args.rows or args.shards_per_task:
+            parser.error(
+                "--marginal reads with the default grouping; no --rows or --shards-per-task"
+            )
         results = run_marginal(counts, (small, large))
         text = report_marginal(results)
     else:

@@ -87,10 +87,11 @@ def _unbelievable(result: object) -> errors.MalformedReplyError:
 
 class Pipeline:
     """Holds every accepted, unsettled record that is not in flight (in its waiting room),
-    and decides what to send.
+    and applies what came back; its :class:`~._builder.CallBuilder` decides what to send.
 
-    ``full_records``/``full_bytes``: once this much is ready, a call goes without waiting for
-    ``linger``. ``max_call_bytes`` must hold the largest valid record.
+    ``full_records``/``full_bytes``, ``linger``, ``max_call_records``/``max_call_bytes`` and
+    the aggregation settings are the builder's (see there); ``max_call_bytes`` must hold the
+    largest valid record.
     """
 
     def __init__(

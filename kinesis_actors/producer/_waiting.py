@@ -19,10 +19,11 @@ backoff; this keeps those states, the counts of ready records and bytes and of w
 and the heap of backoffs. Records are placed here (:meth:`WaitingRoom.place_many`), taken out to
 be sent, a lane's head record alone or its domains' runs into an aggregate
 (:meth:`WaitingRoom.take_runs`), put back to back off (:meth:`WaitingRoom.requeue`), expired
-(:meth:`WaitingRoom.expire`) or drained. What to send and when (pacing, linger, call
-limits, retries, the time-to-live) is the :class:`~._pipeline.Pipeline`'s, which owns a
-waiting room and writes its state only through these methods. Sans-IO: nothing here awaits
-or reads a clock.
+(:meth:`WaitingRoom.expire`) or drained. Which lane a hash key waits in (the shard map's
+halves, stale shards, pins) is its :class:`~._lanes.LaneMap`'s. What to send and when
+(pacing, linger, call limits) is the :class:`~._builder.CallBuilder`'s, and retries and the
+time-to-live the :class:`~._pipeline.Pipeline`'s, which owns a waiting room; both change its
+state only through these methods. Sans-IO: nothing here awaits or reads a clock.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def _move(entries: list[Entry], count: int, taken: list[Entry]) -> int:
 class WaitingRoom:
     """Accepted records not in flight, by domain and lane; ``ready_records``/``ready_bytes``
     count what can be sent now, ``pending_records`` everything waiting here. Every field
-    here, and those of its domains and lanes, is written by this class alone."""
+    here, and those of its domains and lanes (but a lane's ``stale``, its lane map's), is
+    written by this class alone."""
 
     def __init__(self, *, preserve_order: bool) -> None:
         self._preserve_order = preserve_order

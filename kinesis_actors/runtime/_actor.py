@@ -100,7 +100,12 @@ class ActorContext(Generic[T]):
         self._in_flight.clear()
 
     def ready(self) -> None:
-        """Signal that the actor is ready (only for actors with ``ready_after_start = False``)."""
+        """Signal that the actor is ready (only for actors with ``ready_after_start = False``).
+
+        Called where a cancellation is in effect (its start being cancelled, or a cancelled
+        scope of the actor's own), it does not make the actor ready: call it outside such
+        scopes, and never inside a shielded one (a start cancelled meanwhile could then not
+        end it)."""
         if self._ready_callback is not None:
             callback, self._ready_callback = self._ready_callback, None
             callback()

@@ -265,8 +265,8 @@ async def reset_until_held(
 ) -> ShardStatistics:
     """Resets the subscription's tunnel until the server holds the shard; returns the
     statistics of the first refusal. The server lets go of a reset subscription only when it
-    notices the connection is gone, which it sometimes does at once: then the reader
-    resubscribes, an event arrives, and the reset is tried again."""
+    notices the connection is gone, which it sometimes does at once: then the reader's next
+    subscription is accepted, and the reset is tried again."""
     for _ in range(attempts):
         before = consumer.statistics().shards[key]
         refused = before.resubscriptions.get("resource_in_use", 0)
@@ -276,7 +276,7 @@ async def reset_until_held(
                 now = consumer.statistics().shards[key]
                 if now.resubscriptions.get("resource_in_use", 0) > refused:
                     return now
-                if now.events > before.events:
+                if now.subscriptions > before.subscriptions:
                     break  # the server let go: a new subscription was accepted
                 await anyio.sleep(0.05)  # statistics are a snapshot: nothing to await
     pytest.fail(f"the server let go of the shard after each of {attempts} resets")
@@ -291,10 +291,10 @@ async def test_a_shard_held_after_a_reset_is_read_by_get_records_meanwhile(
     """After a connection is reset mid subscription, the local server
     refuses that consumer's subscriptions of the shard for 300 s, and the shard delivered
     nothing meanwhile (998-2,311 records left unread). Here the subscription's own TCP
-    connection is reset (a RST both ways, in the CONNECT tunnel it runs through) and records
-    are written after it: every one arrives within the test's bound, by GetRecords, while the
-    server still holds the shard (no event since the reset); in order, none twice, and the
-    position is the last record's."""
+    connection is reset (a RST both ways, in the CONNECT tunnel it runs through) until the
+    server holds the shard, and records are written after it: every one arrives within the
+    test's bound, by GetRecords, while the server still holds it (no event since its first
+    refusal); in order, none twice, and the position is the last record's."""
     for name in _PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     shard = "shardId-000000000000"
