@@ -30,11 +30,13 @@ def test_a_tiny_row_reads_every_record_and_reports_every_figure() -> None:
     for key in (
         "available_now_s",
         "worker_cpu_ms_per_task",
-        "runner_cpu_s",
         "planner_busy_ms_per_shard",
         "planner_final_ms_per_shard",
     ):
         assert row[key] > 0, (key, row[key])
+    # The query's source runner is a process of its own that a 12-row query can start and end
+    # between two of the CPU sampler's looks (0.2 s apart): under load it was seen at 0.0.
+    assert row["runner_cpu_s"] >= 0
     assert row["idle_rows"] == 0
     assert row["idle_runner_share"] >= 0 and row["idle_jvm_share"] >= 0
     results = {"rows": [row], "loadavg_start": [0, 0, 0], "loadavg_end": [0, 0, 0], "seconds": 1}
