@@ -38,7 +38,7 @@ class LeaseConfig:
       another worker finished. The KCL's taker runs every ``2 * failover_time``; a take comes
       at most ``failover_time + 2 * take_interval`` after the owner's last renewal, so half the
       renewal interval bounds a failover by ``failover_time + renew_interval`` (13.3 s with the
-      defaults, against the KCL's up to 30 s). The two watchers (the lowest live ids) Scan the
+      defaults, against the KCL's up to ~40 s). The two watchers (the lowest live ids) Scan the
       table every round, the other workers about once a failover time (see
       ``docs/leases.md``, "Who lists the table"). At most ``failover_time / 2`` and at least
       :data:`MIN_INTERVAL`.

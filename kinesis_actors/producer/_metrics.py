@@ -40,8 +40,8 @@ class ProducerMetrics:
 
     Supervision: ``sender_crashes`` the calls whose sender actor crashed (a bug, not a failed
     call); each sender was restarted and the call's records sent again. ``supervision`` is
-    the whole tree at the time of the snapshot (``Producer.supervision``: one
-    :class:`~kinesis_actors.runtime.SupervisorSnapshot`, none before the producer opened).
+    the whole tree at the time of the snapshot (``Producer.supervision``: a tuple of one
+    :class:`~kinesis_actors.runtime.SupervisorSnapshot`, empty before the producer opened).
     """
 
     outstanding_records: int
