@@ -16,6 +16,7 @@ import anyio
 import anyio.lowlevel
 
 from .. import errors
+from ..records import Position
 from ..runtime import Actor, ActorContext
 from ._batch import RecordBatch
 from ._config import StartingPosition
@@ -84,21 +85,14 @@ class ReaderActor(Actor[None]):
             while not pipeline.end_reached:
                 if not pipeline.try_credit():
                     await pipeline.wait_credit()
-                try:
-                    read = await reader.read()  # the end only on proof
-                except BaseException:
-                    pipeline.withdraw_credit(generation)  # it must not leak with a crashed read
-                    raise
-                pipeline.pin_start(reader.start)
-                pipeline.accept(read, skip, generation)
+                if await self._read_once(reader, pipeline, skip, generation):
+                    skip = None
                 if pipeline.generation != generation:
                     # A rewind or a drop while the read was out: it cancelled ``scope`` and
                     # ignored the read, which may have met the shard's end. Reading this
                     # reader again would fail; the cancellation ends it here instead.
                     await anyio.lowlevel.checkpoint()
                     raise AssertionError("a new generation without cancelling the old one")
-                if read.records:
-                    skip = None
         finally:
             with anyio.move_on_after(self._close_timeout, shield=True) as closing:
                 await reader.aclose()
@@ -109,6 +103,29 @@ class ReaderActor(Actor[None]):
                     pipeline.shard_id,
                     self._close_timeout,
                 )
+
+    @staticmethod
+    async def _read_once(
+        reader: ShardReader,
+        pipeline: ShardPipeline,
+        skip: Position | None,
+        generation: int,
+    ) -> bool:
+        """One read into the pipeline; True if it carried records.
+
+        A method of its own so that the read's decoded records die when it returns: held
+        by the loop until the next read came back, every shard kept its last answer's
+        records alive (a dict a record, beside the batch built from them) while it waited
+        for pacing, a credit or the service, and at a thousand shards the collector's full
+        passes walked them all."""
+        try:
+            read = await reader.read()  # the end only on proof
+        except BaseException:
+            pipeline.withdraw_credit(generation)  # it must not leak with a crashed read
+            raise
+        pipeline.pin_start(reader.start)
+        pipeline.accept(read, skip, generation)
+        return bool(read.records)
 
 
 class ProcessorActor(Actor[RecordBatch]):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 import json
 import random
+import weakref
 from datetime import UTC, datetime
 from typing import Any
 
@@ -458,3 +459,47 @@ async def test_a_rewind_or_a_lost_lease_while_a_read_meets_the_end_does_not_read
         await actor._read_to_end(pipeline, scope)
     assert scope.cancelled_caught and reader.reads == 1
     assert not pipeline.end_reached and pipeline.depth == 0  # the read was ignored
+
+
+class _Records(list[dict[str, Any]]):
+    """A read's records that a weak reference can follow."""
+
+
+class _WaitingReader:
+    """Answers one read with records, then waits on ``release`` for the next."""
+
+    def __init__(self) -> None:
+        self.start = StartingPosition.trim_horizon()
+        self.first: weakref.ref[_Records] | None = None
+        self.waiting = anyio.Event()
+        self.release = anyio.Event()
+
+    async def read(self) -> ShardRead:
+        if self.first is None:
+            records = _Records(_records([1, 2]))
+            self.first = weakref.ref(records)
+            return ShardRead(records)
+        self.waiting.set()
+        await self.release.wait()
+        return ShardRead([])
+
+    async def aclose(self) -> None:
+        pass
+
+
+@pytest.mark.anyio
+async def test_a_shard_waiting_for_its_next_read_holds_no_records_of_its_last() -> None:
+    """Every shard kept its last answer's decoded records (a dict a record) alive until its
+    next read came back, beside the batch built from them: memory outside the prefetch
+    bound, and at a thousand shards objects the collector's full passes walked. Once the
+    batch is built, nothing holds them."""
+    pipeline = ShardPipeline(("s", "shard"), SavedShard(), 2)
+    reader = _WaitingReader()
+    actor = ReaderActor(pipeline, lambda _pipeline, _start: reader)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(actor._read_to_end, pipeline, tg.cancel_scope)
+            await reader.waiting.wait()
+            assert pipeline.depth == 1  # the batch was built and buffered
+            assert reader.first is not None and reader.first() is None
+            tg.cancel_scope.cancel()
