@@ -123,6 +123,10 @@ def _role(pid: int) -> str:
     return "other"
 
 
+#: Roles a process may be seen with before it has exec'd its own program (and None: unseen).
+_PROVISIONAL = frozenset({None, "jvm", "other"})
+
+
 class ProcessCpu:
     """CPU seconds per role of this process's descendants between ``start`` and ``stop``.
 
@@ -164,8 +168,11 @@ class ProcessCpu:
     def _sample(self) -> None:
         for pid, seconds in self._descendants().items():
             if pid not in self._roles:
-                self._roles[pid] = _role(pid)
                 self._base.setdefault(pid, 0.0)
+            if self._roles.get(pid) in _PROVISIONAL:
+                # A child seen between its fork and its exec still shows its parent's
+                # command line (the JVM's, for the query's source runner): look again.
+                self._roles[pid] = _role(pid)
             self._last[pid] = seconds
 
     def _run(self) -> None:
