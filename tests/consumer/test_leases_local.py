@@ -168,8 +168,12 @@ async def test_a_lease_taken_from_under_a_worker_stops_its_shard_and_a_late_comm
             while consumer.leases is None or consumer.leases.lost == 0:
                 await anyio.sleep(0.05)
             consumer.commit(batch)  # the lease is gone: ignored, not an error
+            # The lease holder counts the loss before the scheduler, which it tells, drops
+            # the shard (under load the test once looked in between): its reader goes.
+            while (stream_name, shard_id) in consumer.statistics().shards:
+                await anyio.sleep(0.05)
+            consumer.commit(batch)  # and later still: ignored too
             metrics = consumer.statistics()
-            assert (stream_name, shard_id) not in metrics.shards  # its reader is gone
             assert metrics.buffered_batches == 0  # and what it had read, undelivered
             assert consumer.leases.held == 0
     leases = await items(dynamodb, table)
