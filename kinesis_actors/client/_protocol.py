@@ -39,7 +39,12 @@ from botocore import parsers, serialize, validate
 
 from .. import errors
 from ._dynamodb_replies import DYNAMODB_REPLIES
-from ._records import decode_get_records, decode_subscribe_event, utc_timestamp
+from ._records import (
+    collector_held,
+    decode_get_records,
+    decode_subscribe_event,
+    utc_timestamp,
+)
 from ._replies import REPLIES, Struct, check_put_records, find_problem, load_reply, malformed
 from ._streams import stream_params
 
@@ -240,10 +245,12 @@ class ProtocolCodec:
             )
         if status_code >= 300:
             raise self.decode_error(operation, status_code, headers, body)
+        if self._kinesis and operation == "GetRecords":
+            with collector_held():
+                records = load_reply(operation, status_code, body, empty_ok=False)
+                return decode_get_records(records, status_code)
         output = self.operation_model(operation).output_shape
         document = load_reply(operation, status_code, body, empty_ok=output is None)
-        if self._kinesis and operation == "GetRecords":
-            return decode_get_records(document, status_code)
         spec = self._replies.get(operation)
         if spec is not None:
             problem = find_problem(spec, document, "")
@@ -341,8 +348,9 @@ class ProtocolCodec:
                 status_code=400,
             )
         if message_type == "event" and headers.get(":event-type") == "SubscribeToShardEvent":
-            event = load_reply(operation, 200, payload, empty_ok=False)
-            return {"SubscribeToShardEvent": decode_subscribe_event(event)}
+            with collector_held():
+                event = load_reply(operation, 200, payload, empty_ok=False)
+                return {"SubscribeToShardEvent": decode_subscribe_event(event)}
         status = 400 if message_type == "exception" else 200
         parsed: dict[str, Any] = self._event_parser.parse(
             {"status_code": status, "headers": dict(headers), "body": payload}, shape

@@ -25,6 +25,9 @@ from __future__ import annotations
 
 import binascii
 import datetime as dt
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from botocore.utils import parse_timestamp
@@ -33,7 +36,7 @@ from .. import errors
 from .._validate import SEQUENCE_NUMBER_MAX_DIGITS
 from ._replies import INTEGER, STRING, ListOf, Struct, find_problem, malformed
 
-__all__ = ["decode_get_records", "decode_subscribe_event", "utc_timestamp"]
+__all__ = ["collector_held", "decode_get_records", "decode_subscribe_event", "utc_timestamp"]
 
 BadRecord = tuple[int, str | None, str]
 
@@ -195,6 +198,28 @@ def _decode(
             reply=result,
         )
     return result
+
+
+@contextmanager
+def collector_held() -> Iterator[None]:
+    """CPython's cyclic collector held off while one reply is loaded and decoded.
+
+    A reply of N records allocates about 2N dicts (``json.loads``'s and the decoded ones)
+    before the first of them is freed, so its decoding alone triggered a young collection
+    every few hundred records. Each one moved whatever else was young at that moment (at a
+    thousand shards, the other readers' calls in flight) a generation up, and enough of
+    those bring on a full collection, which walks every live object. Held off, a reply's
+    allocations that die with it never trigger one. The window is one reply's synchronous
+    decoding (no await inside); the collector is process-wide, so another thread's
+    collections wait that long too. A collector that was already off is left as it is."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def decode_get_records(document: dict[str, Any], status_code: int = 200) -> dict[str, Any]:

@@ -4,7 +4,10 @@ poison records, sans-IO and through the fault proxy."""
 from __future__ import annotations
 
 import base64
+import contextlib
+import gc
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -94,6 +97,54 @@ def test_subscribe_events_decode_exactly_as_botocore_does(codec: ProtocolCodec) 
             {"status_code": 200, "headers": headers, "body": body(document)}, shape
         )
         assert codec.decode_event("SubscribeToShard", shape, headers, body(document)) == expected
+
+
+def _collections_during(decode: Callable[[], object]) -> list[int]:
+    """The generations of the collections that ran while ``decode`` did."""
+    seen: list[int] = []
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            seen.append(info["generation"])
+
+    gc.collect()
+    gc.callbacks.append(callback)
+    try:
+        with contextlib.suppress(errors.MalformedReplyError):
+            decode()
+    finally:
+        gc.callbacks.remove(callback)
+    return seen
+
+
+def test_decoding_a_large_reply_brings_on_no_collection(codec: ProtocolCodec) -> None:
+    """A reply of 5,000 records allocates about 10,000 dicts before any is freed: decoded
+    with the collector on, that was a young collection every few hundred records, each
+    pushing whatever else was young (at a thousand shards, the other readers' calls) a
+    generation up. The collector is held off for the reply's decoding, so at most the one
+    its allocations bring on as the window closes runs; a poisoned reply and an event are
+    decoded the same way, and the collector is on again after each."""
+    raw = body(_reply([_record(index % 1000) for index in range(5000)]))
+    poisoned = body(_reply([_record(index % 1000) for index in range(4999)] + ["junk"]))
+    shape = codec.event_stream_shape("SubscribeToShard")
+    headers = {":message-type": "event", ":event-type": "SubscribeToShardEvent"}
+    event = body({**EVENT, "Records": [_record(index % 1000) for index in range(5000)]})
+    for decode in (
+        lambda: codec.decode("GetRecords", 200, {}, raw),
+        lambda: codec.decode("GetRecords", 200, {}, poisoned),
+        lambda: codec.decode_event("SubscribeToShard", shape, headers, event),
+    ):
+        assert len(_collections_during(decode)) <= 1
+        assert gc.isenabled()
+
+
+def test_a_collector_turned_off_by_the_application_stays_off(codec: ProtocolCodec) -> None:
+    gc.disable()
+    try:
+        codec.decode("GetRecords", 200, {}, body(_reply([_record(0)])))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 #: Poison: how one record (index 1 of 3) is broken, and what the error must say.
