@@ -211,7 +211,8 @@ def collector_held() -> Iterator[None]:
     those bring on a full collection, which walks every live object. Held off, a reply's
     allocations that die with it never trigger one. The window is one reply's synchronous
     decoding (no await inside); the collector is process-wide, so another thread's
-    collections wait that long too. A collector that was already off is left as it is."""
+    collections wait that long too, and a thread that turns it off meanwhile finds it on
+    again. A collector that was already off is left as it is."""
     if not gc.isenabled():
         yield
         return
