@@ -21,6 +21,7 @@ from ..runtime import Actor, ActorContext
 from ._batch import RecordBatch
 from ._config import StartingPosition
 from ._pipeline import ShardPipeline
+from ._positions import ShardKey
 from ._reader import ShardReader
 
 __all__ = ["Handler", "ProcessorActor", "ReaderActor", "ReaderFactory"]
@@ -132,7 +133,9 @@ class ProcessorActor(Actor[RecordBatch]):
     """Calls the handler for one shard's batches, one at a time, in order, committing each.
 
     A restarted incarnation first rewinds the shard to its last committed position, so the
-    batch whose handler failed (and what was read after it) is delivered again.
+    batch whose handler failed (and what was read after it) is delivered again. A batch of a
+    shard whose lease ``lapsed`` (a failover time without a renewal, by this worker's
+    clock) is not handled: another worker may read the shard already, from its checkpoint.
     """
 
     def __init__(
@@ -140,10 +143,12 @@ class ProcessorActor(Actor[RecordBatch]):
         pipeline: ShardPipeline,
         handler: Handler,
         commit: Callable[[RecordBatch], None],
+        lapsed: Callable[[ShardKey], bool],
     ) -> None:
         self._pipeline = pipeline
         self._handler = handler
         self._commit = commit
+        self._lapsed = lapsed
 
     async def on_start(self, ctx: ActorContext[RecordBatch]) -> None:
         if ctx.incarnation > 0:
@@ -155,6 +160,7 @@ class ProcessorActor(Actor[RecordBatch]):
         pipeline = self._pipeline
         async for batch in ctx:  # ends once the shard ended and everything was handled
             pipeline.took(batch)
-            await self._handler(batch)
-            self._commit(batch)
+            if not self._lapsed(pipeline.key):  # else it is dropped shortly
+                await self._handler(batch)
+                self._commit(batch)
             ctx.done()

@@ -268,6 +268,8 @@ class Consumer:
                 raise self._failure
             while self._arrivals:
                 pipeline = self._arrivals.popleft()
+                if self._scheduler.lease_lapsed(pipeline.key):
+                    continue  # another worker may read it already; it is dropped shortly
                 try:
                     return pipeline.take_nowait()
                 except (anyio.WouldBlock, anyio.EndOfStream):
@@ -322,7 +324,9 @@ class Consumer:
             if pipeline.key in self._processing or pipeline.finished:
                 continue
             self._processing.add(pipeline.key)
-            await supervisor.start_child(processor_spec(pipeline, self._handler, self.commit))
+            await supervisor.start_child(
+                processor_spec(pipeline, self._handler, self.commit, self._scheduler.lease_lapsed)
+            )
 
     async def _stop_processor(self, key: ShardKey) -> None:
         """``key``'s lease was lost: its handler in progress is cancelled."""

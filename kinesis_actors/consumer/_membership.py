@@ -166,6 +166,11 @@ class LeaseMembership:
             return False
         return True
 
+    def lapsed(self, key: ShardKey) -> bool:
+        """Whether ``key``'s lease went a failover time without a renewal (see
+        :meth:`LeaseCoordinator.lapsed`): its batches must not be delivered."""
+        return self._coordinator is not None and self._coordinator.lapsed(*key)
+
     def finishing(self, key: ShardKey) -> bool:
         """Whether ``key`` is held and not yet finished (see :meth:`finish`)."""
         return self.assignment.owns(key) and key not in self._finished

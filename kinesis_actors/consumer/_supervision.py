@@ -61,6 +61,7 @@ from ._actors import Handler, ProcessorActor, ReaderActor, ReaderFactory
 from ._batch import RecordBatch
 from ._efo import DISPOSE_TIMEOUT
 from ._pipeline import ShardPipeline
+from ._positions import ShardKey
 
 __all__ = ["last_failure", "processor_spec", "reader_spec", "shard_supervisor"]
 
@@ -140,14 +141,18 @@ _LISTED_CAUSES = 5
 
 
 def processor_spec(
-    pipeline: ShardPipeline, handler: Handler, commit: Callable[[RecordBatch], None]
+    pipeline: ShardPipeline,
+    handler: Handler,
+    commit: Callable[[RecordBatch], None],
+    lapsed: Callable[[ShardKey], bool],
 ) -> ChildSpec[RecordBatch]:
     """The child spec of a shard's processor under :meth:`Consumer.run`: its mailbox is the
     shard's buffer, which the pipeline owns (it outlives the processor: batches read before
-    ``run()`` and across its restarts stay there)."""
+    ``run()`` and across its restarts stay there). ``lapsed`` says when the shard's lease
+    lapsed (see :class:`ProcessorActor`)."""
 
     def factory() -> ProcessorActor:
-        return ProcessorActor(pipeline, handler, commit)
+        return ProcessorActor(pipeline, handler, commit, lapsed)
 
     return ChildSpec(
         f"{pipeline.stream}:{pipeline.shard_id}",

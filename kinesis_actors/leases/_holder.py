@@ -125,6 +125,17 @@ class LeaseHolder:
         """Whether ``lease`` may be taken without stealing (see :class:`ExpiryTracker`)."""
         return self._tracker.expired(lease, now, after=after)
 
+    def lapsed(self, key: str) -> bool:
+        """Whether ``key`` is held but went ``failover_time - EPSILON`` without a renewal by
+        this worker's clock: another worker may take it now. The renewal loop drops it when
+        it next runs; until then nothing of it may be delivered (a process paused past its
+        failover time, by the system or a debugger, wakes up with its deliveries and its
+        renewal loop due at once, in no set order)."""
+        held = self._held.get(key)
+        if held is None:
+            return False
+        return self._clock() - held.renewed_at >= self._config.failover_time - EPSILON
+
     def changes_by_same_owner(self, key: str) -> int:
         """How often ``key``'s counter moved under one owner (see :class:`ExpiryTracker`)."""
         return self._tracker.changes_by_same_owner(key)

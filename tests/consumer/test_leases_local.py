@@ -10,6 +10,7 @@ runs (failover, rebalancing, resharding across workers) are in ``test_group_loca
 from __future__ import annotations
 
 import dataclasses
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any, Literal
@@ -138,6 +139,70 @@ async def test_a_new_owner_resumes_after_the_last_checkpoint_in_the_middle_of_an
                 second = await read_until(consumer, 25)
     assert [row.data for row in first + second] == [data for data, _ in records]
     assert second[0].sub_sequence_number == 5  # the rest of the aggregate, nothing repeated
+
+
+#: Longer than FAST's failover time: a pause after which another worker may read the shard.
+PAUSE = FAST.failover_time + 0.5
+
+
+async def test_a_worker_paused_past_its_failover_time_delivers_nothing_of_the_lapsed_lease(
+    reading: tuple[Literal["polling", "efo"], KinesisClient],
+    local_dynamodb: LocalDynamoDB,
+    stream_name: str,
+    table: str,
+) -> None:
+    """A process paused past its failover time (SIGSTOP, a debugger, a long collection)
+    wakes up with its deliveries and its renewal loop due at once, in no set order: the
+    lease soak saw a resumed worker hand out the batch it had buffered while another worker
+    already read the shard. A lease that went a failover time without renewal is as good as
+    lost, so nothing of it is delivered; the shard is read again from its checkpoint (here
+    TRIM_HORIZON, nothing committed), not from the buffered batch."""
+    mode, client = reading
+    await client.create_stream(stream_name, 1)
+    await put_plain(client, stream_name, [(f"r{i}".encode(), "k") for i in range(10)])
+    config = leased(local_dynamodb, table, "sleeper", max_records_per_call=10, mode=mode)
+    async with Consumer(client, stream_name, config) as consumer:
+        with anyio.fail_after(30):
+            first = await consumer.__anext__()  # r0..r9, not committed
+            await put_plain(client, stream_name, [(f"s{i}".encode(), "k") for i in range(10)])
+            while consumer.statistics().buffered_batches == 0:  # s0..s9 waits in the buffer
+                await anyio.sleep(0.05)
+            time.sleep(PAUSE)  # noqa: ASYNC251 - the fault: the whole process stops, its loop too
+            after = await consumer.__anext__()
+            assert consumer.leases is not None and consumer.leases.lost >= 1
+    assert rows(first)[0].data == b"r0"
+    assert rows(after)[0].data == b"r0"  # read again from the checkpoint, not s0
+
+
+async def test_a_processor_paused_past_its_failover_time_handles_nothing_of_the_lapsed_lease(
+    local_kinesis: LocalKinesis, local_dynamodb: LocalDynamoDB, stream_name: str, table: str
+) -> None:
+    """The same pause under ``run(handler)``: the handler blocks the process past the
+    failover time while the next batch waits in the shard's buffer; that batch is not
+    handled, the shard is read again from its checkpoint."""
+    async with local_kinesis.client(tls=False) as client:
+        await client.create_stream(stream_name, 1)
+        await put_plain(client, stream_name, [(f"r{i}".encode(), "k") for i in range(10)])
+        config = leased(local_dynamodb, table, "sleeper", max_records_per_call=10)
+        handled: list[bytes] = []
+        async with Consumer(client, stream_name, config) as consumer:
+
+            async def handler(batch: RecordBatch) -> None:
+                handled.append(rows(batch)[0].data)
+                if len(handled) == 1:
+                    new = [(f"s{i}".encode(), "k") for i in range(10)]
+                    await put_plain(client, stream_name, new)
+                    with anyio.fail_after(30):
+                        while consumer.statistics().buffered_batches == 0:
+                            await anyio.sleep(0.05)
+                    time.sleep(PAUSE)  # noqa: ASYNC251 - the fault: the whole process stops, its loop too
+                elif len(handled) == 2:
+                    consumer.stop()
+
+            with anyio.fail_after(30):
+                await consumer.run(handler)
+            assert consumer.leases is not None and consumer.leases.lost >= 1
+    assert handled == [b"r0", b"r0"]  # the first batch again (never committed), not s0
 
 
 async def test_a_lease_taken_from_under_a_worker_stops_its_shard_and_a_late_commit_is_harmless(
