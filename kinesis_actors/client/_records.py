@@ -216,8 +216,8 @@ def collector_held() -> Iterator[None]:
     if not gc.isenabled():
         yield
         return
-    gc.disable()
     try:
+        gc.disable()  # inside: an interruption right after it still re-enables
         yield
     finally:
         gc.enable()

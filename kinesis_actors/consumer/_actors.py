@@ -133,9 +133,11 @@ class ProcessorActor(Actor[RecordBatch]):
     """Calls the handler for one shard's batches, one at a time, in order, committing each.
 
     A restarted incarnation first rewinds the shard to its last committed position, so the
-    batch whose handler failed (and what was read after it) is delivered again. A batch of a
-    shard whose lease ``lapsed`` (a failover time without a renewal, by this worker's
-    clock) is not handled: another worker may read the shard already, from its checkpoint.
+    batch whose handler failed (and what was read after it) is delivered again. Once the
+    shard is ``fenced`` (its lease lapsed on this worker's clock, or is gone), nothing more
+    of it is handled: another worker may read it already, from its checkpoint, and the
+    processor waits to be stopped with the shard (never handling a later batch, whose
+    commit would pass over the one not handled).
     """
 
     def __init__(
@@ -143,12 +145,12 @@ class ProcessorActor(Actor[RecordBatch]):
         pipeline: ShardPipeline,
         handler: Handler,
         commit: Callable[[RecordBatch], None],
-        lapsed: Callable[[ShardKey], bool],
+        fenced: Callable[[ShardKey], bool],
     ) -> None:
         self._pipeline = pipeline
         self._handler = handler
         self._commit = commit
-        self._lapsed = lapsed
+        self._fenced = fenced
 
     async def on_start(self, ctx: ActorContext[RecordBatch]) -> None:
         if ctx.incarnation > 0:
@@ -160,7 +162,10 @@ class ProcessorActor(Actor[RecordBatch]):
         pipeline = self._pipeline
         async for batch in ctx:  # ends once the shard ended and everything was handled
             pipeline.took(batch)
-            if not self._lapsed(pipeline.key):  # else it is dropped shortly
-                await self._handler(batch)
-                self._commit(batch)
+            if self._fenced(pipeline.key):
+                ctx.done()
+                log.debug("%s/%s: lease lapsed or lost, batch not handled", *pipeline.key)
+                await anyio.sleep_forever()  # the shard's drop stops this processor
+            await self._handler(batch)
+            self._commit(batch)
             ctx.done()

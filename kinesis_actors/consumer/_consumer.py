@@ -268,8 +268,10 @@ class Consumer:
                 raise self._failure
             while self._arrivals:
                 pipeline = self._arrivals.popleft()
-                if self._scheduler.lease_lapsed(pipeline.key):
-                    continue  # another worker may read it already; it is dropped shortly
+                if self._scheduler.fenced(pipeline.key):
+                    # Another worker may read it already; it is dropped shortly.
+                    log.debug("%s/%s: lease lapsed or lost, batch not delivered", *pipeline.key)
+                    continue
                 try:
                     return pipeline.take_nowait()
                 except (anyio.WouldBlock, anyio.EndOfStream):
@@ -325,7 +327,7 @@ class Consumer:
                 continue
             self._processing.add(pipeline.key)
             await supervisor.start_child(
-                processor_spec(pipeline, self._handler, self.commit, self._scheduler.lease_lapsed)
+                processor_spec(pipeline, self._handler, self.commit, self._scheduler.fenced)
             )
 
     async def _stop_processor(self, key: ShardKey) -> None:

@@ -166,10 +166,10 @@ class LeaseMembership:
             return False
         return True
 
-    def lapsed(self, key: ShardKey) -> bool:
-        """Whether ``key``'s lease went a failover time without a renewal (see
-        :meth:`LeaseCoordinator.lapsed`): its batches must not be delivered."""
-        return self._coordinator is not None and self._coordinator.lapsed(*key)
+    def fenced(self, key: ShardKey) -> bool:
+        """Whether ``key``'s batches must not be delivered: its lease is not validly held any
+        more (lapsed, dropped, lost; see :meth:`LeaseCoordinator.deliverable`)."""
+        return self._coordinator is not None and not self._coordinator.deliverable(*key)
 
     def finishing(self, key: ShardKey) -> bool:
         """Whether ``key`` is held and not yet finished (see :meth:`finish`)."""

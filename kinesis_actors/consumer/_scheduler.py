@@ -200,10 +200,11 @@ class ShardScheduler:
             group.note(key, position)
         return True
 
-    def lease_lapsed(self, key: ShardKey) -> bool:
-        """Whether ``key``'s lease lapsed on this worker's clock (never without a lease
-        table): its batches are not to be delivered, the shard is dropped shortly."""
-        return self._group is not None and self._group.lapsed(key)
+    def fenced(self, key: ShardKey) -> bool:
+        """Whether ``key``'s batches must not be delivered: with a lease table, its lease
+        lapsed on this worker's clock or is gone, and the shard is being dropped. Never
+        without a lease table."""
+        return self._group is not None and self._group.fenced(key)
 
     # -- what the consumer reads ------------------------------------------------------------
 

@@ -144,15 +144,15 @@ def processor_spec(
     pipeline: ShardPipeline,
     handler: Handler,
     commit: Callable[[RecordBatch], None],
-    lapsed: Callable[[ShardKey], bool],
+    fenced: Callable[[ShardKey], bool],
 ) -> ChildSpec[RecordBatch]:
     """The child spec of a shard's processor under :meth:`Consumer.run`: its mailbox is the
     shard's buffer, which the pipeline owns (it outlives the processor: batches read before
-    ``run()`` and across its restarts stay there). ``lapsed`` says when the shard's lease
-    lapsed (see :class:`ProcessorActor`)."""
+    ``run()`` and across its restarts stay there). ``fenced`` says when the shard's lease
+    is no longer validly held (see :class:`ProcessorActor`)."""
 
     def factory() -> ProcessorActor:
-        return ProcessorActor(pipeline, handler, commit, lapsed)
+        return ProcessorActor(pipeline, handler, commit, fenced)
 
     return ChildSpec(
         f"{pipeline.stream}:{pipeline.shard_id}",

@@ -281,15 +281,18 @@ class LeaseCoordinator:
             (h.stream, h.lease.shard_id) for h in self._holder.held.values() if h.ready
         )
 
-    def lapsed(self, stream: str, shard_id: str) -> bool:
-        """Whether the lease of ``stream/shard_id`` is held but was not renewed within a
-        failover time by this worker's clock: as good as lost (another worker may already
-        read the shard), so nothing of it may be delivered; the holder drops it at its next
-        look. False for a lease not held."""
+    def deliverable(self, stream: str, shard_id: str) -> bool:
+        """Whether what was read of ``stream/shard_id`` may be delivered: its lease is held,
+        handed to the reader, and renewed within a failover time by this worker's clock.
+        False once it lapsed (another worker may already read the shard; see
+        :meth:`LeaseHolder.lapsed`) and from then on, through its drop, until the consumer
+        has let the shard go."""
         streams = self._streams
         if streams is None or stream not in streams.by_name:
             return False
-        return self._holder.lapsed(streams.key(stream, shard_id))
+        key = streams.key(stream, shard_id)
+        held = self._holder.held.get(key)
+        return held is not None and held.ready and not self._holder.lapsed(key)
 
     def _holding(self, stream: str, shard_id: str) -> tuple[str, Held]:
         if self._holder.failure is not None:

@@ -127,10 +127,11 @@ class LeaseHolder:
 
     def lapsed(self, key: str) -> bool:
         """Whether ``key`` is held but went ``failover_time - EPSILON`` without a renewal by
-        this worker's clock: another worker may take it now. The renewal loop drops it when
-        it next runs; until then nothing of it may be delivered (a process paused past its
-        failover time, by the system or a debugger, wakes up with its deliveries and its
-        renewal loop due at once, in no set order)."""
+        this worker's clock: another worker may take it now. It is dropped at the holder's
+        next look (a renewal adopted late does not bring it back), and until then nothing of
+        it may be delivered: a process stopped past its failover time (SIGSTOP, a debugger, a
+        long collection) wakes with its deliveries and its renewal loop due at once, in no set
+        order. The clock is monotonic, so a host's suspension is not seen."""
         held = self._held.get(key)
         if held is None:
             return False
@@ -322,6 +323,12 @@ class LeaseHolder:
                     new = await self._settle(key, held, held.handing_to, checkpoint)
             if new is None:
                 return None
+        if self.lapsed(key):
+            # Its reply came after the lease lapsed (a pause, or a reply held up): others may
+            # take it now and its batches were fenced, so a lapse is final. A write that
+            # landed only keeps the others off for one more failover time.
+            self._drop(key, held, "expired")
+            return None
         latency = self._clock() - started
         counts = self._counts
         counts.renewals += 1

@@ -193,6 +193,35 @@ async def test_a_failed_renewal_condition_is_a_lease_lost_at_once(
     assert item is not None and item.owner == "intruder" and item.checkpoint == TRIM_HORIZON
 
 
+async def test_a_lease_is_deliverable_only_while_validly_held(
+    dynamodb: DynamoDBClient, client: KinesisClient, stream: str, lease_table_name: str
+) -> None:
+    """What the consumer's deliveries are fenced by: held, handed to the reader, renewed
+    within a failover time by the worker's clock. Not once a pause let it lapse (before the
+    renewal loop ran), not after the loop dropped it, not for a lease taken from under the
+    worker: a dropped lease read as "not lapsed" would have reopened the fence between the
+    holder's drop and the consumer's."""
+    shard, other = "shardId-000000000001", "shardId-000000000002"
+    async with coordinator(dynamodb, client, lease_table_name, stream, "sleeper") as worker:
+        await events_until(worker, lambda seen: len(acquired(seen)) == 4)
+        assert worker.deliverable(stream, shard) and worker.deliverable(stream, other)
+        assert not worker.deliverable(stream, "shardId-000000000009")  # not a shard held
+        assert not worker.deliverable("another-stream", shard)
+        time.sleep(FAST.failover_time)  # noqa: ASYNC251 - the fault: the process stops
+        assert not worker.deliverable(stream, shard)  # lapsed, the renewal loop not run yet
+        seen = await events_until(worker, lambda seen: any(e.shard_id == shard for e in seen))
+        assert LeaseLost(stream, shard, "expired") in seen
+        assert not worker.deliverable(stream, shard)  # dropped: still shut
+    async with coordinator(dynamodb, client, lease_table_name, stream, "victim") as victim:
+        await events_until(victim, lambda seen: len(acquired(seen)) == 4)
+        assert victim.deliverable(stream, other)
+        table = LeaseTable(dynamodb, lease_table_name)
+        target = await table.get(other)
+        assert target is not None and await table.take(target, "intruder") is not None
+        await events_until(victim, lambda seen: bool(seen) and isinstance(seen[-1], LeaseLost))
+        assert not victim.deliverable(stream, other)
+
+
 async def test_a_checkpoint_is_conditional_and_lands_in_kcl_attributes(
     dynamodb: DynamoDBClient, client: KinesisClient, stream: str, lease_table_name: str
 ) -> None:
