@@ -28,9 +28,9 @@ TRIM_HORIZON with the default configuration. Figures:
   ones (``records_read_cpu_s``, ``records_read_s``), each from a collected heap. Both read
   a shard up to its tip and not again (``caught_up_millis_behind``), so they open alike and
   make the same reads but for the extra pages of a shard of more than
-  ``max_records_per_call`` records: the difference
-  of their CPU, per added record, is what a record costs. ``gross_cpu_us_per_record`` is the
-  third's whole CPU per record it delivered, its opening included.
+  ``max_records_per_call`` records: the difference of their CPU, per added record, is what
+  a record costs. ``gross_cpu_us_per_record`` is the third's whole CPU per record it
+  delivered, its opening included.
 
 Run by hand (minutes at 1,000 shards), not by the suite; the test runs a tiny row.
 """

@@ -125,6 +125,9 @@ def _role(pid: int) -> str:
 
 #: Roles a process may be seen with before it has exec'd its own program (and None: unseen).
 _PROVISIONAL = frozenset({None, "jvm", "other"})
+#: How long after first sight such a role is looked at again: a fork's exec follows within
+#: milliseconds, and the JVM's own command line (its class path) is long to read each time.
+_EXEC_WINDOW = 5.0
 
 
 class ProcessCpu:
@@ -141,6 +144,7 @@ class ProcessCpu:
         self._base: dict[int, float] = {}
         self._last: dict[int, float] = {}
         self._roles: dict[int, str] = {}
+        self._seen_at: dict[int, float] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._self_cpu = 0.0
@@ -169,7 +173,10 @@ class ProcessCpu:
         for pid, seconds in self._descendants().items():
             if pid not in self._roles:
                 self._base.setdefault(pid, 0.0)
-            if self._roles.get(pid) in _PROVISIONAL:
+                self._seen_at[pid] = time.monotonic()
+            if self._roles.get(pid) in _PROVISIONAL and (
+                time.monotonic() - self._seen_at.get(pid, 0.0) < _EXEC_WINDOW
+            ):
                 # A child seen between its fork and its exec still shows its parent's
                 # command line (the JVM's, for the query's source runner): look again.
                 self._roles[pid] = _role(pid)
