@@ -26,11 +26,7 @@ from tests.spark_cluster._cluster import Child, StandaloneCluster, clean_env
 
 pytestmark = pytest.mark.local_kinesis
 
-#: Seconds the first attempt of the slow shard's task waits: far past the copy, which comes
-#: only after the other task's end, Spark's speculation check and a Python worker's start.
-#: 12 s was once not enough under load (the other task took 8.8 s, the copy's first read came
-#: 2.7 s after the hold ended); the copy winning ends the job, so a longer hold costs nothing.
-HOLD = 40.0
+HOLD = 12.0  # seconds the first attempt of the slow shard's task waits: far past the copy
 
 
 class HoldFirstRangeRead:
