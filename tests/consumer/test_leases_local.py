@@ -145,6 +145,18 @@ async def test_a_new_owner_resumes_after_the_last_checkpoint_in_the_middle_of_an
 PAUSE = FAST.failover_time + 0.5
 
 
+async def pause_with_a_batch_buffered(
+    client: KinesisClient, stream_name: str, consumer: Consumer
+) -> None:
+    """Put s0..s9, wait until the consumer has them buffered, then stop the whole process
+    (its event loop with it) past the failover time."""
+    await put_plain(client, stream_name, [(f"s{i}".encode(), "k") for i in range(10)])
+    with anyio.fail_after(30):
+        while consumer.statistics().buffered_batches == 0:
+            await anyio.sleep(0.05)
+    time.sleep(PAUSE)  # noqa: ASYNC251 - the fault: the whole process stops, its loop too
+
+
 async def test_a_worker_paused_past_its_failover_time_delivers_nothing_of_the_lapsed_lease(
     reading: tuple[Literal["polling", "efo"], KinesisClient],
     local_dynamodb: LocalDynamoDB,
@@ -164,10 +176,7 @@ async def test_a_worker_paused_past_its_failover_time_delivers_nothing_of_the_la
     async with Consumer(client, stream_name, config) as consumer:
         with anyio.fail_after(30):
             first = await consumer.__anext__()  # r0..r9, not committed
-            await put_plain(client, stream_name, [(f"s{i}".encode(), "k") for i in range(10)])
-            while consumer.statistics().buffered_batches == 0:  # s0..s9 waits in the buffer
-                await anyio.sleep(0.05)
-            time.sleep(PAUSE)  # noqa: ASYNC251 - the fault: the whole process stops, its loop too
+            await pause_with_a_batch_buffered(client, stream_name, consumer)
             after = await consumer.__anext__()
             assert consumer.leases is not None and consumer.leases.lost >= 1
     assert rows(first)[0].data == b"r0"
@@ -190,12 +199,7 @@ async def test_a_processor_paused_past_its_failover_time_handles_nothing_of_the_
             async def handler(batch: RecordBatch) -> None:
                 handled.append(rows(batch)[0].data)
                 if len(handled) == 1:
-                    new = [(f"s{i}".encode(), "k") for i in range(10)]
-                    await put_plain(client, stream_name, new)
-                    with anyio.fail_after(30):
-                        while consumer.statistics().buffered_batches == 0:
-                            await anyio.sleep(0.05)
-                    time.sleep(PAUSE)  # noqa: ASYNC251 - the fault: the whole process stops, its loop too
+                    await pause_with_a_batch_buffered(client, stream_name, consumer)
                 elif len(handled) == 2:
                     consumer.stop()
 
