@@ -3,9 +3,10 @@ duplicated.
 
 Spark never launches a speculative copy on a host that runs an attempt of the task, so this
 runs on a standalone cluster of two one-core workers with their own host names (see
-``_cluster.py``). One shard's task is slow on its first attempt only: the fault proxy holds its
-first executor GetShardIterator. The other shard's task ends, the slow one passes
-``multiplier x median`` and Spark starts a copy on the other host, which reads the same range.
+``_cluster.py``). One attempt of one shard's task is slow: the fault proxy holds its first
+GetRecords. The other shard's task ends, the slow one passes ``multiplier x median`` and Spark
+starts a copy on the other host; the two attempts read the same range, one wins, the other is
+killed, and every record arrives once.
 """
 
 from __future__ import annotations
@@ -21,28 +22,53 @@ import pytest
 
 from kinesis_actors import LocalKinesis
 from tests.boto import create_stream
-from tests.faults import Delay, Fault, FaultProxy, Request
+from tests.faults import Delay, Fault, FaultProxy, Request, Rewrite
 from tests.spark_cluster._cluster import Child, StandaloneCluster, clean_env
 
 pytestmark = pytest.mark.local_kinesis
 
-HOLD = 12.0  # seconds the first attempt of the slow shard's task waits: far past the copy
+HOLD = 20.0
+"""Seconds the held attempt's first GetRecords waits: far past the other attempt's whole read,
+and inside the client's 30 s ``read_timeout`` (the attempt has had its GetShardIterator
+answered, so the client's 3 s bound on attempts before first contact no longer applies)."""
 
 
 class HoldFirstRangeRead:
-    """Delays the first executor GetShardIterator of ``shard``: the first one after the
-    driver's AT_TIMESTAMP one. The driver plans before the tasks read: its probe asks for a
-    TRIM_HORIZON iterator, then the anchor an AT_TIMESTAMP one (a tail read goes on from the
-    probe's iterator), so the next TRIM_HORIZON one of the shard is the first task's."""
+    """Holds one executor attempt of ``shard``'s task: the first GetRecords made with an
+    iterator from an executor's GetShardIterator of the shard.
+
+    The driver plans before the tasks read: its probe asks for a TRIM_HORIZON iterator, then
+    the anchor an AT_TIMESTAMP one, so the shard's GetShardIterator calls after its first
+    AT_TIMESTAMP one are the tasks'. Their answers are read on the way back to learn the
+    tasks' iterators. The GetRecords is held rather than the GetShardIterator: a fresh Python
+    worker's client has not yet been answered, and bounds such an attempt at 3 s and retries
+    (that retry would pass unheld). Whichever attempt asks first is held: under load the
+    original's Python worker can start so late that Spark's copy asks first, and then the
+    original wins and the copy is killed, which checks the same thing."""
 
     def __init__(self, shard: str) -> None:
         self.shard = shard
         self.planned = False
         self.held = 0
         self.log: list[str] = []
+        self._iterators: set[str] = set()
         self._lock = threading.Lock()
 
+    def _learn(self, body: bytes) -> bytes:
+        iterator = json.loads(body).get("ShardIterator")
+        with self._lock:
+            if isinstance(iterator, str):
+                self._iterators.add(iterator)
+        return body
+
     def __call__(self, request: Request) -> Fault:
+        if request.target == "GetRecords":
+            with self._lock:
+                if request.json().get("ShardIterator") in self._iterators and not self.held:
+                    self.held += 1
+                    self.log.append(f"{time.monotonic():.3f} held a GetRecords")
+                    return Delay(HOLD)
+            return None
         if request.target != "GetShardIterator":
             return None
         body = request.json()
@@ -54,9 +80,8 @@ class HoldFirstRangeRead:
             if kind == "AT_TIMESTAMP":
                 self.planned = True
                 return None
-            if self.planned and not self.held:
-                self.held += 1
-                return Delay(HOLD)
+            if self.planned:
+                return Rewrite(self._learn)
         return None
 
 
@@ -111,11 +136,13 @@ def test_a_speculative_copy_of_a_task_loses_and_duplicates_nothing(
     requests = "\n".join(hold.log)
     assert hold.held == 1, f"the slow shard's first range read was not held:\n{requests}"
     tasks = outcome["tasks"]
-    won = [t for t in tasks if t["speculative"] and t["status"] == "SUCCESS"]
-    assert won, f"no speculative attempt succeeded: {tasks}\n{requests}"
-    for copy in won:
-        first = [t for t in tasks if t["stage"] == copy["stage"] and t["index"] == copy["index"]]
-        assert {t["host"] for t in first} == {"127.0.0.2", "127.0.0.3"}, first
+    copies = [t for t in tasks if t["speculative"]]
+    assert copies, f"Spark started no speculative copy: {tasks}\n{requests}"
+    for copy in copies:
+        attempts = [t for t in tasks if t["stage"] == copy["stage"] and t["index"] == copy["index"]]
+        assert {t["host"] for t in attempts} == {"127.0.0.2", "127.0.0.3"}, attempts
+        won = [t for t in attempts if t["status"] == "SUCCESS"]
+        assert len(won) == 1, f"not one winner among the attempts: {attempts}\n{requests}"
     datas = Counter(row[4] for row in outcome["rows"])
     assert sorted(datas) == [f"r{i:04d}" for i in range(400)], "records were lost"
     assert set(datas.values()) == {1}, [d for d, n in datas.items() if n > 1]
