@@ -123,7 +123,12 @@ class Supervisor:
         self._backoff = backoff if backoff is not None else Backoff()
         self._clock = clock
         self._random = random
-        self._slots: list[Slot[Any]] = []
+        # By name, in start order: a consumer's readers are a child a shard, and finding one
+        # by scanning made opening a thousand shards quadratic.
+        self._slots: dict[str, Slot[Any]] = {}
+        # The slots waiting for a restart (``restart_due`` set): a wake-up looks at these,
+        # not at every child.
+        self._due: set[Slot[Any]] = set()
         # Bounded by the number of children: only a started, current incarnation posts, once.
         self._exits: deque[tuple[Slot[Any], Incarnation, Exception | None]] = deque()
         self._state = SupervisorState.NEW
@@ -196,7 +201,7 @@ class Supervisor:
         if self._state is not SupervisorState.RUNNING:
             raise RuntimeError(f"supervisor {self._name!r} is {self._state.value}")
         async with self._lock:
-            if any(slot.spec.name == spec.name for slot in self._slots):
+            if spec.name in self._slots:
                 raise ValueError(f"{self._name!r} already has a child named {spec.name!r}")
             backoff = RestartBackoff(
                 self._backoff,
@@ -209,11 +214,11 @@ class Supervisor:
                 slot.intensity = RestartIntensity(
                     self._intensity.max_restarts, self._intensity.period, clock=self._clock
                 )
-            self._slots.append(slot)
+            self._slots[spec.name] = slot
             try:
                 await self._start(slot)
             except BaseException:
-                self._slots.remove(slot)
+                self._remove(slot)
                 slot.finish()
                 raise
         slot.log.debug("started")
@@ -228,8 +233,7 @@ class Supervisor:
         await slot.stop_gracefully()
         async with self._lock:
             slot.finish()
-            if slot in self._slots:
-                self._slots.remove(slot)
+            self._remove(slot)
 
     def child(self, name: str) -> ActorRef[Any]:
         """The reference of a current child."""
@@ -250,7 +254,7 @@ class Supervisor:
                 mailbox=None if slot.mailbox is None else slot.mailbox.statistics(),
                 subtree=slot.behaviour.subtree() if slot.behaviour is not None else None,
             )
-            for slot in self._slots
+            for slot in self._slots.values()
         )
         return SupervisorSnapshot(
             name=self._name,
@@ -273,7 +277,7 @@ class Supervisor:
         if self._intensity_scope is IntensityScope.SUPERVISOR:
             return self._intensity.restarts_in_window
         return max(
-            (slot.intensity.restarts_in_window for slot in self._slots if slot.intensity),
+            (slot.intensity.restarts_in_window for slot in self._slots.values() if slot.intensity),
             default=0,
         )
 
@@ -301,7 +305,7 @@ class Supervisor:
         await self._loop_done.wait()
         if self._failure is None:
             self._state = SupervisorState.STOPPING
-        running = [slot for slot in self._slots if slot.state is not ChildState.STOPPED]
+        running = [s for s in self._slots.values() if s.state is not ChildState.STOPPED]
         await self._stop_all(running, graceful=graceful, finish=True)
         if self._failure is None:
             self._state = SupervisorState.STOPPED
@@ -326,7 +330,7 @@ class Supervisor:
                 tg.start_soon(stop, slot)
 
     def _hard_stop_bound(self) -> float:
-        return stop_bound([slot.spec for slot in self._slots], self._stop_order)
+        return stop_bound([slot.spec for slot in self._slots.values()], self._stop_order)
 
     # -- the decision loop ------------------------------------------------------------------
 
@@ -346,7 +350,7 @@ class Supervisor:
     async def _wait_for_work(self) -> None:
         while not self._exits:
             due = min(
-                (slot.restart_due for slot in self._slots if slot.restart_due is not None),
+                (slot.restart_due for slot in self._due if slot.restart_due is not None),
                 default=math.inf,
             )
             delay = due - anyio.current_time()
@@ -380,7 +384,7 @@ class Supervisor:
             slot.log.info("returned")
         if restart is Restart.TEMPORARY or (restart is Restart.TRANSIENT and error is None):
             slot.finish()
-            self._slots.remove(slot)
+            self._remove(slot)
             return True
         cause = error if error is not None else ActorExited(f"{slot.path} returned")
         intensity = slot.intensity if slot.intensity is not None else self._intensity
@@ -395,11 +399,12 @@ class Supervisor:
         for member in group:
             if member is not slot and member.spec.restart is Restart.TEMPORARY:
                 member.finish()
-                self._slots.remove(member)
+                self._remove(member)
                 continue
             member.state = ChildState.RESTARTING
             member.restarts += 1
             member.restart_due = max(member.restart_due or 0.0, due)
+            self._due.add(member)
         slot.log.info("restarting %s in %.3f s", [m.spec.name for m in group], delay)
         return True
 
@@ -407,12 +412,15 @@ class Supervisor:
         if self._strategy is Strategy.ONE_FOR_ONE:
             return [slot]
         if self._strategy is Strategy.ONE_FOR_ALL:
-            return list(self._slots)
-        return self._slots[self._slots.index(slot) :]
+            return list(self._slots.values())
+        slots = list(self._slots.values())
+        return slots[slots.index(slot) :]
 
     async def _restart_due(self) -> bool:
+        if not self._due:
+            return True
         ordered = self._strategy is not Strategy.ONE_FOR_ONE
-        for slot in list(self._slots):
+        for slot in [s for s in self._slots.values() if s in self._due]:
             if slot.state is not ChildState.RESTARTING or slot.restart_due is None:
                 continue
             if slot.restart_due > anyio.current_time():
@@ -420,6 +428,7 @@ class Supervisor:
                     break  # later children depend on this one: they wait for it
                 continue
             slot.restart_due = None
+            self._due.discard(slot)
             try:
                 await self._start(slot)
             except Exception as exc:
@@ -439,7 +448,7 @@ class Supervisor:
         )
         self.log.error("%s; stopping children (%s)", failure, self._stop_order.value)
         with anyio.move_on_after(self._hard_stop_bound(), shield=True):
-            running = [slot for slot in self._slots if slot.state is not ChildState.STOPPED]
+            running = [s for s in self._slots.values() if s.state is not ChildState.STOPPED]
             await self._stop_all(running, graceful=False, finish=True)
         self._failure = failure
         self._state = SupervisorState.FAILED
@@ -453,7 +462,13 @@ class Supervisor:
         return self._tg
 
     def _slot(self, name: str) -> Slot[Any]:
-        for slot in self._slots:
-            if slot.spec.name == name:
-                return slot
-        raise KeyError(f"{self._name!r} has no child named {name!r}")
+        try:
+            return self._slots[name]
+        except KeyError:
+            raise KeyError(f"{self._name!r} has no child named {name!r}") from None
+
+    def _remove(self, slot: Slot[Any]) -> None:
+        """Forget ``slot`` (if it is still the child of its name)."""
+        if self._slots.get(slot.spec.name) is slot:
+            del self._slots[slot.spec.name]
+        self._due.discard(slot)

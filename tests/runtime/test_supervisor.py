@@ -299,3 +299,37 @@ async def test_restarts_wait_for_the_backoff_and_one_childs_backoff_never_delays
     for name in ("a", "b"):
         waited = restarted_at[name] - crashed_at
         assert delay <= waited < 1.8 * delay, f"{name} restarted after {waited:.3f} s"
+
+
+# -- many children -------------------------------------------------------------------------------
+
+
+class CountedName(str):
+    """A child's name that counts the comparisons made with it."""
+
+    compared = 0
+
+    def __eq__(self, other: object) -> bool:
+        CountedName.compared += 1
+        return str.__eq__(self, other)
+
+    __hash__ = str.__hash__
+
+
+async def test_starting_stopping_and_finding_a_child_compare_no_other_childs_name() -> None:
+    """A consumer's readers are a child a shard: a lookup that scanned the children made
+    opening a thousand shards (each start checks the name is free, each new reader stops its
+    predecessor if any) quadratic in the shard count."""
+    journal = Journal()
+    names = [CountedName(f"shard-{i}") for i in range(300)]
+    async with Supervisor(backoff=NO_BACKOFF) as sup:
+        CountedName.compared = 0
+        for name in names:
+            with pytest.raises(KeyError):
+                await sup.stop_child(name)  # none yet, as for a shard's first reader
+            await sup.start_child(ChildSpec(name, probe(journal, name)))
+        for name in names[::7]:
+            sup.child(name)
+            await sup.stop_child(name)
+        assert CountedName.compared <= 2 * len(names), CountedName.compared
+        assert len(sup.statistics().children) == len(names) - len(names[::7])
