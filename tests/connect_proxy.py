@@ -31,6 +31,8 @@ class ConnectProxy:
         #: Tunnels opened (CONNECT answered 200), and the targets asked for, in order.
         self.tunnels = 0
         self.targets: list[str] = []
+        #: Why each CONNECT answered 502 failed to reach its target, in order.
+        self.failures: list[str] = []
         #: The Proxy-Authorization header of each CONNECT (None when absent).
         self.authorizations: list[str | None] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -157,8 +159,13 @@ class ConnectProxy:
             address = self.hosts.get(host.lower(), host)
             try:
                 up_reader, up_writer = await asyncio.open_connection(address, int(port))
-            except (OSError, ValueError):
-                writer.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
+            except (OSError, ValueError) as exc:
+                # The reason says why the target could not be reached (a test that fails on
+                # a 502 then shows it: refused, no such address, too many open files).
+                why = f"Bad Gateway ({type(exc).__name__}: {exc})".replace("\r", " ")
+                why = why.replace("\n", " ")[:200]
+                self.failures.append(why)
+                writer.write(f"HTTP/1.1 502 {why}\r\nContent-Length: 0\r\n\r\n".encode())
                 return
             self._writers.add(up_writer)
             self.tunnels += 1

@@ -204,5 +204,8 @@ async def test_a_tunnel_the_proxy_refuses_is_a_typed_error_with_its_status(
                 pass  # pragma: no cover - the tunnel is refused first
     assert behind_proxy.address in str(unary.value)
     assert f"refused the tunnel to unknown:{closed_port}: 502 Bad Gateway" in str(stream.value)
+    # The proxy's reason phrase reaches the error: here, why it could not reach the target.
+    assert "ConnectionRefusedError" in str(stream.value)
+    assert len(behind_proxy.failures) == 2
     assert behind_proxy.tunnels == 0
     assert len(behind_proxy.targets) == 2
