@@ -25,12 +25,16 @@ TRIM_HORIZON with the default configuration. Figures:
   is closed, a second reads the one record of every shard from TRIM_HORIZON
   (``records_base_cpu_s``); then ``records`` more records (the same total at every shard
   count, 100 bytes each, spread evenly) are put, and a third reads them all with the first
-  ones (``records_read_cpu_s``, ``records_read_s``), each from a collected heap. Both read
-  a shard up to its tip and not again (``caught_up_millis_behind``), so they open alike and
-  make the same reads but for the extra pages of a shard of more than
-  ``max_records_per_call`` records: the difference of their CPU, per added record, is what
-  a record costs. ``gross_cpu_us_per_record`` is the third's whole CPU per record it
-  delivered, its opening included.
+  ones (``records_read_cpu_s``, ``records_read_s``, ``records_calls``), each from a
+  collected heap. Both read a shard up to its tip and not again
+  (``caught_up_millis_behind``), so they open alike; the third reads in pages of ``page``
+  records (``max_records_per_call``), the same at every shard count, so every count makes
+  the same calls per added record (one a page) and reads the same pages: the difference of
+  their CPU, per added record, is what a record costs, a page's share of a call included.
+  (With the service's own page of 10,000, 16 shards read pages of 10,000 and 1,000 shards
+  pages of 256, and a 1,000-shard read was buffered whole during its open: see
+  docs/consumer.md, "Many shards".) ``gross_cpu_us_per_record`` is the third's whole CPU per
+  record it delivered, its opening included.
 
 Run by hand (minutes at 1,000 shards), not by the suite; the test runs a tiny row.
 """
@@ -58,6 +62,7 @@ from benchmarks.loadtarget import LoadTarget
 from kinesis_actors import Consumer, ConsumerConfig, KinesisClient, StartingPosition
 
 __all__ = [
+    "PAGE",
     "RECORDS",
     "SHARDS",
     "main",
@@ -70,9 +75,11 @@ __all__ = [
 
 SHARDS = (16, 128, 512, 1000)
 IDLE_SECONDS = 10.0
-#: The records of the per-record figure, in all, whatever the shard count: 256 a shard at
-#: 1,000 shards (one GetRecords each), 16,000 at 16.
-RECORDS = 256_000
+#: The records of the per-record figure, in all, whatever the shard count: 4,096 a shard at
+#: 1,000 shards (four pages), 256,000 at 16.
+RECORDS = 4_096_000
+#: Records a GetRecords call in the per-record read, at every shard count.
+PAGE = 1024
 RECORD_BYTES = 100
 #: The longest a row may take to read every shard once before it is called a failure.
 READ_ALL_TIMEOUT = 600.0
@@ -120,7 +127,12 @@ def _mb(kib: int) -> float:
 
 
 async def _measure(
-    target: LoadTarget, idle: float, settle: float, config: ConsumerConfig, records: int
+    target: LoadTarget,
+    idle: float,
+    settle: float,
+    config: ConsumerConfig,
+    records: int,
+    page: int,
 ) -> dict[str, Any]:
     async with target.client() as client:
         shards = await put_one_per_shard(client, target.stream_name)
@@ -172,7 +184,7 @@ async def _measure(
             "rss_read_kib_per_shard": (rss_read - rss_before) / shards,
         }
         if records:
-            row |= await _measure_records(client, target.stream_name, shards, records, config)
+            row |= await _measure_records(client, target, shards, records, config, page)
     return row
 
 
@@ -194,7 +206,12 @@ async def _read_all(
 
 
 async def _measure_records(
-    client: KinesisClient, stream: str, shards: int, records: int, config: ConsumerConfig
+    client: KinesisClient,
+    target: LoadTarget,
+    shards: int,
+    records: int,
+    config: ConsumerConfig,
+    page: int,
 ) -> dict[str, Any]:
     """The cost of a record, reads being equal: a Consumer reads the one record of every
     shard, ``records`` more are spread over the shards, and another reads them all. Both
@@ -205,8 +222,12 @@ async def _measure_records(
     neither pays for a full collection that the other phases' garbage brings on (the puts
     of 256,000 records, the Consumer closed before it: at 1,000 shards that one alone is
     about 48,000 objects in cycles)."""
+    stream = target.stream_name
     quiet = dataclasses.replace(
-        config, caught_up_millis_behind=1, caught_up_read_interval=READ_ALL_TIMEOUT
+        config,
+        caught_up_millis_behind=1,
+        caught_up_read_interval=READ_ALL_TIMEOUT,
+        max_records_per_call=page,
     )
     gc.collect()
     _, base_cpu = await _read_all(client, stream, quiet, shards)
@@ -214,9 +235,13 @@ async def _measure_records(
     await put_per_shard(client, stream, each, RECORD_BYTES)
     gc.collect()
     expected = shards * (each + 1)
+    calls = await anyio.to_thread.run_sync(_get_records_calls, target)
     wall, cpu = await _read_all(client, stream, quiet, expected)
+    calls = await anyio.to_thread.run_sync(_get_records_calls, target) - calls
     return {
         "records": each * shards,
+        "records_page": page,
+        "records_calls": calls,
         "records_read_s": wall,
         "records_read_cpu_s": cpu,
         "records_base_cpu_s": base_cpu,
@@ -231,11 +256,12 @@ def measure(
     config: ConsumerConfig | None = None,
     settle: float | None = None,
     records: int = RECORDS,
+    page: int = PAGE,
 ) -> dict[str, Any]:
     """One row: a fresh target of ``shards`` shards, one record each, one Consumer; the idle
     window starts ``settle`` seconds after every shard was read (default: twice the idle
     bound, by when every shard's backoff has reached it); then, unless ``records`` is 0, the
-    per-record figure (``records`` in all, read by a second Consumer)."""
+    per-record figure (``records`` in all, read by another Consumer in pages of ``page``)."""
     config = config or ConsumerConfig(start=StartingPosition.trim_horizon())
     load = _load()
     retain = 4 + records // shards
@@ -243,7 +269,7 @@ def measure(
         if settle is None:
             rate, floor = config.idle_reads_per_second, config.idle_backoff_max
             settle = 2 * (floor if rate is None else max(floor, shards / rate))
-        row = anyio.run(_measure, target, idle, settle, config, records)
+        row = anyio.run(_measure, target, idle, settle, config, records, page)
     row["loadavg_before"] = load
     return row
 
@@ -255,9 +281,11 @@ def warm_up() -> None:
     pa.array([0])
 
 
-def _fresh_row(shards: int, idle: float, records: int, settle: float | None) -> dict[str, Any]:
+def _fresh_row(
+    shards: int, idle: float, records: int, settle: float | None, page: int
+) -> dict[str, Any]:
     warm_up()
-    return measure(shards, idle, records=records, settle=settle)
+    return measure(shards, idle, records=records, settle=settle, page=page)
 
 
 def run(
@@ -265,6 +293,7 @@ def run(
     idle: float = IDLE_SECONDS,
     records: int = RECORDS,
     settle: float | None = None,
+    page: int = PAGE,
 ) -> dict[str, Any]:
     """Every row, each in a fresh process (spawned, one after another): a row's memory
     figures and its heap start from nothing, whatever rows ran before it."""
@@ -273,7 +302,8 @@ def run(
     context = multiprocessing.get_context("spawn")
     for count in shards:
         with ProcessPoolExecutor(1, mp_context=context) as pool:
-            results["rows"].append(pool.submit(_fresh_row, count, idle, records, settle).result())
+            row = pool.submit(_fresh_row, count, idle, records, settle, page)
+            results["rows"].append(row.result())
     results["loadavg_end"] = _load()
     results["seconds"] = time.perf_counter() - started
     return results
@@ -299,6 +329,7 @@ def report(results: dict[str, Any]) -> str:
         ("RSS KiB/shard open", "rss_open_kib_per_shard", _f(0)),
         ("RSS KiB/shard read", "rss_read_kib_per_shard", _f(0)),
         ("records", "records", _f(0)),
+        ("records/call", "records_page", _f(0)),
         ("CPU us/record", "cpu_us_per_record", _f(2)),
         ("gross us/record", "gross_cpu_us_per_record", _f(2)),
     ]
@@ -315,10 +346,16 @@ def main(argv: list[str] | None = None) -> int:
         default=RECORDS,
         help="records in all for the per-record figure, 0: none (default %(default)s)",
     )
+    parser.add_argument(
+        "--page",
+        type=int,
+        default=PAGE,
+        help="records a GetRecords call in the per-record read (default %(default)s)",
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     counts = tuple(int(part) for part in args.shards.split(","))
-    results = run(counts, args.idle, args.records)
+    results = run(counts, args.idle, args.records, page=args.page)
     print(json.dumps(results, indent=2, default=str) if args.json else report(results))
     return 0
 

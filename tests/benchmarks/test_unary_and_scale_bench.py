@@ -35,7 +35,7 @@ def test_a_unary_smoke_run_measures_both_peers_at_each_concurrency() -> None:
 
 
 def test_a_scale_row_reads_every_shard_then_measures_the_idle_window_then_records() -> None:
-    row = scale_bench.measure(4, idle=0.5, settle=0.1, records=400)
+    row = scale_bench.measure(4, idle=0.5, settle=0.1, records=400, page=32)
     assert row["shards"] == 4
     assert 0 < row["open_s"] <= row["all_read_s"]
     assert 0 < row["open_cpu_s"] <= row["all_read_cpu_s"]
@@ -44,6 +44,9 @@ def test_a_scale_row_reads_every_shard_then_measures_the_idle_window_then_record
     assert row["rss_before_mb"] > 0 and row["rss_read_mb"] > 0
     assert "rss_open_kib_per_shard" in row and "rss_read_kib_per_shard" in row
     assert row["records"] == 400  # 100 a shard, read by a Consumer of their own
+    # In pages of 32, whatever the shard count: 101 records a shard (the first one too) are
+    # four calls, the last of 5 records showing the shard's tip.
+    assert row["records_page"] == 32 and row["records_calls"] == 4 * 4
     assert row["records_read_cpu_s"] > 0 and row["records_base_cpu_s"] > 0
     assert row["gross_cpu_us_per_record"] > 0 and "cpu_us_per_record" in row
     results = {"rows": [row], "loadavg_start": [0, 0, 0], "loadavg_end": [0, 0, 0], "seconds": 1}
