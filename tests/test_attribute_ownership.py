@@ -161,10 +161,19 @@ def collect(root: Path, packages: tuple[str, ...]) -> list[_Class]:
         for path in sorted((root / package).rglob("*.py")):
             module = ".".join(path.relative_to(root).with_suffix("").parts)
             tree = ast.parse(path.read_text(), filename=str(path))
+            # A class imported under another name (``import Supervisor as _S``) is the class.
+            real = {
+                alias.asname: alias.name
+                for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom)
+                for alias in node.names
+                if alias.asname
+            }
             for node in ast.walk(tree):
                 if not isinstance(node, ast.ClassDef):
                     continue
-                found = _Class(module, node.name, [b for b in map(_base_name, node.bases) if b])
+                bases = [real.get(b, b) for b in map(_base_name, node.bases) if b]
+                found = _Class(module, node.name, bases)
                 for item in node.body:
                     if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                         static = any(
@@ -173,7 +182,10 @@ def collect(root: Path, packages: tuple[str, ...]) -> list[_Class]:
                         )
                         if not static:
                             found.assigned |= _assigned_on_self(item)
-                            found.components |= _components(item)
+                            found.components |= {
+                                attr: real.get(name, name)
+                                for attr, name in _components(item).items()
+                            }
                             for attr, names in _written_through(item).items():
                                 found.through[attr] |= names
                 classes.append(found)
@@ -343,6 +355,23 @@ def test_the_check_finds_a_field_a_subclass_in_another_module_writes(tmp_path: P
         "    def bump(self):\n"
         "        self.count += 1\n"
         "        self.mine, (self.other, _) = 1, (2, 3)\n"
+    )
+    violations = shared_owners(collect(tmp_path, ("pkg",)))
+    assert violations == {"Derived": {"count": {"pkg._base", "pkg._derived"}}}
+
+
+def test_the_check_sees_through_a_base_imported_under_another_name(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "_base.py").write_text(
+        "class Base:\n    def __init__(self):\n        self.count = 0\n"
+    )
+    (package / "_derived.py").write_text(
+        "from ._base import Base as _B\n\n"
+        "class Derived(_B):\n"
+        "    def bump(self):\n"
+        "        self.count += 1\n"
     )
     violations = shared_owners(collect(tmp_path, ("pkg",)))
     assert violations == {"Derived": {"count": {"pkg._base", "pkg._derived"}}}
