@@ -141,7 +141,8 @@ class Planner:
 
     async def _call(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
         self.calls[operation] += 1
-        reply = await self._client.call(operation, params)
+        # Arrival times as epoch seconds: the planner turns them into milliseconds at once.
+        reply = await self._client.call(operation, params, epoch_timestamps=True)
         if not isinstance(reply, dict):
             raise MalformedReplyError(
                 f"{operation}: the reply is not an object", operation=operation

@@ -148,6 +148,7 @@ class RangeReader:
                 reply = await self._client.call(
                     "GetRecords",
                     {"ShardIterator": self._iterator, "Limit": _PAGE, **self._records_params},
+                    epoch_timestamps=True,  # the Arrow batch wants milliseconds, not datetimes
                 )
                 return self._charged(started, check_records_reply(reply, where=self._where))
             except ExpiredIteratorError:

@@ -61,8 +61,12 @@ class KinesisClient(ServiceClient):
         consumer_arn: str,
         shard_id: str,
         starting_position: Mapping[str, Any],
+        *,
+        epoch_timestamps: bool = False,
     ) -> AsyncIterator[Subscription]:
-        """Open a SubscribeToShard stream; yields a :class:`Subscription` of decoded events.
+        """Open a SubscribeToShard stream; yields a :class:`Subscription` of decoded events
+        (with ``epoch_timestamps``, records' arrival times as float epoch seconds, as for
+        :meth:`call`).
 
         Subscriptions share HTTP/2 connections, up to
         ``config.subscriptions_per_connection`` on one (see ``_h2pool``). A subscription
@@ -86,7 +90,11 @@ class KinesisClient(ServiceClient):
         self._counters.add("subscriptions")
         async with response:
             yield Subscription(
-                response, self.codec, opened_at=time.monotonic(), counters=self._counters
+                response,
+                self.codec,
+                opened_at=time.monotonic(),
+                counters=self._counters,
+                epoch_timestamps=epoch_timestamps,
             )
 
     async def _open_stream(self, request: EncodedRequest) -> H2Stream:

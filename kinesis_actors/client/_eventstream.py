@@ -38,8 +38,9 @@ class SubscribeToShardDecoder:
     :class:`~kinesis_actors.errors.MalformedReplyError`.
     """
 
-    def __init__(self, codec: ProtocolCodec) -> None:
+    def __init__(self, codec: ProtocolCodec, *, epoch_timestamps: bool = False) -> None:
         self._codec = codec
+        self._epoch_timestamps = epoch_timestamps  # records' arrival times as epoch seconds
         self._shape = codec.event_stream_shape(_OPERATION)
         self._buffer = EventStreamBuffer()
         self.initial_response_seen = False
@@ -94,7 +95,13 @@ class SubscribeToShardDecoder:
             if headers.get(":event-type") == "initial-response":
                 self.initial_response_seen = True
                 continue
-            parsed = self._codec.decode_event(_OPERATION, self._shape, headers, message.payload)
+            parsed = self._codec.decode_event(
+                _OPERATION,
+                self._shape,
+                headers,
+                message.payload,
+                epoch_timestamps=self._epoch_timestamps,
+            )
             event = parsed.get(_EVENT)
             if event is None:
                 # An event type this version of the model does not know: nothing to deliver.

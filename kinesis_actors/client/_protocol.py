@@ -74,12 +74,15 @@ class EncodedRequest:
 
     ``record_count`` is the number of records a PutRecords request carries, so that a reply
     with another number of results is caught (it would otherwise be matched up wrongly).
+    ``epoch_timestamps``: a GetRecords reply's records carry ``ApproximateArrivalTimestamp``
+    as float epoch seconds, not datetimes (see ``_records``).
     """
 
     operation: str
     headers: Mapping[str, str]
     body: bytes
     record_count: int | None = None
+    epoch_timestamps: bool = False
 
 
 # A PutRecords item's pieces, between its base64 data and its keys.
@@ -224,12 +227,14 @@ class ProtocolCodec:
         body: bytes,
         *,
         record_count: int | None = None,
+        epoch_timestamps: bool = False,
     ) -> dict[str, Any]:
         """The checked result of a successful response, or raise the typed error it carries.
 
         A 2xx reply that cannot be believed raises
         :class:`~kinesis_actors.errors.MalformedReplyError` (see ``_replies``);
-        ``record_count`` is the PutRecords request's, to match its results against.
+        ``record_count`` is the PutRecords request's, to match its results against;
+        ``epoch_timestamps`` gives GetRecords' arrival times as float epoch seconds.
         """
         checksum = headers.get("x-amz-crc32")
         if (
@@ -248,7 +253,7 @@ class ProtocolCodec:
         if self._kinesis and operation == "GetRecords":
             with collector_held():
                 records = load_reply(operation, status_code, body, empty_ok=False)
-                return decode_get_records(records, status_code)
+                return decode_get_records(records, status_code, epoch_timestamps=epoch_timestamps)
         output = self.operation_model(operation).output_shape
         document = load_reply(operation, status_code, body, empty_ok=output is None)
         spec = self._replies.get(operation)
@@ -336,9 +341,16 @@ class ProtocolCodec:
         return shape
 
     def decode_event(
-        self, operation: str, shape: Any, headers: Mapping[str, Any], payload: bytes
+        self,
+        operation: str,
+        shape: Any,
+        headers: Mapping[str, Any],
+        payload: bytes,
+        *,
+        epoch_timestamps: bool = False,
     ) -> dict[str, Any]:
-        """Parse one event-stream message into ``{event_type: fields}``, or raise its error."""
+        """Parse one event-stream message into ``{event_type: fields}``, or raise its error;
+        ``epoch_timestamps`` gives the records' arrival times as float epoch seconds."""
         message_type = headers.get(":message-type")
         if message_type == "error":
             raise errors.error_from_code(
@@ -350,7 +362,11 @@ class ProtocolCodec:
         if message_type == "event" and headers.get(":event-type") == "SubscribeToShardEvent":
             with collector_held():
                 event = load_reply(operation, 200, payload, empty_ok=False)
-                return {"SubscribeToShardEvent": decode_subscribe_event(event)}
+                return {
+                    "SubscribeToShardEvent": decode_subscribe_event(
+                        event, epoch_timestamps=epoch_timestamps
+                    )
+                }
         status = 400 if message_type == "exception" else 200
         parsed: dict[str, Any] = self._event_parser.parse(
             {"status_code": status, "headers": dict(headers), "body": payload}, shape

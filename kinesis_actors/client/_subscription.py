@@ -45,9 +45,10 @@ class Subscription:
         *,
         opened_at: float,
         counters: ClientCounters | None = None,
+        epoch_timestamps: bool = False,
     ) -> None:
         self._response = response
-        self._decoder = SubscribeToShardDecoder(codec)
+        self._decoder = SubscribeToShardDecoder(codec, epoch_timestamps=epoch_timestamps)
         self._counters = counters
         self.opened_at = opened_at
         self.bytes_received = 0

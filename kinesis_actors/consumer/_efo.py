@@ -371,7 +371,10 @@ class EfoReader:
         try:
             subscription = await stack.enter_async_context(
                 self._client.subscribe_to_shard(
-                    self._arn, self._shard_id, subscribe_position(position)
+                    self._arn,
+                    self._shard_id,
+                    subscribe_position(position),
+                    epoch_timestamps=True,  # the Arrow batch wants milliseconds
                 )
             )
             events = aiter(subscription)

@@ -173,6 +173,7 @@ class PollingReader:
                         "Limit": self._limit,
                         **self._records_params,
                     },
+                    epoch_timestamps=True,  # the Arrow batch wants milliseconds, not datetimes
                 )
                 reply = get_records_reply(result)
             except errors.ExpiredIteratorError:

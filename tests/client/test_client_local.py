@@ -80,6 +80,14 @@ async def test_put_then_get_records_round_trip(client: KinesisClient, stream_nam
     assert records[0]["ApproximateArrivalTimestamp"].tzinfo is dt.UTC
     assert result["NextShardIterator"]
     assert "MillisBehindLatest" in result
+    # The same page with arrival times as epoch seconds (what the consumer's readers ask for).
+    again = await client.call(
+        "GetRecords", {"ShardIterator": iterator["ShardIterator"]}, epoch_timestamps=True
+    )
+    stamps = [r["ApproximateArrivalTimestamp"] for r in again["Records"]]
+    assert [type(stamp) for stamp in stamps] == [float] * 21
+    assert stamps == [r["ApproximateArrivalTimestamp"].timestamp() for r in records]
+    assert [r["Data"] for r in again["Records"]] == [r["Data"] for r in records]
 
 
 async def test_list_shards_paginates_with_a_small_page(

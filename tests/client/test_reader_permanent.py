@@ -29,7 +29,9 @@ class _Scripted:
         self.script = script
         self.calls: list[str] = []
 
-    async def call(self, operation: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    async def call(
+        self, operation: str, params: Mapping[str, Any], *, epoch_timestamps: bool = False
+    ) -> dict[str, Any]:
         self.calls.append(operation)
         answer = self.script[operation]
         if isinstance(answer, BaseException):

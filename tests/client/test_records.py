@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import datetime as dt
 import gc
 import json
 from collections.abc import Callable
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from kinesis_actors import ClientConfig, KinesisClient, LocalKinesis, errors
@@ -18,6 +20,7 @@ from kinesis_actors.client._eventstream import SubscribeToShardDecoder
 from kinesis_actors.client._protocol import ProtocolCodec
 from kinesis_actors.client._service import ClientCounters
 from kinesis_actors.client._subscription import Subscription
+from kinesis_actors.records import build_record_batch
 from tests.client._samples import EVENT, LAST_EVENT, body
 from tests.client.test_protocol import frame
 from tests.faults import GARBLED_BODIES, FaultProxy, Request, Rewrite
@@ -83,6 +86,61 @@ def test_get_records_decodes_exactly_as_botocore_does(codec: ProtocolCodec) -> N
     ):
         raw = body(document)
         assert codec.decode("GetRecords", 200, {}, raw) == _botocore(codec, raw)
+
+
+#: Every form of timestamp the decoder takes: the wire's float, an int, ISO 8601.
+_STAMPS = [
+    _record(0),
+    _record(1, ApproximateArrivalTimestamp=1_700_000_000),
+    _record(2, ApproximateArrivalTimestamp="2023-11-14T22:13:20.250Z"),
+    _record(3, ApproximateArrivalTimestamp=-62135596800.0),  # year 1, the first a datetime holds
+    _record(4, ApproximateArrivalTimestamp=253402300799.5),  # year 9999, the last
+]
+
+
+def _as_datetimes(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        record | {"ApproximateArrivalTimestamp": dt.datetime.fromtimestamp(stamp, dt.UTC)}
+        for record in records
+        for stamp in [record["ApproximateArrivalTimestamp"]]
+    ]
+
+
+def test_epoch_timestamps_are_the_instants_botocore_gives_as_datetimes(
+    codec: ProtocolCodec,
+) -> None:
+    """With ``epoch_timestamps`` a record's arrival time is a float of epoch seconds, the
+    same instant botocore's datetime is, and the rest of the reply is unchanged."""
+    raw = body(_reply(_STAMPS))
+    plain = codec.decode("GetRecords", 200, {}, raw)
+    epoch = codec.decode("GetRecords", 200, {}, raw, epoch_timestamps=True)
+    assert {type(r["ApproximateArrivalTimestamp"]) for r in epoch["Records"]} == {float}
+    assert {**epoch, "Records": _as_datetimes(epoch["Records"])} == plain
+    shape = codec.event_stream_shape("SubscribeToShard")
+    headers = {":message-type": "event", ":event-type": "SubscribeToShardEvent"}
+    event = body({**EVENT, "Records": _STAMPS})
+    plain_event = codec.decode_event("SubscribeToShard", shape, headers, event)
+    epoch_event = codec.decode_event(
+        "SubscribeToShard", shape, headers, event, epoch_timestamps=True
+    )["SubscribeToShardEvent"]
+    assert {**epoch_event, "Records": _as_datetimes(epoch_event["Records"])} == plain_event[
+        "SubscribeToShardEvent"
+    ]
+    decoded = SubscribeToShardDecoder(codec, epoch_timestamps=True).feed(_event_frame(event))
+    assert decoded == [epoch_event]
+
+
+def test_a_batch_is_the_same_from_epoch_timestamps_as_from_datetimes(
+    codec: ProtocolCodec,
+) -> None:
+    """The consumer's readers ask for epoch seconds: its Arrow batches must not change."""
+    raw = body(_reply(_STAMPS[:3] + [_record(index) for index in range(5, 40)]))
+    plain = codec.decode("GetRecords", 200, {}, raw)["Records"]
+    epoch = codec.decode("GetRecords", 200, {}, raw, epoch_timestamps=True)["Records"]
+    built = [build_record_batch("s", "shardId-0", records).batch for records in (plain, epoch)]
+    assert built[0].equals(built[1])
+    stamps = built[0].column("approximate_arrival_timestamp").cast(pa.int64()).to_pylist()
+    assert stamps[:3] == [1_700_000_000_125, 1_700_000_000_000, 1_700_000_000_250]
 
 
 def test_subscribe_events_decode_exactly_as_botocore_does(codec: ProtocolCodec) -> None:
@@ -164,6 +222,10 @@ POISON: list[tuple[dict[str, object], str]] = [
     ({"ApproximateArrivalTimestamp": "yesterday"}, "ApproximateArrivalTimestamp is not a"),
     ({"ApproximateArrivalTimestamp": True}, "ApproximateArrivalTimestamp is not a"),
     ({"ApproximateArrivalTimestamp": 1e300}, "ApproximateArrivalTimestamp is not a"),
+    ({"ApproximateArrivalTimestamp": 253402300800.0}, "ApproximateArrivalTimestamp is not a"),
+    ({"ApproximateArrivalTimestamp": -62135596801.0}, "ApproximateArrivalTimestamp is not a"),
+    ({"ApproximateArrivalTimestamp": float("nan")}, "ApproximateArrivalTimestamp is not a"),
+    ({"ApproximateArrivalTimestamp": 10**400}, "ApproximateArrivalTimestamp is not a"),
     ({"PartitionKey": _GONE}, "PartitionKey is missing"),
     ({"PartitionKey": ["k"]}, "PartitionKey is not a string"),
 ]
@@ -174,13 +236,14 @@ def _expected_sequence(changes: dict[str, object]) -> str | None:
     return sequence if isinstance(sequence, str) else None
 
 
+@pytest.mark.parametrize("epoch_timestamps", [False, True])
 @pytest.mark.parametrize(("changes", "problem"), POISON)
 def test_a_poison_record_is_named_and_the_rest_of_the_reply_kept(
-    codec: ProtocolCodec, changes: dict[str, object], problem: str
+    codec: ProtocolCodec, changes: dict[str, object], problem: str, epoch_timestamps: bool
 ) -> None:
     raw = body(_reply([_record(0), _record(1, **changes), _record(2)]))
     with pytest.raises(errors.MalformedReplyError) as caught:
-        codec.decode("GetRecords", 200, {}, raw)
+        codec.decode("GetRecords", 200, {}, raw, epoch_timestamps=epoch_timestamps)
     error = caught.value
     assert error.operation == "GetRecords"
     [(index, sequence, what)] = error.bad_records

@@ -35,10 +35,13 @@ class RecordingClient(KinesisClient):
         params: Mapping[str, Any] | None = None,
         *,
         retry: RetrySettings | None = None,
+        epoch_timestamps: bool = False,
     ) -> dict[str, Any]:
         if operation == "GetRecords":
             self.get_records_started.append(anyio.current_time())
-        result = await super().call(operation, params, retry=retry)
+        result = await super().call(
+            operation, params, retry=retry, epoch_timestamps=epoch_timestamps
+        )
         if (
             operation == "GetRecords"
             and self.reached is not None

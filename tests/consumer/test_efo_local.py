@@ -49,13 +49,13 @@ class FaultySubscriptions:
 
     @asynccontextmanager
     async def __call__(
-        self, arn: str, shard_id: str, position: Mapping[str, Any]
+        self, arn: str, shard_id: str, position: Mapping[str, Any], **options: Any
     ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
         fault = self.plan[len(self.positions)] if len(self.positions) < len(self.plan) else ""
         self.positions.append(dict(position))
         if fault == "in_use":
             raise errors.ResourceInUseError("injected", code="ResourceInUseException")
-        async with self._real(arn, shard_id, position) as subscription:
+        async with self._real(arn, shard_id, position, **options) as subscription:
             yield self._events(subscription, fault)
 
     async def _events(
@@ -137,12 +137,12 @@ class ResetEveryShard:
 
     @asynccontextmanager
     async def __call__(
-        self, arn: str, shard_id: str, position: Mapping[str, Any]
+        self, arn: str, shard_id: str, position: Mapping[str, Any], **options: Any
     ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
         if self.done.get(shard_id, 0) < self.resets:
             self.done[shard_id] = self.done.get(shard_id, 0) + 1
             raise errors.TransportError("injected: connection reset")
-        async with self._real(arn, shard_id, position) as subscription:
+        async with self._real(arn, shard_id, position, **options) as subscription:
             yield aiter(subscription)
 
 

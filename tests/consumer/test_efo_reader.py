@@ -61,15 +61,22 @@ class ScriptedClient:
         self.consumer_exists = consumer_exists  # whether DescribeStreamConsumer finds it
         self.calls: list[str] = []
         self.positions: list[Mapping[str, Any]] = []
+        self.epoch_timestamps: list[bool] = []  # what each subscription asked for
         self.open = 0
         self.most_open = 0  # subscriptions open at once, at most
         self.silenced = anyio.Event()  # a subscription went silent
 
     @asynccontextmanager
     async def subscribe_to_shard(
-        self, arn: str, shard_id: str, position: Mapping[str, Any]
+        self,
+        arn: str,
+        shard_id: str,
+        position: Mapping[str, Any],
+        *,
+        epoch_timestamps: bool = False,
     ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
         self.positions.append(dict(position))
+        self.epoch_timestamps.append(epoch_timestamps)
         script = self.scripts.pop(0) if self.scripts else []
         if isinstance(script, BaseException):  # the subscription itself fails
             raise script
@@ -164,6 +171,7 @@ async def test_empty_events_advance_the_position_and_resubscribe_after_it() -> N
     assert [r["SequenceNumber"] for r in read.records] == ["12"]
     assert client.positions[0]["Type"] == "LATEST"
     assert client.positions[1] == {"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": "11"}
+    assert client.epoch_timestamps == [True, True]  # arrival times as numbers, for Arrow
     assert efo._metrics.resubscriptions == {"end": 1}
     await efo.aclose()
     assert client.open == 0
@@ -329,7 +337,9 @@ class PolledClient(ScriptedClient):
         self.polled = polled
         self.iterators: list[Mapping[str, Any]] = []
 
-    async def call(self, operation: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    async def call(
+        self, operation: str, params: Mapping[str, Any], *, epoch_timestamps: bool = False
+    ) -> dict[str, Any]:
         if operation == "GetShardIterator":
             self.iterators.append(dict(params))
             return {"ShardIterator": "it"}

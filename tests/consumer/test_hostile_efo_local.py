@@ -69,12 +69,12 @@ class Refusing:
 
     @asynccontextmanager
     async def __call__(
-        self, arn: str, shard_id: str, position: Mapping[str, Any]
+        self, arn: str, shard_id: str, position: Mapping[str, Any], **options: Any
     ) -> AsyncIterator[Subscription]:
         if not self.released and (self.times is None or self.refused < self.times):
             self.refused += 1
             raise self.error
-        async with self._real(arn, shard_id, position) as subscription:
+        async with self._real(arn, shard_id, position, **options) as subscription:
             yield subscription
 
 
@@ -180,12 +180,12 @@ class ResetAfterWaits:
 
     @asynccontextmanager
     async def __call__(
-        self, arn: str, shard_id: str, position: Mapping[str, Any]
+        self, arn: str, shard_id: str, position: Mapping[str, Any], **options: Any
     ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
         if self.released and not self.resets:
             self.resets += 1
             raise errors.TransportError("injected: connection reset")
-        async with self._real(arn, shard_id, position) as subscription:
+        async with self._real(arn, shard_id, position, **options) as subscription:
             yield self._events(subscription)
 
     async def _events(self, subscription: Subscription) -> AsyncIterator[dict[str, Any]]:

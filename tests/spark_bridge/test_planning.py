@@ -212,7 +212,9 @@ class FakeShard:
         self.hide = hide
         self.calls: list[str] = []
 
-    async def call(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def call(
+        self, operation: str, params: dict[str, Any], *, epoch_timestamps: bool = False
+    ) -> dict[str, Any]:
         self.calls.append(operation)
         if operation == "GetShardIterator":
             kind = params["ShardIteratorType"]
@@ -339,9 +341,9 @@ async def test_a_range_whose_end_never_shows_up_fails_after_the_timeout() -> Non
     clock = Clock()
     shard = FakeShard([plain(1), plain(2)])
 
-    async def advancing(operation: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def advancing(operation: str, params: dict[str, Any], **options: Any) -> dict[str, Any]:
         clock.now += 1.0
-        return await FakeShard.call(shard, operation, params)
+        return await FakeShard.call(shard, operation, params, **options)
 
     shard.call = advancing  # type: ignore[method-assign]
     with pytest.raises(RangeReadError, match="replayTimeout"):
