@@ -56,9 +56,21 @@ class Incarnation:
 
 
 class Slot(Generic[T]):
-    """A child as the supervisor knows it; outlives incarnations, like the mailbox it owns."""
+    """A child as the supervisor knows it; outlives incarnations, like the mailbox it owns.
 
-    def __init__(self, spec: ChildSpec[T], path: str, backoff: RestartBackoff) -> None:
+    Every field is written here alone: the supervisor moves a slot through its states with
+    the methods below (:meth:`begin`, :meth:`ended`, :meth:`schedule_restart`, ...), and its
+    incarnation's task with :meth:`run`'s readiness, so a state change has one place to look.
+    """
+
+    def __init__(
+        self,
+        spec: ChildSpec[T],
+        path: str,
+        backoff: RestartBackoff,
+        *,
+        intensity: RestartIntensity | None = None,
+    ) -> None:
         self.spec = spec
         self.path = path
         # None for a source; the caller's for a child that brings its own (not ours to close).
@@ -80,9 +92,41 @@ class Slot(Generic[T]):
         self.behaviour: Any = None
         self.restarts = 0
         #: Its own restart budget, under ``IntensityScope.CHILD`` (None: the supervisor's).
-        self.intensity: RestartIntensity | None = None
+        self.intensity = intensity
         self.last_failure: Exception | None = None
         self.restart_due: float | None = None
+
+    # -- the supervisor's transitions ---------------------------------------------------------
+
+    def begin(self) -> Incarnation:
+        """A new incarnation, about to start: the slot is starting."""
+        incarnation = self.incarnation = Incarnation(self.restarts)
+        self.state = ChildState.STARTING
+        return incarnation
+
+    def ended(self, incarnation: Incarnation) -> None:
+        """``incarnation`` is over (its start failed, or its exit was handled): forgotten,
+        unless a newer one took its place."""
+        if self.incarnation is incarnation:
+            self.incarnation = None
+
+    def stopping(self) -> None:
+        """Being stopped on purpose: its exit is no longer a reason to restart it."""
+        self.state = ChildState.STOPPING
+
+    def failed(self, error: Exception) -> None:
+        """Its incarnation crashed with ``error`` (kept for the snapshot)."""
+        self.last_failure = error
+
+    def schedule_restart(self, due: float) -> None:
+        """Down, to start again at ``due`` (or at a later time already set)."""
+        self.state = ChildState.RESTARTING
+        self.restarts += 1
+        self.restart_due = max(self.restart_due or 0.0, due)
+
+    def restart_now(self) -> None:
+        """Its restart is due and begins: no longer waiting."""
+        self.restart_due = None
 
     async def run(
         self,

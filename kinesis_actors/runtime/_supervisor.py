@@ -209,11 +209,12 @@ class Supervisor:
                 clock=self._clock,
                 random=self._random,
             )
-            slot = Slot(spec, f"{self._name}/{spec.name}", backoff)
+            own = None
             if self._intensity_scope is IntensityScope.CHILD:
-                slot.intensity = RestartIntensity(
+                own = RestartIntensity(
                     self._intensity.max_restarts, self._intensity.period, clock=self._clock
                 )
+            slot = Slot(spec, f"{self._name}/{spec.name}", backoff, intensity=own)
             self._slots[spec.name] = slot
             try:
                 await self._start(slot)
@@ -229,7 +230,7 @@ class Supervisor:
         remove it. Other children are not affected."""
         async with self._lock:
             slot = self._slot(name)
-            slot.state = ChildState.STOPPING  # its exit is no longer a reason to restart
+            slot.stopping()
         await slot.stop_gracefully()
         async with self._lock:
             slot.finish()
@@ -284,14 +285,11 @@ class Supervisor:
     # -- children ---------------------------------------------------------------------------
 
     async def _start(self, slot: Slot[Any]) -> None:
-        incarnation = Incarnation(slot.restarts)
-        slot.incarnation = incarnation
-        slot.state = ChildState.STARTING
+        incarnation = slot.begin()
         try:
             await self._task_group().start(slot.run, incarnation, self._exited)
         except BaseException:
-            if slot.incarnation is incarnation:
-                slot.incarnation = None
+            slot.ended(incarnation)
             raise
 
     def _exited(self, slot: Slot[Any], incarnation: Incarnation, error: Exception | None) -> None:
@@ -366,7 +364,7 @@ class Supervisor:
             slot, incarnation, error = self._exits.popleft()
             if slot.incarnation is not incarnation or slot.state is not ChildState.RUNNING:
                 continue  # stopped on purpose, or already superseded
-            slot.incarnation = None
+            slot.ended(incarnation)
             if not await self._child_down(slot, error):
                 return False
         return await self._restart_due()
@@ -374,7 +372,7 @@ class Supervisor:
     async def _child_down(self, slot: Slot[Any], error: Exception | None) -> bool:
         restart = slot.spec.restart
         if error is not None:
-            slot.last_failure = error
+            slot.failed(error)
             recoverable = slot.spec.recoverable
             if recoverable is not None and recoverable(error):
                 slot.log.warning("crashed on a recoverable error: %r", error)
@@ -401,9 +399,7 @@ class Supervisor:
                 member.finish()
                 self._remove(member)
                 continue
-            member.state = ChildState.RESTARTING
-            member.restarts += 1
-            member.restart_due = max(member.restart_due or 0.0, due)
+            member.schedule_restart(due)
             self._due.add(member)
         slot.log.info("restarting %s in %.3f s", [m.spec.name for m in group], delay)
         return True
@@ -427,7 +423,7 @@ class Supervisor:
                 if ordered:
                     break  # later children depend on this one: they wait for it
                 continue
-            slot.restart_due = None
+            slot.restart_now()
             self._due.discard(slot)
             try:
                 await self._start(slot)
