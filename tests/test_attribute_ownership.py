@@ -41,7 +41,6 @@ SCANNED = ("kinesis_actors", "spark_bridge")
 ALLOWED: dict[str, str] = {
     "Domain": "producer plain state: _domains' reuse/pin and the waiting room both set it",
     "Entry": "producer plain state: refilled by fill(), stamped by intake, ledger, retries",
-    "MuxConnection": "an HTTP/2 connection the pool reserves and the connection fails",
 }
 
 

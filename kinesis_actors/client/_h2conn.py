@@ -144,7 +144,7 @@ class MuxConnection:
         self.reserved = 0  # slots taken (streams open or opening); the pool's count
         self.connected = anyio.Event()
         self.failure: errors.TransportError | None = None  # why it cannot be used
-        self.abandoned = False  # its connect was cancelled: its waiters try another (the pool's)
+        self.abandoned = False  # its connect was cancelled: its waiters try another
         self._socket: anyio.abc.ByteStream | None = None
         self._h2: h2.connection.H2Connection | None = None
         self._streams: dict[int, _Stream] = {}
@@ -360,6 +360,18 @@ class MuxConnection:
             for each in self._streams.values():
                 if not each.ended and each.error is None:
                     each.error = error
+
+    def connect_failed(self, exc: BaseException) -> None:
+        """Its connect ended with ``exc``: a transport error is why it cannot be used;
+        anything else (its connecting subscriber was cancelled) abandons it, not its fault,
+        and its waiters try another connection."""
+        if isinstance(exc, errors.TransportError):
+            self.failure = exc
+            return
+        self.abandoned = True
+        self.failure = errors.TransportError(
+            "the connection was not established", operation=self.target.operation
+        )
 
     def _fail(self, message: str) -> errors.TransportError:
         """The connection is unusable: every stream on it fails with ``message``."""

@@ -128,11 +128,7 @@ class H2Pool:
         try:
             await connection.connect()
         except BaseException as exc:
-            failure = exc if isinstance(exc, errors.TransportError) else None
-            connection.abandoned = failure is None
-            connection.failure = failure or errors.TransportError(
-                "the connection was not established", operation=self._target.operation
-            )
+            connection.connect_failed(exc)
             raise
         finally:
             connection.connected.set()
