@@ -270,7 +270,8 @@ class ServiceClient:
         :class:`RetrySettings` (or ``retry``); the last failure is raised as its typed error.
         ``epoch_timestamps``: GetRecords' records carry ``ApproximateArrivalTimestamp`` as
         float epoch seconds (as the wire does), not a datetime, for readers that want a
-        number (it saves 0.37 us a record whose timestamp differs from the one before).
+        number (it saves 0.37 us a record whose timestamp differs from the one before);
+        other operations' replies, and other services', are not changed by it.
         """
         request = self.codec.encode(operation, params or {})
         if epoch_timestamps:
