@@ -30,6 +30,7 @@ violation unless a class of the same module assigns it on ``self`` (or lists it 
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,6 +173,11 @@ def _class_named(annotation: ast.expr | None) -> str | None:
 def typed_writes(tree: ast.AST, known: set[str], real: dict[str, str]) -> dict[str, set[str]]:
     """Fields written on names a function binds to a class of ``known`` (an annotated
     parameter or local, or a local built by calling the class): class -> fields."""
+
+    def known_class(name: str | None) -> str | None:
+        name = real.get(name, name) if name is not None else None
+        return name if name in known else None
+
     written: dict[str, set[str]] = defaultdict(set)
     for function in ast.walk(tree):
         if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -179,23 +185,21 @@ def typed_writes(tree: ast.AST, known: set[str], real: dict[str, str]) -> dict[s
         bound: dict[str, str] = {}
         arguments = function.args
         for argument in arguments.posonlyargs + arguments.args + arguments.kwonlyargs:
-            name = _class_named(argument.annotation)
-            if name is not None and real.get(name, name) in known:
-                bound[argument.arg] = real.get(name, name)
+            if cls := known_class(_class_named(argument.annotation)):
+                bound[argument.arg] = cls
         for node in ast.walk(function):
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                name = _class_named(node.annotation)
-                if name is not None and real.get(name, name) in known:
-                    bound[node.target.id] = real.get(name, name)
+                if cls := known_class(_class_named(node.annotation)):
+                    bound[node.target.id] = cls
             elif (
                 isinstance(node, ast.Assign)
                 and isinstance(node.value, ast.Call)
                 and isinstance(node.value.func, ast.Name)
-                and real.get(node.value.func.id, node.value.func.id) in known
+                and (cls := known_class(node.value.func.id))
             ):
                 for target in node.targets:
                     if isinstance(target, ast.Name):
-                        bound[target.id] = real.get(node.value.func.id, node.value.func.id)
+                        bound[target.id] = cls
         for node in ast.walk(function):
             for target in _targets(node):
                 for attribute in _attributes(target):
@@ -203,6 +207,28 @@ def typed_writes(tree: ast.AST, known: set[str], real: dict[str, str]) -> dict[s
                     if isinstance(value, ast.Name) and value.id in bound:
                         written[bound[value.id]].add(attribute.attr)
     return written
+
+
+@functools.cache
+def _modules(
+    root: Path, packages: tuple[str, ...]
+) -> tuple[tuple[str, ast.Module, dict[str, str]], ...]:
+    """Every module of ``packages`` under ``root``, parsed once: its dotted name, its tree,
+    and the names it imports a class under (``import Supervisor as _S``: ``_S`` -> its
+    name), so that such a class is the class."""
+    modules = []
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            tree = ast.parse(path.read_text(), filename=str(path))
+            aliases = {
+                alias.asname: alias.name
+                for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom)
+                for alias in node.names
+                if alias.asname
+            }
+            modules.append((".".join(path.relative_to(root).with_suffix("").parts), tree, aliases))
+    return tuple(modules)
 
 
 def _base_name(base: ast.expr) -> str | None:
@@ -218,40 +244,29 @@ def _base_name(base: ast.expr) -> str | None:
 def collect(root: Path, packages: tuple[str, ...]) -> list[_Class]:
     """Every class of ``packages`` under ``root``, with the attributes its methods assign."""
     classes: list[_Class] = []
-    for package in packages:
-        for path in sorted((root / package).rglob("*.py")):
-            module = ".".join(path.relative_to(root).with_suffix("").parts)
-            tree = ast.parse(path.read_text(), filename=str(path))
-            # A class imported under another name (``import Supervisor as _S``) is the class.
-            real = {
-                alias.asname: alias.name
-                for node in ast.walk(tree)
-                if isinstance(node, ast.ImportFrom)
-                for alias in node.names
-                if alias.asname
-            }
-            for node in ast.walk(tree):
-                if not isinstance(node, ast.ClassDef):
-                    continue
-                bases = [real.get(b, b) for b in map(_base_name, node.bases) if b]
-                found = _Class(module, node.name, bases)
-                for item in node.body:
-                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                        static = any(
-                            isinstance(d, ast.Name) and d.id == "staticmethod"
-                            for d in item.decorator_list
-                        )
-                        if not static:
-                            found.assigned |= _assigned_on_self(item)
-                            if item.name != "__init__":
-                                found.changed |= _assigned_on_self(item)
-                            found.components |= {
-                                attr: real.get(name, name)
-                                for attr, name in _components(item).items()
-                            }
-                            for attr, names in _written_through(item).items():
-                                found.through[attr] |= names
-                classes.append(found)
+    for module, tree, real in _modules(root, packages):
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            bases = [real.get(b, b) for b in map(_base_name, node.bases) if b]
+            found = _Class(module, node.name, bases)
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    static = any(
+                        isinstance(d, ast.Name) and d.id == "staticmethod"
+                        for d in item.decorator_list
+                    )
+                    if not static:
+                        assigned = _assigned_on_self(item)
+                        found.assigned |= assigned
+                        if item.name != "__init__":
+                            found.changed |= assigned
+                        found.components |= {
+                            attr: real.get(name, name) for attr, name in _components(item).items()
+                        }
+                        for attr, names in _written_through(item).items():
+                            found.through[attr] |= names
+            classes.append(found)
     return classes
 
 
@@ -266,21 +281,11 @@ def typed_owners(
         counts[found.name] += 1
     home = {found.name: found.module for found in classes if counts[found.name] == 1}
     owners: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-    for package in packages:
-        for path in sorted((root / package).rglob("*.py")):
-            module = ".".join(path.relative_to(root).with_suffix("").parts)
-            tree = ast.parse(path.read_text(), filename=str(path))
-            real = {
-                alias.asname: alias.name
-                for node in ast.walk(tree)
-                if isinstance(node, ast.ImportFrom)
-                for alias in node.names
-                if alias.asname
-            }
-            for name, fields in typed_writes(tree, set(home), real).items():
-                if home[name] != module:
-                    for attr in fields:
-                        owners[name][attr].add(module)
+    for module, tree, real in _modules(root, packages):
+        for name, fields in typed_writes(tree, set(home), real).items():
+            if home[name] != module:
+                for attr in fields:
+                    owners[name][attr].add(module)
     return owners
 
 
@@ -375,37 +380,43 @@ def foreign_writes(root: Path, packages: tuple[str, ...]) -> list[str]:
     """Assignments to a private attribute of an object other than ``self`` (``self._room._x``,
     ``room._x``) in a module none of whose classes owns that attribute, as ``module: code``."""
     found: list[str] = []
-    for package in packages:
-        for path in sorted((root / package).rglob("*.py")):
-            module = ".".join(path.relative_to(root).with_suffix("").parts)
-            tree = ast.parse(path.read_text(), filename=str(path))
-            owned: set[str] = set()
-            for node in ast.walk(tree):
-                if isinstance(node, ast.ClassDef):
-                    owned |= _slots(node)
-                    for item in node.body:
-                        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                            owned |= _assigned_on_self(item)
-            selves: set[int] = set()  # the targets `self.x` of methods, by node id
-            for node in ast.walk(tree):
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.args.args:
-                    self_name = node.args.args[0].arg
-                    for inner in ast.walk(node):
-                        for target in _targets(inner):
-                            for attribute in _attributes(target):
-                                value = attribute.value
-                                if isinstance(value, ast.Name) and value.id == self_name:
-                                    selves.add(id(attribute))
-            for node in ast.walk(tree):
-                for target in _targets(node):
-                    for attribute in _attributes(target):
-                        if (
-                            _private(attribute.attr)
-                            and id(attribute) not in selves
-                            and attribute.attr not in owned
-                        ):
-                            found.append(f"{module}: {ast.unparse(attribute)}")
+    for module, tree, _ in _modules(root, packages):
+        owned: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                owned |= _slots(node)
+                for item in node.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        owned |= _assigned_on_self(item)
+        selves: set[int] = set()  # the targets `self.x` of methods, by node id
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.args.args:
+                self_name = node.args.args[0].arg
+                for inner in ast.walk(node):
+                    for target in _targets(inner):
+                        for attribute in _attributes(target):
+                            value = attribute.value
+                            if isinstance(value, ast.Name) and value.id == self_name:
+                                selves.add(id(attribute))
+        for node in ast.walk(tree):
+            for target in _targets(node):
+                for attribute in _attributes(target):
+                    if (
+                        _private(attribute.attr)
+                        and id(attribute) not in selves
+                        and attribute.attr not in owned
+                    ):
+                        found.append(f"{module}: {ast.unparse(attribute)}")
     return found
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> None:
+    """A tiny package ``pkg`` under ``tmp_path`` of ``files`` (name -> source)."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name, source in files.items():
+        (package / name).write_text(source)
 
 
 def test_no_module_writes_the_private_fields_of_another_modules_object() -> None:
@@ -413,20 +424,23 @@ def test_no_module_writes_the_private_fields_of_another_modules_object() -> None
 
 
 def test_the_check_finds_a_field_of_a_component_written_by_its_owner(tmp_path: Path) -> None:
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "_part.py").write_text(
-        "class Part:\n    def __init__(self):\n        self._count = 0\n\n"
-        "    @classmethod\n    def make(cls):\n        part = cls()\n        part._count = 1\n"
-    )
-    (package / "_whole.py").write_text(
-        "from ._part import Part\n\n"
-        "class Whole:\n"
-        "    def __init__(self):\n"
-        "        self._part = Part()\n"
-        "    def bump(self):\n"
-        "        self._part._count += 1\n"
+    _package(
+        tmp_path,
+        {
+            "_part.py": (
+                "class Part:\n    def __init__(self):\n        self._count = 0\n\n"
+                "    @classmethod\n    def make(cls):\n"
+                "        part = cls()\n        part._count = 1\n"
+            ),
+            "_whole.py": (
+                "from ._part import Part\n\n"
+                "class Whole:\n"
+                "    def __init__(self):\n"
+                "        self._part = Part()\n"
+                "    def bump(self):\n"
+                "        self._part._count += 1\n"
+            ),
+        },
     )
     assert foreign_writes(tmp_path, ("pkg",)) == ["pkg._whole: self._part._count"]
 
@@ -444,56 +458,62 @@ def test_every_attribute_is_written_from_one_module() -> None:
 
 
 def test_the_check_finds_a_field_a_subclass_in_another_module_writes(tmp_path: Path) -> None:
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "_base.py").write_text(
-        "class Base:\n    def __init__(self):\n        self.count = 0\n        self.own = 1\n"
-    )
-    (package / "_derived.py").write_text(
-        "from ._base import Base\n\n"
-        "class Derived(Base):\n"
-        "    def bump(self):\n"
-        "        self.count += 1\n"
-        "        self.mine, (self.other, _) = 1, (2, 3)\n"
+    _package(
+        tmp_path,
+        {
+            "_base.py": (
+                "class Base:\n    def __init__(self):\n"
+                "        self.count = 0\n        self.own = 1\n"
+            ),
+            "_derived.py": (
+                "from ._base import Base\n\n"
+                "class Derived(Base):\n"
+                "    def bump(self):\n"
+                "        self.count += 1\n"
+                "        self.mine, (self.other, _) = 1, (2, 3)\n"
+            ),
+        },
     )
     violations = shared_owners(collect(tmp_path, ("pkg",)))
     assert violations == {"Derived": {"count": {"pkg._base", "pkg._derived"}}}
 
 
 def test_the_check_sees_through_a_base_imported_under_another_name(tmp_path: Path) -> None:
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "_base.py").write_text(
-        "class Base:\n    def __init__(self):\n        self.count = 0\n"
-    )
-    (package / "_derived.py").write_text(
-        "from ._base import Base as _B\n\n"
-        "class Derived(_B):\n"
-        "    def bump(self):\n"
-        "        self.count += 1\n"
+    _package(
+        tmp_path,
+        {
+            "_base.py": "class Base:\n    def __init__(self):\n        self.count = 0\n",
+            "_derived.py": (
+                "from ._base import Base as _B\n\n"
+                "class Derived(_B):\n"
+                "    def bump(self):\n"
+                "        self.count += 1\n"
+            ),
+        },
     )
     violations = shared_owners(collect(tmp_path, ("pkg",)))
     assert violations == {"Derived": {"count": {"pkg._base", "pkg._derived"}}}
 
 
 def test_the_check_finds_a_field_an_owner_writes_through_its_component(tmp_path: Path) -> None:
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "_part.py").write_text(
-        "class Part:\n    def __init__(self):\n        self.count = 0\n        self.size = 0\n"
-    )
-    (package / "_whole.py").write_text(
-        "from ._part import Part\n\n"
-        "class Whole:\n"
-        "    def __init__(self):\n"
-        "        self._part = Part()\n"
-        "    def bump(self):\n"
-        "        self._part.count += 1\n"
-        "        part = self._part\n"
-        "        part.size = 2\n"
+    _package(
+        tmp_path,
+        {
+            "_part.py": (
+                "class Part:\n    def __init__(self):\n"
+                "        self.count = 0\n        self.size = 0\n"
+            ),
+            "_whole.py": (
+                "from ._part import Part\n\n"
+                "class Whole:\n"
+                "    def __init__(self):\n"
+                "        self._part = Part()\n"
+                "    def bump(self):\n"
+                "        self._part.count += 1\n"
+                "        part = self._part\n"
+                "        part.size = 2\n"
+            ),
+        },
     )
     violations = shared_owners(collect(tmp_path, ("pkg",)))
     assert violations == {
@@ -507,23 +527,25 @@ def test_the_check_finds_a_field_written_through_a_typed_name_and_by_its_class(
     """The supervisor's case: it set ``slot.state`` on its children's slots (a parameter
     annotated ``Slot[Any]``) while each slot's own task set ``self.state`` too. A record
     built in ``__init__`` and written by one other module is one owner."""
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "_slot.py").write_text(
-        "class Slot:\n"
-        "    def __init__(self):\n        self.state = 0\n        self.due = None\n"
-        "    def ready(self):\n        self.state = 1\n"
-    )
-    (package / "_boss.py").write_text(
-        "from ._slot import Slot as _Slot\n\n"
-        "class Boss:\n"
-        "    def down(self, slot: '_Slot[int]') -> None:\n"
-        "        slot.state = 2\n"
-        "        slot.due = 5.0\n"
-        "    def add(self) -> None:\n"
-        "        made = _Slot()\n"
-        "        made.state = 3\n"
+    _package(
+        tmp_path,
+        {
+            "_slot.py": (
+                "class Slot:\n"
+                "    def __init__(self):\n        self.state = 0\n        self.due = None\n"
+                "    def ready(self):\n        self.state = 1\n"
+            ),
+            "_boss.py": (
+                "from ._slot import Slot as _Slot\n\n"
+                "class Boss:\n"
+                "    def down(self, slot: '_Slot[int]') -> None:\n"
+                "        slot.state = 2\n"
+                "        slot.due = 5.0\n"
+                "    def add(self) -> None:\n"
+                "        made = _Slot()\n"
+                "        made.state = 3\n"
+            ),
+        },
     )
     classes = collect(tmp_path, ("pkg",))
     assert shared_owners(classes) == {}
