@@ -21,6 +21,10 @@ TRIM_HORIZON with the default configuration. Figures:
   shard read, per shard (``rss_before_mb``, ``rss_open_mb``, ``rss_read_mb`` are the
   totals; each row runs in a fresh process of its own, so no row reuses memory another
   freed);
+- ``statistics_cpu_ms``: the CPU of one ``Consumer.statistics()`` once idle (median of five),
+  a snapshot of every shard taken on the loop, as the metrics exporter's sampler does;
+- ``close_s`` / ``close_cpu_s``: the end of that Consumer's ``async with``, every actor
+  stopped;
 - ``cpu_us_per_record``: the cost of a record, apart from a shard's. Once the first Consumer
   is closed, a second reads the one record of every shard from TRIM_HORIZON
   (``records_base_cpu_s``); then ``records`` more records (the same total at every shard
@@ -46,6 +50,7 @@ import dataclasses
 import gc
 import json
 import multiprocessing
+import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -165,6 +170,10 @@ async def _measure(
             cpu = time.process_time() - cpu
             target_cpu = target.cpu_seconds() - target_cpu
             idle_calls = await anyio.to_thread.run_sync(_get_records_calls, target) - calls
+            statistics_cpu = statistics.median(_statistics_cpu(consumer) for _ in range(5))
+            closing, closing_cpu = time.perf_counter(), time.process_time()
+        closed = time.perf_counter() - closing
+        closed_cpu = time.process_time() - closing_cpu
         row: dict[str, Any] = {
             "shards": shards,
             "open_s": opened,
@@ -182,10 +191,21 @@ async def _measure(
             "rss_read_mb": _mb(rss_read),
             "rss_open_kib_per_shard": (rss_open - rss_before) / shards,
             "rss_read_kib_per_shard": (rss_read - rss_before) / shards,
+            "statistics_cpu_ms": statistics_cpu * 1e3,
+            "close_s": closed,
+            "close_cpu_s": closed_cpu,
         }
         if records:
             row |= await _measure_records(client, target, shards, records, config, page)
     return row
+
+
+def _statistics_cpu(consumer: Consumer) -> float:
+    """CPU seconds of one ``Consumer.statistics()``: a snapshot of every shard, taken on the
+    loop (the metrics exporter's sampler takes one per collection)."""
+    began = time.process_time()
+    consumer.statistics()
+    return time.process_time() - began
 
 
 async def _read_all(
@@ -325,6 +345,9 @@ def report(results: dict[str, Any]) -> str:
         ("idle reads/s", "idle_reads_per_s", _f(0)),
         ("idle CPU us/read", "idle_cpu_us_per_read", _f(0)),
         ("target CPU (cores)", "idle_target_cpu_share", _f(3)),
+        ("statistics() CPU ms", "statistics_cpu_ms", _f(2)),
+        ("close s", "close_s", _f(2)),
+        ("close CPU s", "close_cpu_s", _f(2)),
         ("RSS MB", "rss_read_mb", _f(1)),
         ("RSS KiB/shard open", "rss_open_kib_per_shard", _f(0)),
         ("RSS KiB/shard read", "rss_read_kib_per_shard", _f(0)),

@@ -215,6 +215,12 @@ def _polling(counts: Sequence[int], rows: dict[Any, dict[str, Any]]) -> list[str
             ),
         ),
         _row(
+            "polling: `statistics()` CPU, ms / close, s",
+            counts,
+            rows,
+            lambda r: f"{_num(r.get('statistics_cpu_ms'), 2)} / {_num(r.get('close_s'), 2)}",
+        ),
+        _row(
             "polling: RSS growth per shard, KiB (open / every shard read); RSS MB",
             counts,
             rows,

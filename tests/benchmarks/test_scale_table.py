@@ -43,6 +43,8 @@ def test_the_table_sets_each_figure_beside_its_before_and_marks_what_did_not_run
         "rss_open_kib_per_shard": 23.0,
         "rss_read_kib_per_shard": 23.5,
         "rss_read_mb": 160.0,
+        "statistics_cpu_ms": 7.5,
+        "close_s": 0.2,
     }
     efo = {"shards": 1000, "open_s": 2.0, "fds_end": 31, "rss_end_mb": 200.0, "shards_read": 9}
     spark = {
@@ -71,6 +73,7 @@ def test_the_table_sets_each_figure_beside_its_before_and_marks_what_did_not_run
     table = scale_table.markdown(results)
     assert "| 26.5 / 77 → 1.00 / 1.10 |" in table
     assert "0.96 → 0.040" in table
+    assert "| 7.50 / 0.20 |" in table  # statistics() and close: no before
     assert "3.9 s / 1,037 / 251 → 2.0 s / 31 / 200 (at the end)" in table
     assert "9 read in" in table  # not every EFO shard read in the time given
     assert "170 → 12.0" in table and "3.9-4.1 → 0.400" in table and "68-72 → 3" in table

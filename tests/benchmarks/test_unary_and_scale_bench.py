@@ -43,6 +43,7 @@ def test_a_scale_row_reads_every_shard_then_measures_the_idle_window_then_record
     assert row["idle_cpu_share"] >= 0 and row["idle_reads_per_s"] >= 0
     assert row["rss_before_mb"] > 0 and row["rss_read_mb"] > 0
     assert "rss_open_kib_per_shard" in row and "rss_read_kib_per_shard" in row
+    assert row["statistics_cpu_ms"] >= 0 and row["close_s"] > 0 and row["close_cpu_s"] >= 0
     assert row["records"] == 400  # 100 a shard, read by a Consumer of their own
     # In pages of 32, whatever the shard count: 101 records a shard (the first one too) are
     # four calls, the last of 5 records showing the shard's tip.

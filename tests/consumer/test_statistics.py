@@ -44,6 +44,22 @@ def test_a_shards_statistics_are_a_copy_that_its_reader_no_longer_changes() -> N
         statistics.reads = 5  # type: ignore[misc]
 
 
+def test_a_snapshot_and_its_dict_hold_what_a_deep_copy_would() -> None:
+    pipeline = ShardPipeline(("s", "shardId-0"), SavedShard(start=StartingPosition.latest()), 2)
+    counters = pipeline.counters
+    for number, counter in enumerate(dataclasses.fields(ShardMetrics), start=1):
+        filled_in = counter.name in ("buffer_depth", "backpressured_seconds")  # by the snapshot
+        if counter.type in ("int", "float", "int | None") and not filled_in:
+            setattr(counters, counter.name, number)
+    counters.resubscriptions.update(renewal=2, error=1)
+    statistics = pipeline.statistics()
+    expected = dataclasses.asdict(counters) | {"buffer_depth": 0, "backpressured_seconds": 0.0}
+    as_dict = statistics.to_dict()
+    assert as_dict == expected and dataclasses.asdict(statistics) == expected
+    as_dict["resubscriptions"]["renewal"] = 9  # neither the snapshot nor the live counters
+    assert statistics.resubscriptions == counters.resubscriptions == {"renewal": 2, "error": 1}
+
+
 def test_a_shards_state_is_an_enum_equal_to_its_name_in_snapshots_and_json() -> None:
     pipeline = ShardPipeline(("s", "shardId-0"), SavedShard(start=StartingPosition.latest()), 2)
     assert pipeline.statistics().state is ShardState.WAITING
