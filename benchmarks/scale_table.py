@@ -6,10 +6,12 @@
 One invocation runs, at every shard count, the rows of :mod:`benchmarks.scale_bench` (a
 polling Consumer: open, every shard read, idle CPU, CPU per record, RSS per shard) and
 :mod:`benchmarks.efo_scale_bench` (an EFO Consumer on the local server: open, descriptors,
-RSS), and :mod:`benchmarks.unary_bench` at every caller count (CPU per call, this client and
-boto3), then prints one markdown table: a column per shard count, a row per figure. The Spark
-source (:mod:`benchmarks.spark_scale`) and lease groups (:mod:`benchmarks.lease_bench`) take
-many minutes more: ``--with-spark`` and ``--with-leases`` add their rows.
+RSS; and on the load target, which serves 1,000 subscriptions where the local server cannot:
+every shard read), and :mod:`benchmarks.unary_bench` at every caller count (CPU per call,
+this client and boto3), then prints one markdown table: a column per shard count, a row per
+figure. The Spark source (:mod:`benchmarks.spark_scale`) and lease groups
+(:mod:`benchmarks.lease_bench`) take many minutes more: ``--with-spark`` and
+``--with-leases`` add their rows.
 
 Where a figure was measured before this work, its cell reads ``before → now``. The "before"
 figures are constants, not a run: the measurement on main of the issue "Thousands of shards"
@@ -37,7 +39,7 @@ __all__ = ["BEFORE", "PARTS", "main", "markdown", "run"]
 
 SHARDS = (16, 128, 512, 1000)
 CALLERS = unary_bench.CONCURRENCY
-PARTS = ("polling", "efo", "unary", "spark", "leases")
+PARTS = ("polling", "efo", "efo_load", "unary", "spark", "leases")
 
 #: Before this work, by shard count (the issue's measurement on main, 2-core machine; its
 #: 1,024-shard column stands for our 1,000) and, for ``unary``, by callers (unary_bench on
@@ -96,7 +98,7 @@ def run(
     shards: Sequence[int] = SHARDS,
     callers: Sequence[int] = CALLERS,
     *,
-    parts: Sequence[str] = ("polling", "efo", "unary"),
+    parts: Sequence[str] = ("polling", "efo", "efo_load", "unary"),
     idle: float = scale_bench.IDLE_SECONDS,
     records: int = scale_bench.RECORDS,
     quick: bool = False,
@@ -135,6 +137,7 @@ def run(
 
     part("polling", lambda: scale_bench.run(counts, idle, records, settle)["rows"])
     part("efo", lambda: efo_scale_bench.run(counts))
+    part("efo_load", lambda: efo_scale_bench.run(counts, load_target=True))
     part("unary", lambda: unary_bench.run(quick, smoke, tuple(callers))["rows"])
 
     def spark() -> list[dict[str, Any]]:
@@ -254,13 +257,26 @@ def _efo(counts: Sequence[int], rows: dict[Any, dict[str, Any]]) -> list[str]:
             "EFO: connections; every shard read, s (or shards read)",
             counts,
             rows,
+            lambda r: f"{_num(r.get('connections'))}; {_read_in(r)}",
+        ),
+    ]
+
+
+def _read_in(row: dict[str, Any]) -> str:
+    if row.get("all_read_s") is not None:
+        return f"{row['all_read_s']:.1f}"
+    return f"{row.get('shards_read')} read in {efo_scale_bench.READ_ALL_TIMEOUT:.0f} s"
+
+
+def _efo_load(counts: Sequence[int], rows: dict[Any, dict[str, Any]]) -> list[str]:
+    return [
+        _row(
+            "EFO from the load target: every shard read, s; connections / descriptors",
+            counts,
+            rows,
             lambda r: (
-                f"{_num(r.get('connections'))}; "
-                + (
-                    f"{r['all_read_s']:.1f}"
-                    if r.get("all_read_s") is not None
-                    else f"{r.get('shards_read')} read in {efo_scale_bench.READ_ALL_TIMEOUT:.0f} s"
-                )
+                f"{_read_in(r)}; {_num(r.get('connections'))} / "
+                f"{_num(r.get('fds', r.get('fds_end')))}"
             ),
         ),
     ]
@@ -360,6 +376,8 @@ def markdown(results: dict[str, Any]) -> str:
         out += _polling(counts, _by(results["polling"], "shards"))
     if "efo" in results:
         out += _efo(counts, _by(results["efo"], "shards"))
+    if "efo_load" in results:
+        out += _efo_load(counts, _by(results["efo_load"], "shards"))
     if "spark" in results:
         out += _spark(counts, _by(results["spark"], "shards"))
     if "leases" in results:
@@ -408,7 +426,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--with-leases", action="store_true", help="add the lease group's rows")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
     args = parser.parse_args(argv)
-    parts = ["polling", "efo", "unary"]
+    parts = ["polling", "efo", "efo_load", "unary"]
     parts += ["spark"] * args.with_spark + ["leases"] * args.with_leases
     results = run(
         args.shards,

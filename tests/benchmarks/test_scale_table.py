@@ -17,15 +17,19 @@ def test_a_tiny_run_measures_every_default_part_and_prints_one_table() -> None:
     assert polling["shards"] == 4 and polling["records"] == 400
     (efo,) = results["efo"]
     assert efo["shards"] == 4 and efo["shards_read"] == 4
+    (efo_load,) = results["efo_load"]
+    assert efo_load["target"] == "load target" and efo_load["shards_read"] == 4
     assert {(row["peer"], row["concurrency"]) for row in results["unary"]} == {
         (peer, level) for peer in ("kinesis-actors", "boto3") for level in (1, 2)
     }
-    assert set(results["loadavg"]) == {"polling", "efo", "unary"} and not results["failed"]
+    assert set(results["loadavg"]) == {"polling", "efo", "efo_load", "unary"}
+    assert not results["failed"]
     json.dumps(results)
     table = scale_table.markdown(results)
     lines = [line for line in table.splitlines() if line.startswith("|")]
     assert len({line.count("|") for line in lines}) == 1  # every row as wide as the header
     assert "1,257 → " in table  # the unary call's before at one caller
+    assert "EFO from the load target" in table
     assert scale_table._before("unary", 1024) == "4,431"
     assert scale_table._before("polling_idle", 1024) == scale_table._before("polling_idle", 1000)
 
