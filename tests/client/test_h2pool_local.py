@@ -15,6 +15,7 @@ import anyio
 import pytest
 from anyio.abc import SocketAttribute
 
+from benchmarks.loadtarget import LoadTarget
 from kinesis_actors import ClientConfig, KinesisClient, LocalKinesis, errors
 from kinesis_actors.client import H2Stream, Subscription
 from kinesis_actors.client._h2pool import H2Pool
@@ -133,6 +134,46 @@ async def test_a_stalled_subscription_does_not_slow_its_sibling_on_the_same_conn
                 held = sum(len(data) for data, _ in connection._streams[stream_id].chunks)
                 assert 0 < held <= window
         assert stalled.bytes_received == 0
+
+
+async def test_a_frame_for_one_stream_wakes_no_sibling_waiting_on_the_same_connection() -> None:
+    """Seven subscriptions wait on one connection while an eighth reads 5 MB in many socket
+    reads. Each read round wakes the streams it brought something, not every waiter: woken
+    all at once, 50 streams a connection woke 50 times a frame, and 2,048 shards took 20 s
+    to open. The load target sends no heartbeats here, so the waiters are brought nothing."""
+    records, size = 100, 50_000
+    with LoadTarget(shards=8, retain_records=records, tls=True, heartbeat_seconds=300) as target:
+        async with target.client(tls=True) as client:
+            stream = target.stream_name
+            arn = await _active_consumer(client, stream, "wakes")
+            batch = [{"Data": b"x" * size, "PartitionKey": "k", "ExplicitHashKey": "0"}] * 10
+            for _ in range(records // 10):
+                await client.call("PutRecords", {"StreamName": stream, "Records": batch})
+            with anyio.fail_after(60):
+                async with AsyncExitStack() as stack:
+                    busy, *idle = await open_all(stack, client, arn, 8)
+                    [connection] = client._subscriptions._connections  # type: ignore[union-attr]
+                    busy_id = busy._response._stream_id  # type: ignore[attr-defined]
+                    woken: dict[int, int] = {}
+                    wake = connection._wake
+
+                    def counted(stream_id: int) -> None:
+                        woken[stream_id] = woken.get(stream_id, 0) + 1
+                        wake(stream_id)
+
+                    connection._wake = counted  # type: ignore[method-assign]
+                    async with anyio.create_task_group() as waiting:
+                        for subscription in idle:
+                            waiting.start_soon(first_records, subscription, 1)
+                        await anyio.wait_all_tasks_blocked()
+                        assert len(await first_records(busy, records)) == records
+                        waiting.cancel_scope.cancel()
+    rounds = busy.bytes_received // 65536
+    assert rounds >= 40  # many socket reads for the busy stream alone
+    # A waiter is woken to read next when the reader leaves (a handful in all), not per
+    # round; the busy stream, waiting while a sibling reads for it, is woken per round.
+    woken.pop(busy_id, None)
+    assert sum(woken.values()) <= len(idle)
 
 
 async def test_a_connection_reset_fails_only_its_own_streams(
