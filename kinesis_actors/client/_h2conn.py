@@ -153,12 +153,11 @@ class MuxConnection:
         self._streams: dict[int, _Stream] = {}
         self._guard = ResetGuard()
         self._reading = False
-        # Streams waiting while another reads, each with the event that wakes it. A round
-        # wakes the streams it brought something (``_touched``), not every waiter: woken all
-        # at once, 50 streams a connection woke 50 times a frame, and at 2,048 shards the
-        # wake-ups alone took the loop (20 s to open, 223 s at 4,096; measured).
+        # Streams waiting while another reads, each with the event that wakes it (at most
+        # one a stream of the connection). A frame wakes its own stream's waiter, not every
+        # waiter: woken all at once, 50 streams a connection woke 50 times a frame, and at
+        # 2,048 shards the wake-ups alone took the loop (20 s to open, 223 s at 4,096).
         self._parked: dict[int, anyio.Event] = {}
-        self._touched: set[int] = set()
         self._send_lock = anyio.Lock()
         self._going_away = False
         self._in_flight = False  # a stream was reset: the server may still be sending
@@ -335,14 +334,9 @@ class MuxConnection:
             await self.flush()
         finally:
             self._reading = False
-            parked = self._parked
             if self.failure is not None or self._going_away:  # every stream has its answer
-                woken = list(parked)
-            else:
-                woken = [stream_id for stream_id in self._touched if stream_id in parked]
-            self._touched.clear()
-            for stream_id in woken:
-                self._wake(stream_id)
+                for stream_id in list(self._parked):
+                    self._wake(stream_id)
 
     def _reset(self, stream_id: int) -> None:
         """RST_STREAM ``stream_id``, once (``ResetGuard``)."""
@@ -360,7 +354,8 @@ class MuxConnection:
         stream_id: int | None = getattr(event, "stream_id", None)
         stream = self._streams.get(stream_id) if stream_id else None
         if stream_id is not None and stream is not None:
-            self._touched.add(stream_id)  # its waiter looks again after the round
+            # Its waiter runs once this task next waits, the round's frames all handled.
+            self._wake(stream_id)
         if isinstance(event, h2.events.DataReceived):
             # The connection's credit goes back as the bytes leave the socket (``_h2flow``).
             length = event.flow_controlled_length or 0
