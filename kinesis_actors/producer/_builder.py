@@ -11,7 +11,9 @@ Kept apart from the :class:`~._pipeline.Pipeline`, which owns the waiting room a
 of a record's life (intake, answers, retries, the time-to-live) and builds one of these on its
 room: this is the one policy that reads the room, the shard limiter and the aggregation
 settings together. It takes records and paces lanes through the room's methods and writes no
-state of its own after it is built. Sans-IO: the caller passes ``now``.
+state of its own after it is built, but for the records of a call whose building raised (a
+bug of ours), kept for the pipeline's drain to fail: without them, they stayed taken and
+unsettled for ever. Sans-IO: the caller passes ``now``.
 """
 
 from __future__ import annotations
@@ -70,6 +72,12 @@ class CallBuilder:
         self._full_bytes = full_bytes
         self._linger = linger
         self._batch_quantum = batch_quantum
+        self._stranded: list[Entry] = []  # taken by a build that raised
+
+    def take_stranded(self) -> list[Entry]:
+        """The records taken into a call whose building raised, now the caller's to fail."""
+        stranded, self._stranded = self._stranded, []
+        return stranded
 
     @property
     def linger(self) -> float:
@@ -112,17 +120,22 @@ class CallBuilder:
         # Oldest first, both halves wait alike and keep runs of several records per key; at
         # many shards, the lanes a call of 500 Kinesis records has no room for come next.
         lanes = room.open_lanes(now)
-        while lanes and len(parts) < self._max_call_records:
-            still = []
-            for lane in lanes:
-                if len(parts) >= self._max_call_records:
-                    break
-                part = self._build_part(lane, now, self._max_call_bytes - nbytes, grants)
-                if part is not None:
-                    parts.append(part)
-                    nbytes += part.size
-                    still.append(lane)
-            lanes = still
+        try:
+            while lanes and len(parts) < self._max_call_records:
+                still = []
+                for lane in lanes:
+                    if len(parts) >= self._max_call_records:
+                        break
+                    part = self._build_part(lane, now, self._max_call_bytes - nbytes, grants)
+                    if part is not None:
+                        parts.append(part)
+                        nbytes += part.size
+                        still.append(lane)
+                lanes = still
+        except BaseException:
+            for built in parts:
+                self._stranded += built.entries
+            raise
         charge_grant = self._limiter.charge_grant
         for grant in grants.values():
             charge_grant(grant, now)
@@ -178,9 +191,13 @@ class CallBuilder:
         taken, runs = waiting.take_runs(lane, aggregator)
         if not taken:
             return None
-        if len(taken) == 1:  # an aggregator of one would send the record as itself
-            return self._sent_alone(lane, taken[0], runs[0], grant)
-        return self._part(lane, aggregator.build(), taken, runs, grant)
+        try:
+            if len(taken) == 1:  # an aggregator of one would send the record as itself
+                return self._sent_alone(lane, taken[0], runs[0], grant)
+            return self._part(lane, aggregator.build(), taken, runs, grant)
+        except BaseException:
+            self._stranded += taken
+            raise
 
     def _resume_at(self, earliest: float) -> float:
         """When a paced lane looks again: the first point of the quantum's grid from

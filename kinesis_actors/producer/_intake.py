@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
 
@@ -231,7 +231,7 @@ class Intake:
             queued = queue.try_send(entry, entry.size)
         except MailboxClosed:
             self._ledger.forget(epoch)
-            raise self._ledger.stopped_error() from None
+            self._raise_stopped()
         if not queued:
             self._ledger.forget(epoch)
             return False
@@ -250,7 +250,7 @@ class Intake:
         try:
             sent = queue.try_send_many(entries, start, stop, _entry_size)
         except MailboxClosed:
-            raise self._ledger.stopped_error() from None
+            self._raise_stopped()
         if sent:
             epoch = self._epoch
             if entries[start].epoch != epoch:  # a flush began since batch_entries stamped them
@@ -275,11 +275,17 @@ class Intake:
             await queue.send(entry, entry.size)
         except MailboxClosed:
             self._ledger.forget(epoch)
-            raise self._ledger.stopped_error() from None
+            self._raise_stopped()
         except BaseException:
             self._ledger.forget(epoch)
             raise
         self._wake_sender()
+
+    def _raise_stopped(self) -> NoReturn:
+        """Raise what a put that found the queue closed raises, with its own cause (the
+        producer's failure), not the closed mailbox as its context."""
+        error = self._ledger.stopped_error()
+        raise error from error.__cause__
 
     def _wake_sender(self) -> None:
         if self._sender is not None:

@@ -4,7 +4,8 @@ Every record ends here exactly once: acknowledged (:meth:`Ledger.acknowledge`, a
 answer's written records together) or failed (:meth:`Ledger.settle`). Settling gives the
 record's room back to the queue, counts it, and counts it off its flush epoch, so a ``flush``
 knows when everything accepted before it has settled. A failure with ``fail_on_error`` is kept
-as the producer's failure; the senders' supervisor giving up is kept apart, as ``broken``.
+as the producer's failure; the senders' supervisor giving up, or the dispatcher crashing, is
+kept apart, as ``broken``.
 
 A failure with ``fail_on_error`` stops the producer (``put`` and ``flush`` raise) whoever looked
 at it, but leaving the block raises only for failures no handle gave to the caller
@@ -51,7 +52,8 @@ class Ledger:
         self.outstanding: dict[int, int] = {}
         self._settled: anyio.Event | None = None  # set when an epoch has nothing outstanding
         self._failure: BaseException | None = None
-        self._broken: RestartIntensityExceeded | None = None  # the senders' supervisor gave up
+        # The senders' supervisor gave up (RestartIntensityExceeded), or the dispatcher crashed.
+        self._broken: Exception | None = None
         # A failure counts against the producer, or the senders gave up: it takes no more
         # records. One flag, read by every put.
         self.stopped = False
@@ -78,8 +80,10 @@ class Ledger:
         """Settling gives each record's room back to ``queue`` from now on."""
         self._queue = queue
 
-    def mark_broken(self, failure: RestartIntensityExceeded) -> None:
-        """The senders' supervisor gave up: the producer has failed."""
+    def mark_broken(self, failure: Exception) -> None:
+        """The senders' supervisor gave up (``failure`` is its
+        :class:`RestartIntensityExceeded`), or the dispatcher crashed (``failure`` is the
+        crash): the producer has failed."""
         self._broken = failure
         self.stopped = True
 
@@ -235,11 +239,19 @@ class Ledger:
     def failed_error(self) -> errors.ProducerFailedError:
         """What ``put`` and ``flush`` raise once the producer has failed (:attr:`stopped`)."""
         broken = self._broken
-        if broken is not None:
+        if isinstance(broken, RestartIntensityExceeded):
             failed = errors.ProducerFailedError(
                 f"producer for {self._stream!r} failed: its senders crashed more than "
                 f"{broken.max_restarts} time(s) within {broken.period} s (restart_intensity); "
                 f"causes: {'; '.join(repr(cause) for cause in broken.causes)}"
+            )
+            failed.__cause__ = broken
+            return failed
+        if broken is not None:
+            failed = errors.ProducerFailedError(
+                f"producer for {self._stream!r} failed: its dispatcher crashed ({broken!r}), "
+                "a bug; it was not restarted over the queue's state it was changing, and every "
+                "record not acknowledged failed"
             )
             failed.__cause__ = broken
             return failed

@@ -461,6 +461,7 @@ class Pipeline:
         record that an answer landing later would put back (see :meth:`_requeue`)."""
         self._drained = error
         gone = self._room.drain()
+        gone += self._builder.take_stranded()
         settle = self._settle
         for entry in gone:
             settle(entry, None, error)

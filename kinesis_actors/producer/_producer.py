@@ -308,15 +308,21 @@ class Producer(Intake):
 
     # -- settling ---------------------------------------------------------------------------
 
-    def _senders_failed(self, failure: RestartIntensityExceeded) -> None:
-        """The senders' supervisor gave up (past ``restart_intensity``): the producer fails.
+    def _senders_failed(self, failure: Exception) -> None:
+        """The senders' supervisor gave up (past ``restart_intensity``; ``failure`` is its
+        :class:`RestartIntensityExceeded`) or the dispatcher crashed (``failure`` is the
+        crash): the producer fails.
 
         Every record not settled fails with the ProducerFailedError ``put``, ``flush`` and
         leaving the block raise from now on; a ``put`` waiting for room gets it too.
         """
         self._ledger.mark_broken(failure)
-        log.error("producer for stream %r failed: %s", self._stream, failure)
-        self._drain(self._ledger.failed_error())
+        error = self._ledger.failed_error()
+        # A crash of the dispatcher is a bug: its traceback goes with the line. The senders'
+        # crashes were each logged with theirs by the supervisor.
+        crash = None if isinstance(failure, RestartIntensityExceeded) else failure
+        log.error("%s", error, exc_info=crash)
+        self._drain(error)
 
     def _undelivered(self, entry: Entry) -> None:
         """A record still queued when the dispatcher stopped for good: failed, never lost."""

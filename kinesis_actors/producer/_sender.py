@@ -24,6 +24,12 @@ first. The sender is restarted after a short backoff; past ``restart_intensity``
 gives up and the producer fails with :class:`~kinesis_actors.errors.ProducerFailedError`
 caused by the :class:`~kinesis_actors.runtime.RestartIntensityExceeded` that lists the crashes.
 
+A dispatcher that crashes is not restarted: it raised out of the pipeline, whose state it
+was changing (records taken into a call never handed out stayed "in flight" and their keys'
+next records waited behind them: puts waited for room with no end, measured). Its crash
+stops the supervisor and the producer fails with a
+:class:`~kinesis_actors.errors.ProducerFailedError` caused by it.
+
 The producer owns the intake and the settling; this owns what is in flight.
 """
 
@@ -48,11 +54,13 @@ from ..runtime import (
     DeadLetter,
     DropReason,
     Mailbox,
+    Restart,
     RestartIntensityExceeded,
     StopOrder,
     Strategy,
     Supervisor,
     SupervisorSnapshot,
+    unwrap_sole,
 )
 from ._config import ProducerConfig
 from ._entry import Entry
@@ -115,6 +123,7 @@ class Sender:
         "_pipeline",
         "_refreshing",
         "_scopes",
+        "_stop",
         "_stream",
         "_supervisor",
         "_wake",
@@ -134,7 +143,7 @@ class Sender:
         config: ProducerConfig,
         pipeline: Pipeline,
         *,
-        on_failure: Callable[[RestartIntensityExceeded], None],
+        on_failure: Callable[[Exception], None],
         on_undelivered: Callable[[Entry], None],
     ) -> None:
         self._client = client
@@ -144,6 +153,7 @@ class Sender:
         self._on_failure = on_failure
         self._on_undelivered = on_undelivered
         self._supervisor: Supervisor | None = None
+        self._stop = anyio.CancelScope()  # around the supervisor: a dispatcher crash stops it
         self.queue: Mailbox[Entry] | None = None  # the dispatcher's mailbox, once started
         self._wake = anyio.Event()
         self._last_backpressure_warning = -math.inf
@@ -193,47 +203,59 @@ class Sender:
         """Run the supervisor until cancelled; ready once every actor has started.
 
         Past the restart intensity, ``on_failure`` gets the supervisor's
-        :class:`RestartIntensityExceeded` and this returns.
+        :class:`RestartIntensityExceeded` and this returns; so it does once the dispatcher
+        crashed (:meth:`dispatcher_crashed`).
         """
-        limit = self._config.max_in_flight_calls
         try:
-            async with Supervisor(
-                Strategy.ONE_FOR_ONE,
-                name=f"producer[{StreamRef.parse(self._stream).name}]",  # an ARN has a '/'
-                intensity=self._config.restart_intensity,
-                backoff=SENDER_BACKOFF,
-                stop_order=StopOrder.CONCURRENT,
-            ) as supervisor:
-                self._supervisor = supervisor
-                config = self._config
-                dispatcher = await supervisor.start_child(
+            with self._stop:
+                await self._supervise(task_status)
+        except RestartIntensityExceeded as failure:
+            self._on_failure(failure)
+
+    async def _supervise(self, task_status: TaskStatus[None]) -> None:
+        config = self._config
+        async with Supervisor(
+            Strategy.ONE_FOR_ONE,
+            name=f"producer[{StreamRef.parse(self._stream).name}]",  # an ARN has a '/'
+            intensity=config.restart_intensity,
+            backoff=SENDER_BACKOFF,
+            stop_order=StopOrder.CONCURRENT,
+        ) as supervisor:
+            self._supervisor = supervisor
+            dispatcher = await supervisor.start_child(
+                ChildSpec(
+                    "dispatcher",
+                    self._dispatcher,
+                    restart=Restart.TEMPORARY,  # see the module's docstring
+                    capacity=config.queue_limit_records,
+                    max_weight=config.queue_limit_bytes,
+                    hold=True,
+                    on_drop=self._undelivered,
+                    shutdown_timeout=0.0,
+                    cleanup_timeout=_CLEANUP,
+                )
+            )
+            self.queue = dispatcher.mailbox
+            for index in range(config.max_in_flight_calls):
+                await supervisor.start_child(
                     ChildSpec(
-                        "dispatcher",
-                        self._dispatcher,
-                        capacity=config.queue_limit_records,
-                        max_weight=config.queue_limit_bytes,
-                        hold=True,
-                        on_drop=self._undelivered,
+                        f"sender-{index}",
+                        self._call_sender,
+                        capacity=1,
+                        on_drop=self._lost,
                         shutdown_timeout=0.0,
                         cleanup_timeout=_CLEANUP,
                     )
                 )
-                self.queue = dispatcher.mailbox
-                for index in range(limit):
-                    await supervisor.start_child(
-                        ChildSpec(
-                            f"sender-{index}",
-                            self._call_sender,
-                            capacity=1,
-                            on_drop=self._lost,
-                            shutdown_timeout=0.0,
-                            cleanup_timeout=_CLEANUP,
-                        )
-                    )
-                task_status.started()
-                await anyio.sleep_forever()
-        except RestartIntensityExceeded as failure:
-            self._on_failure(failure)
+            task_status.started()
+            await anyio.sleep_forever()
+
+    def dispatcher_crashed(self, error: Exception) -> None:
+        """The dispatcher raised ``error``: ``on_failure`` gets it now (the producer fails
+        before the stop closes the queue, so a put waiting for room hears why), then every
+        actor stops; the calls in flight are abandoned."""
+        self._on_failure(error)
+        self._stop.cancel()
 
     def _dispatcher(self) -> Actor[Entry]:
         return _Dispatcher(self)
@@ -482,9 +504,14 @@ class _Dispatcher(Actor[Entry]):
         self._sender = sender
 
     async def run(self, ctx: ActorContext[Entry]) -> None:
-        async with anyio.create_task_group() as task_group:
-            await self._sender.dispatch(ctx.mailbox, task_group)
-            task_group.cancel_scope.cancel()
+        try:
+            with unwrap_sole():
+                async with anyio.create_task_group() as task_group:
+                    await self._sender.dispatch(ctx.mailbox, task_group)
+                    task_group.cancel_scope.cancel()
+        except Exception as exc:
+            self._sender.dispatcher_crashed(exc)
+            raise
 
 
 class _CallSender(Actor[Delivery]):

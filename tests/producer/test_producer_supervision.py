@@ -131,3 +131,77 @@ async def test_senders_crashing_past_the_restart_intensity_fail_the_producer_onc
     assert tree.state == "failed"
     with pytest.raises(errors.ProducerClosedError):
         await producer.put(b"late", "k")
+
+
+class CrashOnNth:
+    """A method that raises on its ``crash_on``-th call (1-based), after the call being built
+    has taken records of other lanes: a bug of ours in the dispatcher, which no server can
+    produce, leaving the queue's state half-changed."""
+
+    def __init__(self, method: Any, crash_on: int) -> None:
+        self._method = method
+        self._crash_on = crash_on
+        self.calls = 0
+
+    def patched(self) -> Any:
+        def method(owner: Any, *args: Any) -> Any:
+            self.calls += 1
+            if self.calls == self._crash_on:
+                raise IndexError(f"injected crash in call {self.calls}")
+            return self._method(owner, *args)
+
+        return method
+
+
+@pytest.mark.parametrize(
+    "site",
+    [
+        "CallBuilder._build_part",  # before a lane's records are taken: the call's earlier parts
+        "Aggregator.build",  # after: this aggregate's records too
+    ],
+)
+async def test_a_dispatcher_crash_fails_every_outstanding_record_instead_of_hanging(
+    client: KinesisClient,
+    stream_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    site: str,
+) -> None:
+    from kinesis_actors.producer._builder import CallBuilder
+    from kinesis_actors.records import Aggregator
+
+    owner_name, method_name = site.split(".")
+    owner = {"CallBuilder": CallBuilder, "Aggregator": Aggregator}[owner_name]
+    crash = CrashOnNth(getattr(owner, method_name), crash_on=3)
+    monkeypatch.setattr(owner, method_name, crash.patched())
+    await client.create_stream(stream_name, 4)
+    # A queue of 40 records: without the fix the puts past it waited for room for ever
+    # (the crashed call's records stayed "in flight", their keys' next records behind them).
+    config = ProducerConfig(linger=0.0, queue_limit_records=40, exit_grace=0.0)
+    handles = []
+    with anyio.fail_after(30), pytest.raises(errors.ProducerFailedError) as caught:
+        async with Producer(client, stream_name, config) as producer:
+            for i in range(200):
+                handles.append(await producer.put(f"r{i}".encode(), f"k{i % 8}"))
+    failure = caught.value
+    assert isinstance(failure.__cause__, IndexError)
+    assert "dispatcher crashed" in str(failure) and "injected crash" in str(failure)
+    assert crash.calls >= 3
+    # Every record accepted settled: written, or failed with an error of ours.
+    assert handles and all(handle.done() for handle in handles)
+    failed = [handle.exception() for handle in handles if handle.exception() is not None]
+    assert failed and all(
+        isinstance(error, errors.ProducerFailedError | errors.ProducerClosedError)
+        for error in failed
+    )
+    assert producer.metrics.records_failed == len(failed)
+    assert producer.metrics.records_sent == len(handles) - len(failed)
+    # Not restarted over a queue state it may have left half-changed.
+    (tree,) = producer.supervision
+    assert tree.child("dispatcher").restarts == 0
+    # Said at once, with the bug's traceback.
+    (logged,) = [record for record in caplog.records if record.exc_info]
+    assert "dispatcher crashed" in logged.getMessage()
+    assert logged.exc_info is not None and logged.exc_info[1] is failure.__cause__
+    with pytest.raises(errors.ProducerClosedError):
+        await producer.put(b"late", "k")
