@@ -179,13 +179,25 @@ class Slot(Generic[T]):
 
     async def stop_now(self) -> None:
         """Cancel the current incarnation and wait (bounded) for it to finish."""
-        self.state = ChildState.STOPPING
-        incarnation = self.incarnation
+        incarnation = self.cancel_now()
         if incarnation is None:
             return
-        incarnation.cancel()
         with anyio.move_on_after(self.spec.cleanup_timeout + GRACE):
             await incarnation.finished.wait()
+        self.stopped_now(incarnation)
+
+    def cancel_now(self) -> Incarnation | None:
+        """The first half of :meth:`stop_now`: cancel the current incarnation, if any, and
+        return it, for the caller to wait on (bounded) and give to :meth:`stopped_now`."""
+        self.state = ChildState.STOPPING
+        incarnation = self.incarnation
+        if incarnation is not None:
+            incarnation.cancel()
+        return incarnation
+
+    def stopped_now(self, incarnation: Incarnation) -> None:
+        """The second half of :meth:`stop_now`, once ``incarnation`` finished or its time
+        was up."""
         if not incarnation.finished.is_set():
             self.log.error("ignored cancellation; abandoned while still running")
         self.incarnation = None

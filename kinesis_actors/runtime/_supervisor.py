@@ -46,6 +46,7 @@ from ._clock import MONOTONIC, Clock
 from ._intensity import Backoff, RestartBackoff, RestartIntensity
 from ._snapshot import ChildSnapshot, SupervisorSnapshot
 from ._spec import (
+    GRACE,
     ActorExited,
     ChildSpec,
     IntensityScope,
@@ -323,9 +324,33 @@ class Supervisor:
             for slot in reversed(slots):
                 await stop(slot)
             return
+        if not graceful:
+            await self._cancel_together(slots, finish=finish)
+            return
         async with anyio.create_task_group() as tg:
             for slot in reversed(slots):
                 tg.start_soon(stop, slot)
+
+    @staticmethod
+    async def _cancel_together(slots: list[Slot[Any]], *, finish: bool) -> None:
+        """Stop ``slots`` side by side by cancellation: cancel them all, then wait for them
+        under one deadline, the longest of their ``cleanup_timeout`` plus :data:`GRACE`.
+
+        The same bound as a stop task each with its own deadline, since those ran side by
+        side, without a task and a timer per child: closing a consumer of 4,096 shards spent
+        most of its second on them (measured, see docs/runtime.md).
+        """
+        stopping = [(slot, slot.cancel_now()) for slot in reversed(slots)]
+        bound = max(slot.spec.cleanup_timeout for slot in slots) + GRACE
+        with anyio.move_on_after(bound):
+            for _, incarnation in stopping:
+                if incarnation is not None and not incarnation.finished.is_set():
+                    await incarnation.finished.wait()
+        for slot, incarnation in stopping:
+            if incarnation is not None:
+                slot.stopped_now(incarnation)
+            if finish:
+                slot.finish()
 
     def _hard_stop_bound(self) -> float:
         return stop_bound([slot.spec for slot in self._slots.values()], self._stop_order)

@@ -221,3 +221,39 @@ async def test_a_one_for_all_restart_stops_the_siblings_concurrently() -> None:
         await journal.wait_count("stopped", CHILDREN - 1)
         assert journal.of("crashed") == [("c0",)]
         assert "c0" not in [event[0] for event in journal.of("stopped")]
+
+
+class CountsTasksOnStop(Actor[Any]):
+    """Notes how many tasks are running when its cleanup runs."""
+
+    def __init__(self, seen: list[int]) -> None:
+        self._seen = seen
+
+    async def run(self, ctx: ActorContext[Any]) -> None:
+        await anyio.sleep_forever()
+
+    async def on_stop(self, ctx: ActorContext[Any]) -> None:
+        self._seen.append(len(anyio.get_running_tasks()))
+
+
+async def test_a_concurrent_stop_by_cancellation_starts_no_task_per_child() -> None:
+    """Cancelled side by side, the children are waited on together under one deadline: a
+    stop task (and a timer) each was most of what closing a consumer of thousands of shards
+    cost."""
+    seen: list[int] = []
+    children = 50
+    with pytest.raises(KeyError):
+        async with Supervisor(stop_order=StopOrder.CONCURRENT) as sup:
+            for i in range(children):
+                await sup.start_child(
+                    ChildSpec(
+                        f"c{i}",
+                        lambda: CountsTasksOnStop(seen),
+                        shutdown_timeout=0.0,
+                        cleanup_timeout=1.0,
+                    )
+                )
+            running = len(anyio.get_running_tasks())
+            raise KeyError("leave by cancellation")
+    assert len(seen) == children
+    assert max(seen) <= running  # a task per child would make it running + 50
