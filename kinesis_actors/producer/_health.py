@@ -1,4 +1,5 @@
-"""Whether the producer's endpoint answers, and what to say when it does not (sans-IO).
+"""Whether the producer's endpoint answers, and what to say when it does not or when puts
+wait for room (sans-IO).
 
 A dead endpoint must be said, not waited on in silence: killed mid-produce, the producer used
 to wait forever (with ``record_ttl=None``) while its only warning said "the stream is not
@@ -20,11 +21,15 @@ from __future__ import annotations
 import logging
 import math
 import time
+from typing import TYPE_CHECKING
 
 from .. import errors
 from ._config import ProducerConfig
 
-__all__ = ["EndpointHealth"]
+if TYPE_CHECKING:
+    from ._pipeline import Pipeline
+
+__all__ = ["EndpointHealth", "why_no_room"]
 
 log = logging.getLogger("kinesis_actors.producer")
 
@@ -111,3 +116,44 @@ class EndpointHealth:
             else f"Each fails with RecordExpiredError {ttl}s after its put.",
         )
         return now + config.backpressure_warning_interval
+
+
+def why_no_room(pipeline: Pipeline, config: ProducerConfig, in_flight: int, now: float) -> str:
+    """What holds the queue full while the endpoint answers, as the producer knows it
+    (``in_flight``: its PutRecords calls out).
+
+    The usual cause is the producer's own pacing: it keeps each shard within its write
+    limits before the service has to throttle, so a full queue with no throttle at all is
+    the expected picture of a stream with too few shards for the input, not a contradiction.
+    """
+    throttled = pipeline.throttled
+    service = (
+        "the service throttled nothing so far"
+        if throttled == 0
+        else f"the service throttled {throttled} Kinesis records so far"
+    )
+    paced = pipeline.paced_shards(now)
+    if paced:
+        return (
+            f"Records arrive faster than the stream's shards take them: the producer paces "
+            f"each shard to its write limits (1,000 records/s and 1 MiB/s, times rate_limit "
+            f"{config.rate_limit:g}) and {paced} shard(s) are at that pace now; {service}. "
+            "More shards (or fewer, larger records, with aggregation) raise the rate."
+        )
+    if in_flight >= config.max_in_flight_calls:
+        return (
+            f"All {in_flight} PutRecords calls allowed at once (max_in_flight_calls) are "
+            f"waiting for their answers: the endpoint acknowledges slower than records "
+            f"arrive; {service}."
+        )
+    held = pipeline.pending_records - pipeline.ready_records
+    where = (
+        "behind their key's record in flight (preserve_order) or in a retry's backoff"
+        if config.preserve_order
+        else "in a retry's backoff"
+    )
+    return (
+        f"Records arrive faster than they are acknowledged ({in_flight} PutRecords "
+        f"calls in flight, {pipeline.pending_records} records waiting to be sent, {held} "
+        f"of them {where}); {service}."
+    )

@@ -64,7 +64,7 @@ from ..runtime import (
 )
 from ._config import ProducerConfig
 from ._entry import Entry
-from ._health import EndpointHealth
+from ._health import EndpointHealth, why_no_room
 from ._pipeline import Call, Pipeline
 from ._retries import put_records_results
 from ._stream import list_open_shards
@@ -325,7 +325,7 @@ class Sender:
         self._last_backpressure_warning = now
         cause = self.health.cause(now)
         if cause is None:
-            cause = self._why_no_room(now)
+            cause = why_no_room(self._pipeline, config, self.in_flight, now)
         log.warning(
             "producer for stream %r: put waited %.1fs for room; %d records / %d bytes "
             "outstanding (limits %d / %d), %d puts waiting. %s",
@@ -339,47 +339,6 @@ class Sender:
             cause,
         )
         return now + config.backpressure_warning_interval
-
-    def _why_no_room(self, now: float) -> str:
-        """What holds the queue full while the endpoint answers, as the producer knows it.
-
-        The usual cause is the producer's own pacing: it keeps each shard within its write
-        limits before the service has to throttle, so a full queue with no throttle at all is
-        the expected picture of a stream with too few shards for the input, not a contradiction.
-        """
-        pipeline = self._pipeline
-        config = self._config
-        throttled = pipeline.throttled
-        service = (
-            "the service throttled nothing so far"
-            if throttled == 0
-            else f"the service throttled {throttled} Kinesis records so far"
-        )
-        paced = pipeline.paced_shards(now)
-        if paced:
-            return (
-                f"Records arrive faster than the stream's shards take them: the producer paces "
-                f"each shard to its write limits (1,000 records/s and 1 MiB/s, times rate_limit "
-                f"{config.rate_limit:g}) and {paced} shard(s) are at that pace now; {service}. "
-                "More shards (or fewer, larger records, with aggregation) raise the rate."
-            )
-        if self.in_flight >= config.max_in_flight_calls:
-            return (
-                f"All {self.in_flight} PutRecords calls allowed at once (max_in_flight_calls) are "
-                f"waiting for their answers: the endpoint acknowledges slower than records "
-                f"arrive; {service}."
-            )
-        held = pipeline.pending_records - pipeline.ready_records
-        where = (
-            "behind their key's record in flight (preserve_order) or in a retry's backoff"
-            if config.preserve_order
-            else "in a retry's backoff"
-        )
-        return (
-            f"Records arrive faster than they are acknowledged ({self.in_flight} PutRecords "
-            f"calls in flight, {pipeline.pending_records} records waiting to be sent, {held} "
-            f"of them {where}); {service}."
-        )
 
     def ready(self, mailbox: Mailbox[Delivery]) -> None:
         """A sender (re)started or finished a call: it can take the next one."""
