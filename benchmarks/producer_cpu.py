@@ -22,6 +22,13 @@ so); 1,000 keys spread evenly over the shards unless the row takes a new key per
   stream's capacity, its puts waiting for room. Beside the CPU: the share of the target's
   capacity each steady shard-second (as the producer benchmark's scenario 2 counts it), the
   waits for room and the calls;
+- ``unpaced-2-bursts``: ``unpaced-2`` with its records arriving as they leave at capacity,
+  3,500 (a little under what a call carries there, a quantum of both shards' tokens: one
+  call a burst, at the linger) then 0.2 s of
+  idle (the quantum): the same work as ``unpaced-2``, done in bursts by a process that sleeps
+  between them, without any pacing. What it costs over ``unpaced-2`` is what bursts cost on
+  this machine (the caches and the scheduler), not the pacing's machinery; the ``capacity``
+  row is best read against it;
 - ``newkey``: a new partition key per record, unpaced, 4 shards; ``newkey-boto3``
   (``put_records`` of 500 with aws-kinesis-agg) and ``newkey-async-kinesis`` (its KPL
   aggregation, which takes no keys) on the same keys and target.
@@ -55,6 +62,8 @@ __all__ = ["ROWS", "main", "measure"]
 RECORD_BYTES = 100
 COUNT = 200_000
 BATCH = 500
+BURST = 3_500  # records a burst (unpaced-2-bursts): under a call's worth, so one call each
+BURST_IDLE = 0.2  # seconds of sleep after each: the pacing's quantum
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,12 +77,14 @@ class Row:
     single: bool = False  # put per record instead of put_many
     depth: int = 1  # the queue limits and the records, times this
     linger: float | None = None  # ProducerConfig's default unless set
+    bursts: bool = False  # BURST records, then BURST_IDLE seconds of sleep, and again
 
 
 ROWS: dict[str, Row] = {
     "unpaced-2": Row(2),
     "capacity": Row(2, paced=True),
     "unpaced-2-put": Row(2, single=True),
+    "unpaced-2-bursts": Row(2, bursts=True),
     "capacity-put": Row(2, paced=True, single=True),
     "unpaced-16": Row(16),
     "unpaced-1024": Row(1024),
@@ -85,7 +96,12 @@ ROWS: dict[str, Row] = {
 
 
 async def _push(
-    target: LoadTarget, config: ProducerConfig, keys: list[str], count: int, single: bool
+    target: LoadTarget,
+    config: ProducerConfig,
+    keys: list[str],
+    count: int,
+    single: bool,
+    bursts: bool = False,
 ) -> tuple[Clock, dict[str, Any]]:
     data = payloads(RECORD_BYTES)
     clock = Clock(target)
@@ -108,6 +124,8 @@ async def _push(
                         for index in range(start, min(count, start + BATCH))
                     ]
                 )
+                if bursts and (start + BATCH) % BURST == 0:
+                    await anyio.sleep(BURST_IDLE)
         await producer.flush()
         clock.stop()
         return clock, producer.metrics.to_dict()
@@ -131,7 +149,7 @@ def _project(row: Row, count: int) -> dict[str, Any]:
         anyio.run(_push, warm, ProducerConfig(rate_limit=UNPACED), _balanced_keys(2), 20_000, False)
     limits = Limits() if row.paced else None
     with LoadTarget(shards=row.shards, tls=False, limits=limits) as target:
-        clock, metrics = anyio.run(_push, target, config, keys, count, row.single)
+        clock, metrics = anyio.run(_push, target, config, keys, count, row.single, row.bursts)
         stats = target.stats()
     figures: dict[str, Any] = {
         "client_cpu_us_per_record": clock.cpu / count * 1e6,

@@ -27,3 +27,11 @@ def test_the_report_has_a_line_per_row() -> None:
     run = {"row": "unpaced-2", "client_cpu_us_per_record": 2.0, "calls": 3}
     results = {"loadavg_start": [0.0], "loadavg_end": [0.0], "runs": {"unpaced-2": [run]}}
     assert "unpaced-2: 2.00 (2.00-2.00)" in producer_cpu.report(results)
+
+
+def test_a_bursts_row_sends_each_burst_on_its_own() -> None:
+    """Records in two bursts, 0.2 s apart: the linger (0.1 s) sends each before the next."""
+    row = producer_cpu.measure("unpaced-2-bursts", count=2 * producer_cpu.BURST)
+    assert row["records_failed"] == 0 and row["records"] == 2 * producer_cpu.BURST
+    assert row["calls"] >= 2
+    assert row["seconds"] >= producer_cpu.BURST_IDLE * 2
