@@ -11,9 +11,9 @@ Kept apart from the :class:`~._pipeline.Pipeline`, which owns the waiting room a
 of a record's life (intake, answers, retries, the time-to-live) and builds one of these on its
 room: this is the one policy that reads the room, the shard limiter and the aggregation
 settings together. It takes records and paces lanes through the room's methods and writes no
-state of its own after it is built, but for the records of a call whose building raised (a
-bug of ours), kept for the pipeline's drain to fail: without them, they stayed taken and
-unsettled for ever. Sans-IO: the caller passes ``now``.
+state of its own after it is built; the records of a call whose building raised (a bug of
+ours) it gives back to the room as stranded (:meth:`~._waiting.WaitingRoom.strand`), for the
+drain that fails the producer to fail. Sans-IO: the caller passes ``now``.
 """
 
 from __future__ import annotations
@@ -72,12 +72,6 @@ class CallBuilder:
         self._full_bytes = full_bytes
         self._linger = linger
         self._batch_quantum = batch_quantum
-        self._stranded: list[Entry] = []  # taken by a build that raised
-
-    def take_stranded(self) -> list[Entry]:
-        """The records taken into a call whose building raised, now the caller's to fail."""
-        stranded, self._stranded = self._stranded, []
-        return stranded
 
     @property
     def linger(self) -> float:
@@ -119,8 +113,8 @@ class CallBuilder:
         # and half the build stage's CPU), while the other held the queue's whole backlog.
         # Oldest first, both halves wait alike and keep runs of several records per key; at
         # many shards, the lanes a call of 500 Kinesis records has no room for come next.
-        lanes = room.open_lanes(now)
         try:
+            lanes = room.open_lanes(now)
             while lanes and len(parts) < self._max_call_records:
                 still = []
                 for lane in lanes:
@@ -132,14 +126,14 @@ class CallBuilder:
                         nbytes += part.size
                         still.append(lane)
                 lanes = still
+            charge_grant = self._limiter.charge_grant
+            for grant in grants.values():
+                charge_grant(grant, now)
+            return Call(parts, nbytes) if parts else None
         except BaseException:
             for built in parts:
-                self._stranded += built.entries
+                room.strand(built.entries)
             raise
-        charge_grant = self._limiter.charge_grant
-        for grant in grants.values():
-            charge_grant(grant, now)
-        return Call(parts, nbytes) if parts else None
 
     def _build_part(
         self, lane: Lane, now: float, room: int, grants: dict[str, Grant]
@@ -196,7 +190,7 @@ class CallBuilder:
                 return self._sent_alone(lane, taken[0], runs[0], grant)
             return self._part(lane, aggregator.build(), taken, runs, grant)
         except BaseException:
-            self._stranded += taken
+            waiting.strand(taken)
             raise
 
     def _resume_at(self, earliest: float) -> float:

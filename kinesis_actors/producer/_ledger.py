@@ -86,10 +86,15 @@ class Ledger:
         crash): the producer has failed."""
         self._broken = failure
         self.stopped = True
+        if self._settled is not None:
+            self._settled.set()  # a flush waiting for records no one may settle now: see below
 
     async def wait_settled(self, target: int) -> None:
-        """Wait until no record of epoch ``target`` or earlier is outstanding."""
-        while any(epoch <= target for epoch in self.outstanding):
+        """Wait until no record of epoch ``target`` or earlier is outstanding, or until the
+        producer failed by a crash (:meth:`mark_broken`): then the caller raises the failure
+        at once, rather than wait for records whose settling the crash may have lost (the
+        exit's drain and the senders' cancellation settle every record still known)."""
+        while self._broken is None and any(epoch <= target for epoch in self.outstanding):
             # Shared by concurrent flushes: replacing an unset event would strand the flush
             # already waiting on it (two flushes at once hung the first).
             if self._settled is None or self._settled.is_set():

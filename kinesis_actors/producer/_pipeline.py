@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import errors
@@ -228,10 +228,14 @@ class Pipeline:
         """Queue one accepted record, stamped with its own ``enqueued``: :meth:`add_many` of one."""
         self.add_many((entry,), entry.enqueued)
 
-    def add_many(self, entries: Iterable[Entry], now: float) -> None:
+    def add_many(self, entries: Sequence[Entry], now: float) -> None:
         """Queue accepted records in their domains, stamped ``enqueued = now`` (the
         dispatcher's intake: one call per look into the queue, not one per record)."""
-        count = self._room.place_many(entries, now)
+        try:
+            count = self._room.place_many(entries, now)
+        except BaseException:
+            self._room.strand(entries)  # some may be placed: drain fails each once
+            raise
         ttl = self._ttl
         if count and ttl is not None and now + ttl < self._next_sweep:
             self._next_sweep = now + ttl  # the sweep that fails them if they wait
@@ -456,12 +460,17 @@ class Pipeline:
         later = [t for t in candidates if now < t < math.inf]
         return min(later) if later else None
 
+    def strand(self, call: Call) -> None:
+        """A built call that never reached a sender (its hand-out raised): its records are
+        the drain's to fail, as the room's stranded ones."""
+        for part in call.parts:
+            self._room.strand(part.entries)
+
     def drain(self, error: BaseException) -> int:
         """Fail every record still waiting here with ``error`` (a cancelled close), and every
         record that an answer landing later would put back (see :meth:`_requeue`)."""
         self._drained = error
         gone = self._room.drain()
-        gone += self._builder.take_stranded()
         settle = self._settle
         for entry in gone:
             settle(entry, None, error)

@@ -113,6 +113,7 @@ class Sender:
     __slots__ = (
         "_client",
         "_config",
+        "_crash",
         "_flushing",
         "_idle",
         "_last_backpressure_warning",
@@ -123,6 +124,7 @@ class Sender:
         "_pipeline",
         "_refreshing",
         "_scopes",
+        "_started",
         "_stop",
         "_stream",
         "_supervisor",
@@ -154,6 +156,8 @@ class Sender:
         self._on_undelivered = on_undelivered
         self._supervisor: Supervisor | None = None
         self._stop = anyio.CancelScope()  # around the supervisor: a dispatcher crash stops it
+        self._crash: Exception | None = None  # what the dispatcher raised, if it did
+        self._started = False
         self.queue: Mailbox[Entry] | None = None  # the dispatcher's mailbox, once started
         self._wake = anyio.Event()
         self._last_backpressure_warning = -math.inf
@@ -211,6 +215,14 @@ class Sender:
                 await self._supervise(task_status)
         except RestartIntensityExceeded as failure:
             self._on_failure(failure)
+        if self._crash is not None and not self._started:
+            # While the producer opened: its open fails with the crash, typed (else anyio's
+            # RuntimeError, "child exited without calling task_status.started()").
+            failed = errors.ProducerFailedError(
+                f"producer for {self._stream!r} failed while opening: its dispatcher crashed "
+                f"({self._crash!r}), a bug"
+            )
+            raise failed from self._crash
 
     async def _supervise(self, task_status: TaskStatus[None]) -> None:
         config = self._config
@@ -247,6 +259,7 @@ class Sender:
                         cleanup_timeout=_CLEANUP,
                     )
                 )
+            self._started = True
             task_status.started()
             await anyio.sleep_forever()
 
@@ -254,6 +267,7 @@ class Sender:
         """The dispatcher raised ``error``: ``on_failure`` gets it now (the producer fails
         before the stop closes the queue, so a put waiting for room hears why), then every
         actor stops; the calls in flight are abandoned."""
+        self._crash = error
         self._on_failure(error)
         self._stop.cancel()
 
@@ -287,12 +301,17 @@ class Sender:
                 if call is None:
                     idle.appendleft(mailbox)
                     break
-                delivery = Delivery(call)
-                # Registered before the sender receives it, so an abort in between cancels it
-                # too (a call not yet started was sent after an abort, into a drained pipeline).
-                self._scopes.add(delivery.scope)
-                self.in_flight += 1
-                mailbox.send_nowait(delivery)
+                try:
+                    delivery = Delivery(call)
+                    # Registered before the sender receives it, so an abort in between cancels
+                    # it too (a call not yet started was sent after an abort, into a drained
+                    # pipeline).
+                    self._scopes.add(delivery.scope)
+                    self.in_flight += 1
+                    mailbox.send_nowait(delivery)
+                except BaseException:
+                    pipeline.strand(call)  # no sender holds it: the drain fails its records
+                    raise
             wakeup = pipeline.next_wakeup(now, force=force) if idle else None
             unreachable = self.health.warn(now, pipeline.pending_records)
             for warn_at in (unreachable, self._warn_backpressure(queue, now)):

@@ -157,7 +157,11 @@ class CrashOnNth:
     "site",
     [
         "CallBuilder._build_part",  # before a lane's records are taken: the call's earlier parts
+        "Aggregator.add",  # while a lane's records are taken: those taken so far
         "Aggregator.build",  # after: this aggregate's records too
+        "ShardRateLimiter.charge_grant",  # once every part is built
+        "WaitingRoom.new_domain",  # while queued records are placed: some placed, some not
+        "Delivery.__init__",  # as a built call is handed to a sender
     ],
 )
 async def test_a_dispatcher_crash_fails_every_outstanding_record_instead_of_hanging(
@@ -167,11 +171,20 @@ async def test_a_dispatcher_crash_fails_every_outstanding_record_instead_of_hang
     caplog: pytest.LogCaptureFixture,
     site: str,
 ) -> None:
+    from kinesis_actors.producer import ShardRateLimiter
     from kinesis_actors.producer._builder import CallBuilder
+    from kinesis_actors.producer._sender import Delivery
+    from kinesis_actors.producer._waiting import WaitingRoom
     from kinesis_actors.records import Aggregator
 
     owner_name, method_name = site.split(".")
-    owner = {"CallBuilder": CallBuilder, "Aggregator": Aggregator}[owner_name]
+    owner = {
+        "CallBuilder": CallBuilder,
+        "Aggregator": Aggregator,
+        "ShardRateLimiter": ShardRateLimiter,
+        "WaitingRoom": WaitingRoom,
+        "Delivery": Delivery,
+    }[owner_name]
     crash = CrashOnNth(getattr(owner, method_name), crash_on=3)
     monkeypatch.setattr(owner, method_name, crash.patched())
     await client.create_stream(stream_name, 4)
@@ -182,7 +195,9 @@ async def test_a_dispatcher_crash_fails_every_outstanding_record_instead_of_hang
     with anyio.fail_after(30), pytest.raises(errors.ProducerFailedError) as caught:
         async with Producer(client, stream_name, config) as producer:
             for i in range(200):
-                handles.append(await producer.put(f"r{i}".encode(), f"k{i % 8}"))
+                # 40 keys over 8 half-shard lanes: several a lane, so an aggregate takes
+                # records of several domains before the injected crash.
+                handles.append(await producer.put(f"r{i}".encode(), f"k{i % 40}"))
     failure = caught.value
     assert isinstance(failure.__cause__, IndexError)
     assert "dispatcher crashed" in str(failure) and "injected crash" in str(failure)
@@ -205,3 +220,24 @@ async def test_a_dispatcher_crash_fails_every_outstanding_record_instead_of_hang
     assert logged.exc_info is not None and logged.exc_info[1] is failure.__cause__
     with pytest.raises(errors.ProducerClosedError):
         await producer.put(b"late", "k")
+
+
+async def test_a_dispatcher_crash_while_the_producer_opens_is_the_typed_failure(
+    client: KinesisClient, stream_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opening or the first put fails with ProducerFailedError naming the crash (not anyio's
+    RuntimeError of a task that never said it started)."""
+    from kinesis_actors.producer._sender import Sender
+
+    await client.create_stream(stream_name, 1)
+
+    async def crash_at_once(self: Any, queue: Any, task_group: Any) -> None:
+        raise IndexError("injected crash as the dispatcher starts")
+
+    monkeypatch.setattr(Sender, "dispatch", crash_at_once)
+    with anyio.fail_after(30), pytest.raises(errors.ProducerFailedError) as caught:
+        async with Producer(client, stream_name, ProducerConfig(exit_grace=0.0)) as producer:
+            await producer.put(b"r", "k")
+    assert "dispatcher crashed" in str(caught.value)
+    cause = caught.value.__cause__
+    assert isinstance(cause, IndexError) and "injected crash" in str(cause)
