@@ -48,7 +48,6 @@ from .. import errors
 from ..client import RetrySettings, StreamRef
 from ..runtime import (
     Actor,
-    ActorContext,
     Backoff,
     ChildSpec,
     DeadLetter,
@@ -60,19 +59,19 @@ from ..runtime import (
     Strategy,
     Supervisor,
     SupervisorSnapshot,
-    unwrap_sole,
 )
+from ._actors import CallSender, Delivery, Dispatcher
 from ._config import ProducerConfig
 from ._entry import Entry
 from ._health import EndpointHealth, why_no_room
-from ._pipeline import Call, Pipeline
+from ._pipeline import Pipeline
 from ._retries import put_records_results
 from ._stream import list_open_shards
 
 if TYPE_CHECKING:
     from ..client import KinesisClient
 
-__all__ = ["Delivery", "Sender"]
+__all__ = ["Sender"]
 
 log = logging.getLogger("kinesis_actors.producer")
 
@@ -84,21 +83,6 @@ _ONE_ATTEMPT = RetrySettings(max_retries=0)
 SENDER_BACKOFF = Backoff(initial=0.01, maximum=1.0)
 #: What stopping one actor may take: cancelling a call is immediate, nothing is flushed here.
 _CLEANUP = 0.5
-
-
-class Delivery:
-    """One call handed to a sender, with the scope an abort cancels it by.
-
-    ``settled`` is set by whoever gives the call's outcome to the pipeline first (the sender,
-    or the supervisor's report of a crash): a call is settled once.
-    """
-
-    __slots__ = ("call", "scope", "settled")
-
-    def __init__(self, call: Call) -> None:
-        self.call = call
-        self.scope = anyio.CancelScope()
-        self.settled = False
 
 
 class Sender:
@@ -272,10 +256,10 @@ class Sender:
         self._stop.cancel()
 
     def _dispatcher(self) -> Actor[Entry]:
-        return _Dispatcher(self)
+        return Dispatcher(self)
 
     def _call_sender(self) -> Actor[Delivery]:
-        return _CallSender(self)
+        return CallSender(self)
 
     # -- what the actors do -----------------------------------------------------------------
 
@@ -473,44 +457,3 @@ class Sender:
             self._refreshing = False
             self._next_refresh = anyio.current_time() + self._config.shard_map_min_refresh_interval
             self.wake()
-
-
-class _Dispatcher(Actor[Entry]):
-    """Runs :meth:`Sender.dispatch`; shard-map listings run in its own task group."""
-
-    def __init__(self, sender: Sender) -> None:
-        self._sender = sender
-
-    async def run(self, ctx: ActorContext[Entry]) -> None:
-        try:
-            with unwrap_sole():
-                async with anyio.create_task_group() as task_group:
-                    await self._sender.dispatch(ctx.mailbox, task_group)
-                    task_group.cancel_scope.cancel()
-        except Exception as exc:
-            self._sender.dispatcher_crashed(exc)
-            raise
-
-
-class _CallSender(Actor[Delivery]):
-    """Sends the calls the dispatcher hands it, one at a time."""
-
-    def __init__(self, sender: Sender) -> None:
-        self._sender = sender
-
-    async def on_start(self, ctx: ActorContext[Delivery]) -> None:
-        self._sender.ready(ctx.mailbox)
-
-    async def run(self, ctx: ActorContext[Delivery]) -> None:
-        # Not the default loop, whose variable keeps the last message while it waits for the
-        # next: an idle sender held its last call's records (8 calls, 1.6x the queue's bound).
-        sender = self._sender
-        while True:
-            try:
-                delivery = await ctx.receive()
-            except anyio.EndOfStream:
-                return
-            await sender.send(delivery)
-            del delivery
-            ctx.done()
-            sender.ready(ctx.mailbox)

@@ -172,8 +172,8 @@ async def test_a_dispatcher_crash_fails_every_outstanding_record_instead_of_hang
     site: str,
 ) -> None:
     from kinesis_actors.producer import ShardRateLimiter
+    from kinesis_actors.producer._actors import Delivery
     from kinesis_actors.producer._builder import CallBuilder
-    from kinesis_actors.producer._sender import Delivery
     from kinesis_actors.producer._waiting import WaitingRoom
     from kinesis_actors.records import Aggregator
 
