@@ -11,12 +11,16 @@ so); 1,000 keys spread evenly over the shards unless the row takes a new key per
 
 - ``unpaced-N``: an N-shard target without limits, ``rate_limit`` lifted so that the
   producer's pacing never binds (the client alone);
-- ``unpaced-1024-deep``: 1,024 shards as deep as 16: the queue limits 64 times the default
-  (as many records a shard as ``unpaced-16`` holds), 16 times the records, and a ``linger``
-  of 2 s. An aggregate holds the records of its half shard that arrived within a linger or
-  a call's share of the queue, so at 1,024 shards with the defaults it holds a sixty-fourth
-  of what it holds at 16, and the client's CPU a record follows the number of aggregates;
-  this row measures what is left that grows with the shard count;
+- ``unpaced-1024`` runs the default queue, sized by the shards (81,920 records, 64 MiB at
+  1,024), and eight times the records (as many a shard as ``unpaced-128`` would get);
+  ``unpaced-1024-floor`` the queue every shard count had before it was sized (10,000
+  records, 8 MiB: the floor), on the records of ``unpaced-16``. An aggregate holds the
+  records of its half shard that arrived within a linger or a call's share of the queue,
+  so with the floor at 1,024 shards it holds a sixty-fourth of what it holds at 16, and the
+  client's CPU a record follows the number of aggregates;
+- ``unpaced-1024-deep``: 1,024 shards as deep as 16: the queue limits 64 times the floor
+  (as many records a shard as ``unpaced-16`` holds), 64 times the records, and a ``linger``
+  of 2 s: what is left that grows with the shard count;
 - ``capacity``: a 2-shard target emulating the service's write limits (1,000 records/s,
   1 MiB/s a shard) and ``ProducerConfig()`` (pacing at those limits): the producer at the
   stream's capacity, its puts waiting for room. Beside the CPU: the share of the target's
@@ -62,6 +66,7 @@ __all__ = ["ROWS", "main", "measure"]
 RECORD_BYTES = 100
 COUNT = 200_000
 BATCH = 500
+FLOOR_RECORDS, FLOOR_BYTES = 10_000, 8 * 1024 * 1024  # the default queue up to 128 shards
 BURST = 3_500  # records a burst (unpaced-2-bursts): under a call's worth, so one call each
 BURST_IDLE = 0.2  # seconds of sleep after each: the pacing's quantum
 
@@ -75,7 +80,9 @@ class Row:
     unique_keys: bool = False
     peer: str = "project"  # or boto3, async-kinesis
     single: bool = False  # put per record instead of put_many
-    depth: int = 1  # the queue limits and the records, times this
+    depth: int = 1  # the queue limits, the floor's times this (1: sized by the shards)
+    records: int = 1  # the records pushed, COUNT times this
+    floor: bool = False  # the queue limits the floor's (depth 1), not sized by the shards
     linger: float | None = None  # ProducerConfig's default unless set
     bursts: bool = False  # BURST records, then BURST_IDLE seconds of sleep, and again
 
@@ -87,8 +94,9 @@ ROWS: dict[str, Row] = {
     "unpaced-2-bursts": Row(2, bursts=True),
     "capacity-put": Row(2, paced=True, single=True),
     "unpaced-16": Row(16),
-    "unpaced-1024": Row(1024),
-    "unpaced-1024-deep": Row(1024, depth=64, linger=2.0),
+    "unpaced-1024": Row(1024, records=8),
+    "unpaced-1024-floor": Row(1024, floor=True),
+    "unpaced-1024-deep": Row(1024, depth=64, records=64, linger=2.0),
     "newkey": Row(4, unique_keys=True),
     "newkey-boto3": Row(4, unique_keys=True, peer="boto3"),
     "newkey-async-kinesis": Row(4, unique_keys=True, peer="async-kinesis"),
@@ -138,13 +146,14 @@ def _project(row: Row, count: int) -> dict[str, Any]:
         else _balanced_keys(row.shards)
     )
     config = ProducerConfig() if row.paced else ProducerConfig(rate_limit=UNPACED)
-    if row.depth != 1 or row.linger is not None:
+    if row.depth != 1 or row.floor:
         config = replace(
             config,
-            queue_limit_records=config.queue_limit_records * row.depth,
-            queue_limit_bytes=config.queue_limit_bytes * row.depth,
-            linger=config.linger if row.linger is None else row.linger,
+            queue_limit_records=FLOOR_RECORDS * row.depth,
+            queue_limit_bytes=FLOOR_BYTES * row.depth,
         )
+    if row.linger is not None:
+        config = replace(config, linger=row.linger)
     with LoadTarget(shards=row.shards, tls=False) as warm:  # imports, caches, connections
         anyio.run(_push, warm, ProducerConfig(rate_limit=UNPACED), _balanced_keys(2), 20_000, False)
     limits = Limits() if row.paced else None
@@ -194,7 +203,7 @@ def _peer(row: Row, count: int) -> dict[str, Any]:
 def measure(name: str, count: int = COUNT) -> dict[str, Any]:
     """One row in this process."""
     row = ROWS[name]
-    count *= row.depth
+    count *= row.records
     started = load()
     figures = _project(row, count) if row.peer == "project" else _peer(row, count)
     return {"row": name, "records": count, "loadavg_before": started} | figures

@@ -71,6 +71,7 @@ __all__ = [
 log = logging.getLogger("spark_bridge.sink")
 
 REQUIRED_COLUMNS = ("data", "partitionKey")
+SINK_QUEUE_LIMIT_BYTES = 8 * 1024 * 1024  # see producer_config
 OPTIONAL_COLUMNS = ("explicitHashKey",)
 _EXPECTED = (
     "expected columns data (binary or string), partitionKey (string) and optionally "
@@ -129,10 +130,16 @@ class KinesisCommitMessage(WriterCommitMessage):
 
 def producer_config(options: SinkOptions) -> ProducerConfig:
     """The task's producer: ``record_ttl`` = ``flushTimeout`` so a stalled stream fails the
-    task (and lets it close) instead of hanging it; any failed record fails the producer."""
+    task (and lets it close) instead of hanging it; any failed record fails the producer.
+
+    The queue stays at the producer's floor (``queueLimitRecords``, 10,000, and 8 MiB) rather
+    than its default sized by the shards (64 MiB at 1,024): an executor runs a producer per
+    core in Python workers, whose memory is the executor's overhead (10 % of its memory by
+    default, at least 384 MiB), not its heap."""
     return ProducerConfig(
         aggregation=options.aggregation,
         queue_limit_records=options.queue_limit_records,
+        queue_limit_bytes=SINK_QUEUE_LIMIT_BYTES,
         record_ttl=options.flush_timeout,
         fail_on_error=True,
     )

@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .._validate import check_non_negative, check_positive, check_type
 from ..errors import ConfigError
 from ..records import DEFAULT_AGGREGATION_MAX_BYTES
 from ._calls import DEFAULT_LINGER, DEFAULT_MAX_CALL_BYTES, PUT_RECORDS_MAX_BYTES
 
-__all__ = ["ProducerConfig"]
+__all__ = ["ProducerConfig", "QueueLimits", "queue_limits"]
 
 _MAX_AGGREGATE_BYTES = 10 * 1024 * 1024  # the largest record any stream accepts
+
+QUEUE_RECORDS_PER_SHARD = 80
+"""The default queue's records a shard: what makes aggregates of a few dozen records when
+the producer runs flat out over 1,024 shards (measured in benchmarks.producer_cpu)."""
+QUEUE_BYTES_PER_SHARD = 64 * 1024
+MIN_QUEUE_RECORDS = 10_000
+MIN_QUEUE_BYTES = 8 * 1024 * 1024
+QUEUE_SIZED_UP_TO_SHARDS = 2_048
+"""The default queue stops growing here: 163,840 records, 128 MiB."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,17 +30,22 @@ class ProducerConfig:
 
     Queue (the backpressure):
 
-    - ``queue_limit_records`` (10,000) and ``queue_limit_bytes`` (8 MiB) bound what has been
-      accepted by ``put`` and not yet acknowledged or failed. The defaults hold eight to ten
-      seconds of one shard's write capacity (1,000 records/s, 1 MiB/s) of records sent alone:
-      enough to keep a shard busy through retries, small enough that a stalled stream costs
-      megabytes, not gigabytes. Scale them with the shard count for wide streams. ``put``
-      waits while either is reached; a record larger than ``queue_limit_bytes`` is admitted
-      into an empty queue only. With aggregation and small records the records bound is the
-      one reached, and it also sizes calls: a call goes once half the queue is ready, so
-      10,000 records of 100 bytes make calls of about 600 KB, not 5 MiB. Measured with
-      ``put_many`` (100-byte records, 1,000 keys), 25,000 cost a tenth less client CPU
-      (2.76 -> 2.50 us a record) for 9 MB more peak memory.
+    - ``queue_limit_records`` and ``queue_limit_bytes`` bound what has been accepted by
+      ``put`` and not yet acknowledged or failed. ``None`` (the default) sizes them when the
+      producer opens, from the stream's open shards: 80 records and 64 KiB a shard, at least
+      10,000 records and 8 MiB (up to 128 shards), at most 163,840 records and 128 MiB (from
+      2,048 shards); ``Producer.config`` then shows the numbers. At the floor they hold eight
+      to ten seconds of one shard's write capacity (1,000 records/s, 1 MiB/s) of records sent
+      alone: enough to keep a shard busy through retries, small enough that a stalled stream
+      costs megabytes, not gigabytes. They grow with the shards because an aggregate holds
+      one shard's records: 10,000 records over 1,024 shards made aggregates of 8 records and
+      cost 2.1x the client CPU a record of 16 shards, 80 a shard 1.1x (docs/producer.md,
+      "The queue sized by the shards"). Past 2,048 shards one process cannot fill its shards
+      anyway, and the bound stays put. Sized once, at open: a reshard does not resize them.
+      ``put`` waits while either is reached; a record larger than ``queue_limit_bytes`` is
+      admitted into an empty queue only. With aggregation and small records the records bound
+      is the one reached, and it also sizes calls: a call goes once half the queue is ready,
+      so 10,000 records of 100 bytes make calls of about 600 KB, not 5 MiB.
     - ``backpressure_warning_after`` (1 s): a ``put`` that waited this long logs a warning,
       at most one per ``backpressure_warning_interval`` (10 s).
 
@@ -102,8 +117,8 @@ class ProducerConfig:
       :class:`~kinesis_actors.runtime.RestartIntensityExceeded` that lists the crashes.
     """
 
-    queue_limit_records: int = 10_000
-    queue_limit_bytes: int = 8 * 1024 * 1024
+    queue_limit_records: int | None = None
+    queue_limit_bytes: int | None = None
     aggregation: bool = True
     aggregation_max_bytes: int = DEFAULT_AGGREGATION_MAX_BYTES
     linger: float = DEFAULT_LINGER
@@ -123,8 +138,12 @@ class ProducerConfig:
     restart_intensity: tuple[int, float] = (5, 30.0)
 
     def __post_init__(self) -> None:
-        check_positive("ProducerConfig.queue_limit_records", self.queue_limit_records, integer=True)
-        check_positive("ProducerConfig.queue_limit_bytes", self.queue_limit_bytes, integer=True)
+        if self.queue_limit_records is not None:
+            check_positive(
+                "ProducerConfig.queue_limit_records", self.queue_limit_records, integer=True
+            )
+        if self.queue_limit_bytes is not None:
+            check_positive("ProducerConfig.queue_limit_bytes", self.queue_limit_bytes, integer=True)
         check_type("ProducerConfig.aggregation", self.aggregation, bool, "True or False")
         check_positive(
             "ProducerConfig.aggregation_max_bytes", self.aggregation_max_bytes, integer=True
@@ -180,3 +199,23 @@ class ProducerConfig:
                 "ProducerConfig.restart_intensity must be (max_restarts >= 0, period > 0), "
                 f"got {intensity!r}"
             )
+
+
+class QueueLimits(NamedTuple):
+    """The queue's bounds in use: records and bytes accepted and not yet settled."""
+
+    records: int
+    nbytes: int
+
+
+def queue_limits(config: ProducerConfig, open_shards: int) -> QueueLimits:
+    """``config``'s queue limits, the defaults (``None``) sized for ``open_shards`` (see
+    ``queue_limit_records``); limits the caller set are kept."""
+    shards = min(max(1, open_shards), QUEUE_SIZED_UP_TO_SHARDS)
+    records = config.queue_limit_records
+    if records is None:
+        records = max(MIN_QUEUE_RECORDS, QUEUE_RECORDS_PER_SHARD * shards)
+    nbytes = config.queue_limit_bytes
+    if nbytes is None:
+        nbytes = max(MIN_QUEUE_BYTES, QUEUE_BYTES_PER_SHARD * shards)
+    return QueueLimits(records, nbytes)

@@ -64,7 +64,7 @@ class Ledger:
         self._last_failure_log = -math.inf
         # Settled entries, taken by the put path (see Entry): at most a queue's worth.
         self.spares: list[Entry] = []
-        self._spare_limit = config.queue_limit_records
+        self._spare_limit = 0  # the queue's capacity in records, once open
 
     @property
     def records_sent(self) -> int:
@@ -79,6 +79,7 @@ class Ledger:
     def open(self, queue: Mailbox[Entry]) -> None:
         """Settling gives each record's room back to ``queue`` from now on."""
         self._queue = queue
+        self._spare_limit = queue.capacity
 
     def mark_broken(self, failure: Exception) -> None:
         """The senders' supervisor gave up (``failure`` is its

@@ -18,6 +18,7 @@ producer fails with a typed error, never a record silently.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
@@ -32,7 +33,7 @@ from ..runtime import (
     SupervisorSnapshot,
     unwrap_sole,
 )
-from ._config import ProducerConfig
+from ._config import ProducerConfig, QueueLimits, queue_limits
 from ._intake import Intake
 from ._lifecycle import CLOSED, CLOSING, NEW, OPEN, OPENING
 from ._metrics import ProducerMetrics
@@ -90,6 +91,7 @@ class Producer(Intake):
         self._pipeline: Pipeline | None = None
         self._task_group: TaskGroup | None = None
         self._stream_info = stream_info
+        self._config_in_use: ProducerConfig | None = None  # with the queue limits, once open
         self._record_distribution = "USER_PARTITION_KEY"
         self._open_shards = 1
 
@@ -102,8 +104,9 @@ class Producer(Intake):
 
     @property
     def config(self) -> ProducerConfig:
-        """The configuration in use."""
-        return self._config
+        """The configuration in use: once open, with the queue limits it sized (see
+        ``ProducerConfig.queue_limit_records``)."""
+        return self._config_in_use or self._config
 
     @property
     def max_record_bytes(self) -> int:
@@ -168,7 +171,12 @@ class Producer(Intake):
             raise RuntimeError("a Producer can be opened once")
         self._state = OPENING
         await self._describe_stream()
-        pipeline = self._new_pipeline()
+        limits = queue_limits(self._config, self._open_shards)
+        # From here on ``config`` shows the queue limits in use (the defaults, sized).
+        self._config_in_use = replace(
+            self._config, queue_limit_records=limits.records, queue_limit_bytes=limits.nbytes
+        )
+        pipeline = self._new_pipeline(limits)
         if self._record_distribution != "AUTO":
             pipeline.set_shard_map(await list_open_shards(self._client, self._stream))
         self._pipeline = pipeline
@@ -177,6 +185,7 @@ class Producer(Intake):
             self._stream,
             self._config,
             pipeline,
+            limits=limits,
             on_failure=self._senders_failed,
             on_undelivered=self._undelivered,
         )
@@ -342,9 +351,11 @@ class Producer(Intake):
 
     # -- the stream -------------------------------------------------------------------------
 
-    def _new_pipeline(self) -> Pipeline:
+    def _new_pipeline(self, limits: QueueLimits) -> Pipeline:
         info = StreamInfo(self._max_record_bytes, self._record_distribution, self._open_shards)
-        return new_pipeline(self._config, info, self._ledger.settle, self._ledger.acknowledge)
+        return new_pipeline(
+            self._config, limits, info, self._ledger.settle, self._ledger.acknowledge
+        )
 
     async def _describe_stream(self) -> None:
         info = self._stream_info

@@ -61,7 +61,7 @@ from ..runtime import (
     SupervisorSnapshot,
 )
 from ._actors import CallSender, Delivery, Dispatcher
-from ._config import ProducerConfig
+from ._config import ProducerConfig, QueueLimits
 from ._entry import Entry
 from ._health import EndpointHealth, why_no_room
 from ._pipeline import Pipeline
@@ -101,6 +101,7 @@ class Sender:
         "_flushing",
         "_idle",
         "_last_backpressure_warning",
+        "_limits",
         "_next_refresh",
         "_on_failure",
         "_on_undelivered",
@@ -129,12 +130,14 @@ class Sender:
         config: ProducerConfig,
         pipeline: Pipeline,
         *,
+        limits: QueueLimits,
         on_failure: Callable[[Exception], None],
         on_undelivered: Callable[[Entry], None],
     ) -> None:
         self._client = client
         self._stream = stream
         self._config = config
+        self._limits = limits
         self._pipeline = pipeline
         self._on_failure = on_failure
         self._on_undelivered = on_undelivered
@@ -223,8 +226,8 @@ class Sender:
                     "dispatcher",
                     self._dispatcher,
                     restart=Restart.TEMPORARY,  # see the module's docstring
-                    capacity=config.queue_limit_records,
-                    max_weight=config.queue_limit_bytes,
+                    capacity=self._limits.records,
+                    max_weight=self._limits.nbytes,
                     hold=True,
                     on_drop=self._undelivered,
                     shutdown_timeout=0.0,
@@ -336,8 +339,8 @@ class Sender:
             waited,
             queue.occupied,
             queue.weight,
-            config.queue_limit_records,
-            config.queue_limit_bytes,
+            self._limits.records,
+            self._limits.nbytes,
             queue.senders_waiting,
             cause,
         )

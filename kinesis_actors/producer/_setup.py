@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ._calls import PUT_RECORDS_MAX_RECORDS
-from ._config import ProducerConfig
+from ._config import ProducerConfig, QueueLimits
 from ._pipeline import Acknowledge, Pipeline, Settle
 from ._ratelimit import ShardRateLimiter
 from ._stream import StreamInfo
@@ -13,13 +13,15 @@ __all__ = ["new_pipeline"]
 
 def new_pipeline(
     config: ProducerConfig,
+    limits: QueueLimits,
     info: StreamInfo,
     settle: Settle,
     acknowledge: Acknowledge | None = None,
 ) -> Pipeline:
     """A pipeline paced for ``info``'s shards that settles records through ``settle``.
 
-    A stream with ``AUTO`` record distribution has one lane for the whole stream, paced at
+    ``limits`` are the queue's (see :func:`~._config.queue_limits`). A stream with ``AUTO``
+    record distribution has one lane for the whole stream, paced at
     the sum of its open shards' limits. A call is "full" (sent without waiting for
     ``linger``) at half the queue limits, so that the queue keeps filling the next call.
     """
@@ -33,7 +35,7 @@ def new_pipeline(
         max_record_bytes=info.max_record_bytes,
     )
     max_call_bytes = max(config.max_call_bytes, info.max_record_bytes)
-    full_records = max(1, config.queue_limit_records // 2)
+    full_records = max(1, limits.records // 2)
     if not config.aggregation:
         full_records = min(PUT_RECORDS_MAX_RECORDS, full_records)
     return Pipeline(
@@ -45,7 +47,7 @@ def new_pipeline(
         max_call_records=PUT_RECORDS_MAX_RECORDS,
         max_call_bytes=max_call_bytes,
         full_records=full_records,
-        full_bytes=max(1, min(max_call_bytes, config.queue_limit_bytes // 2)),
+        full_bytes=max(1, min(max_call_bytes, limits.nbytes // 2)),
         linger=config.linger,
         preserve_order=config.preserve_order,
         retry_base=config.retry_base,

@@ -264,3 +264,26 @@ async def test_a_put_waiting_on_the_producers_own_pacing_is_said_as_pacing_not_t
     (warning,) = [r.getMessage() for r in caplog.records if "waited" in r.getMessage()]
     assert "paces each shard" in warning and "1 shard(s) are at that pace" in warning, warning
     assert "throttled nothing" in warning and "not keeping up" not in warning, warning
+
+
+async def test_the_default_queue_is_sized_by_the_streams_open_shards(
+    client: KinesisClient, stream_name: str
+) -> None:
+    """ProducerConfig's queue limits are None until the producer opens: then 80 records and
+    64 KiB a shard of the stream (above the floor from 129 shards), and the dispatcher's
+    mailbox bounds what is outstanding at those numbers; a limit the caller set is kept."""
+    await client.create_stream(stream_name, 200)
+    async with Producer(client, stream_name) as producer:
+        assert producer.config.queue_limit_records == 16_000
+        assert producer.config.queue_limit_bytes == 200 * 64 * 1024
+        (tree,) = producer.supervision
+        (dispatcher,) = [child for child in tree.children if child.name == "dispatcher"]
+        assert dispatcher.mailbox is not None
+        assert (dispatcher.mailbox.capacity, dispatcher.mailbox.max_weight) == (
+            16_000,
+            200 * 64 * 1024,
+        )
+        await producer.put(b"x", "k")
+    async with Producer(client, stream_name, ProducerConfig(queue_limit_records=500)) as producer:
+        assert producer.config.queue_limit_records == 500
+        assert producer.config.queue_limit_bytes == 200 * 64 * 1024

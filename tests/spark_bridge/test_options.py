@@ -28,6 +28,7 @@ from spark_bridge._options import (
     spelled,
 )
 from spark_bridge._schema import SPARK_ARROW_SCHEMA, spark_schema, to_spark_batch
+from spark_bridge._sink import producer_config
 from spark_bridge._source import KinesisStreamReader
 
 
@@ -537,6 +538,15 @@ def test_sink_defaults() -> None:
         queue_limit_records=10_000,
         flush_timeout=300.0,
     )
+
+
+def test_the_sinks_producer_keeps_the_queue_floor_whatever_the_shards() -> None:
+    """A producer per core in Python workers: the sink's queue is 10,000 records and 8 MiB,
+    not the producer's default sized by the stream's shards (64 MiB at 1,024)."""
+    config = producer_config(sink())
+    assert (config.queue_limit_records, config.queue_limit_bytes) == (10_000, 8 * 1024 * 1024)
+    config = producer_config(sink(queueLimitRecords="50000"))
+    assert (config.queue_limit_records, config.queue_limit_bytes) == (50_000, 8 * 1024 * 1024)
 
 
 def test_sink_accepts_spark_paths_and_checkpoint_location() -> None:
