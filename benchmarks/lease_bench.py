@@ -11,16 +11,16 @@ this process against a local Kinesis (the stream's shards) and a local DynamoDB 
 **Cost.** A stream of ``--leases`` shards is shared by each worker count of ``--workers``.
 Once every lease is held and the shares are even (or a minute and a half has passed: the
 report says which), every DynamoDB request the workers make is counted, per operation, for
-``--seconds``. The figure is requests per second, set against what the KCL 2.x makes with its
-defaults for the same leases and workers (:func:`kcl_calls_per_s`, a model computed from its
-documented intervals, not a run of the KCL): the ratio says how much more (or less) the
-table is asked for.
+``--seconds``. The figure is requests per second, set against what the KCL 2.x and the KCL
+3.x make with their defaults for the same leases and workers (:mod:`benchmarks.kcl_model`,
+models computed from their source's intervals, not runs of the KCL): the ratios say how
+much more (or less) the table is asked for.
 
 **Failover.** ``--failover-workers`` workers share ``--failover-shards`` shards evenly; one
 is stopped without a word, as a SIGKILL would (its coordinator is cancelled: no release, no
 more renewals). The figure is the time from that moment until every lease it held is held
 by a survivor, set against the bound this library states (failover time + one renewal
-interval) and the KCL's window with its defaults (:func:`kcl_failover_window`). The death
+interval) and the KCL 2.x's window with its defaults (``kcl_failover_window``). The death
 falls anywhere in the victim's renewal cycle, so it is repeated (``--failover-runs``), each
 run on a fresh stream and table.
 """
@@ -40,6 +40,7 @@ from typing import Any
 
 import anyio
 
+from benchmarks.kcl_model import kcl2_calls_per_s, kcl3_calls_per_s, kcl_failover_window
 from kinesis_actors import LocalDynamoDB, LocalKinesis
 from kinesis_actors.client import DynamoDBClient
 from kinesis_actors.leases import (
@@ -50,14 +51,8 @@ from kinesis_actors.leases import (
     LeaseLostError,
 )
 
-__all__ = ["kcl_calls_per_s", "kcl_failover_window", "main", "run"]
+__all__ = ["main", "run"]
 
-#: The KCL 2.x defaults the comparison uses (``LeaseManagementConfig``,
-#: ``DynamoDBLeaseCoordinator``): lease duration (``failoverTimeMillis``), the epsilon its
-#: renewer and taker subtract and add, the shard syncer's period.
-KCL_FAILOVER = 10.0
-KCL_EPSILON = 0.025
-KCL_SHARD_SYNC = 60.0
 #: How many workers list the lease table every take round (the lease package's watchers,
 #: docs/leases.md "Who lists the table"); the others list it once a failover time.
 WATCHERS = 2
@@ -68,33 +63,6 @@ _BALANCE_TIMEOUT = 90.0
 _SHARD_LIMIT = 10_000
 #: How long a failover may take before it is reported as not done.
 _FAILOVER_TIMEOUT = 120.0
-
-
-def kcl_calls_per_s(leases: int, workers: int, failover: float = KCL_FAILOVER) -> dict[str, float]:
-    """DynamoDB requests per second of a KCL 2.x application with its defaults.
-
-    Its renewer updates every held lease each ``failover / 3 - epsilon`` (3.308 s), its taker
-    scans the table each ``2 * (failover + epsilon)`` (20.05 s) on every worker, and its
-    periodic shard sync (one worker) lists the leases each 60 s; a table of a few hundred
-    leases is one Scan page. Checkpoints are the application's and left out, as here.
-    """
-    renewals = leases / (failover / 3 - KCL_EPSILON)
-    scans = workers / (2 * (failover + KCL_EPSILON)) + 1 / KCL_SHARD_SYNC
-    return {"renewals_per_s": renewals, "scans_per_s": scans, "calls_per_s": renewals + scans}
-
-
-def kcl_failover_window(failover: float = KCL_FAILOVER) -> tuple[float, float]:
-    """The shortest and longest time from a KCL worker's death to a take, with its defaults.
-
-    A taker sees a lease expire once its counter has not moved for ``failover`` since the
-    scan that first saw it; scans are ``2 * (failover + epsilon)`` apart, longer than
-    ``failover``, so the take comes at the second scan after the last renewal: one to two
-    taker intervals after it, and the death is at most one renewal interval after that
-    renewal.
-    """
-    taker = 2 * (failover + KCL_EPSILON)
-    renewer = failover / 3 - KCL_EPSILON
-    return taker - renewer, 2 * taker
 
 
 def _item_size(item: Mapping[str, Any]) -> int:
@@ -259,7 +227,8 @@ async def measure_cost(
         tasks.cancel_scope.cancel()
     calls = after - before
     total = sum(calls.values())
-    kcl = kcl_calls_per_s(leases, workers, config.failover_time)
+    kcl = kcl2_calls_per_s(leases, workers, config.failover_time)
+    kcl3 = kcl3_calls_per_s(leases, workers, config.failover_time)
     ours = total / elapsed
     return {
         "leases": leases,
@@ -279,12 +248,14 @@ async def measure_cost(
             2,
         ),
         "kcl": {key: round(value, 2) for key, value in kcl.items()},
+        "kcl3": {key: round(value, 3) for key, value in kcl3.items()},
         # Per worker: items and kilobytes read a second, and read units a second (modelled
         # from the replies' sizes, see _read_units).
         "items_read_per_s": [round(r["items"] / elapsed, 1) for r in reads],
         "kb_read_per_s": [round(r["bytes"] / 1000 / elapsed, 1) for r in reads],
         "read_units_per_s": [round(r["read_units_x100"] / 100 / elapsed, 2) for r in reads],
         "ratio_to_kcl": round(ours / kcl["calls_per_s"], 3),
+        "ratio_to_kcl3": round(ours / kcl3["calls_per_s"], 3),
         "failures": _failures(crew),
     }
 
@@ -420,9 +391,10 @@ def render(results: Mapping[str, Any]) -> str:
         f"lease protocol: failover {config['failover_time']:g} s, renew every "
         f"{config['renew_interval']:g} s, take round every {config['take_interval']:g} s",
         "",
-        "DynamoDB requests per second (steady state; the KCL 2.x model at the same failover time):",
-        f"{'leases':>6} {'workers':>7} {'ours/s':>8} {'expected':>8} {'KCL/s':>7} {'ratio':>6}  "
-        "per operation/s; held",
+        "DynamoDB requests per second (steady state; the KCL 2.x and 3.x models at the same "
+        "failover time):",
+        f"{'leases':>6} {'workers':>7} {'ours/s':>8} {'expected':>8} {'KCL2/s':>7} {'ratio':>6} "
+        f"{'KCL3/s':>7} {'ratio':>6}  per operation/s; held",
     ]
     for row in results["cost"]:
         ops = ", ".join(f"{op} {rate:g}" for op, rate in row["per_operation_per_s"].items())
@@ -430,7 +402,8 @@ def render(results: Mapping[str, Any]) -> str:
         lines.append(
             f"{row['leases']:>6} {row['workers']:>7} {row['calls_per_s']:>8.2f} "
             f"{row['expected_calls_per_s']:>8.2f} {row['kcl']['calls_per_s']:>7.2f} "
-            f"{row['ratio_to_kcl']:>6.3f}  {ops}; {row['held']}{even}"
+            f"{row['ratio_to_kcl']:>6.3f} {row['kcl3']['calls_per_s']:>7.2f} "
+            f"{row['ratio_to_kcl3']:>6.3f}  {ops}; {row['held']}{even}"
         )
         lines.append(
             f"  read per worker: items/s {row['items_read_per_s']}, kB/s {row['kb_read_per_s']}, "
