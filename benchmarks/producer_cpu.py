@@ -66,7 +66,7 @@ __all__ = ["ROWS", "main", "measure"]
 RECORD_BYTES = 100
 COUNT = 200_000
 BATCH = 500
-FLOOR_RECORDS, FLOOR_BYTES = 10_000, 8 * 1024 * 1024  # the default queue up to 128 shards
+FLOOR_RECORDS, FLOOR_BYTES = 10_000, 8 * 1024 * 1024  # the default queue's floor (ProducerConfig)
 BURST = 3_500  # records a burst (unpaced-2-bursts): under a call's worth, so one call each
 BURST_IDLE = 0.2  # seconds of sleep after each: the pacing's quantum
 

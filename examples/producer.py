@@ -7,7 +7,7 @@ async def main() -> None:
     # On AWS: async with KinesisClient(region="eu-west-1") as kinesis: (the stream exists)
     async with LocalKinesis() as server, server.client() as kinesis:
         await kinesis.create_stream("orders", shard_count=2)
-        config = ProducerConfig(queue_limit_records=10_000, linger=0.05)
+        config = ProducerConfig(linger=0.05)
         async with Producer(kinesis, "orders", config) as producer:  # leaving flushes
             handles = [
                 await producer.put(f"order {i}".encode(), f"customer-{i % 50}")

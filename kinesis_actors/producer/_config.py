@@ -33,19 +33,20 @@ class ProducerConfig:
     - ``queue_limit_records`` and ``queue_limit_bytes`` bound what has been accepted by
       ``put`` and not yet acknowledged or failed. ``None`` (the default) sizes them when the
       producer opens, from the stream's open shards: 80 records and 64 KiB a shard, at least
-      10,000 records and 8 MiB (up to 128 shards), at most 163,840 records and 128 MiB (from
-      2,048 shards); ``Producer.config`` then shows the numbers. At the floor they hold eight
-      to ten seconds of one shard's write capacity (1,000 records/s, 1 MiB/s) of records sent
-      alone: enough to keep a shard busy through retries, small enough that a stalled stream
-      costs megabytes, not gigabytes. They grow with the shards because an aggregate holds
-      one shard's records: 10,000 records over 1,024 shards made aggregates of 8 records and
-      cost 2.1x the client CPU a record of 16 shards, 80 a shard 1.1x (docs/producer.md,
-      "The queue sized by the shards"). Past 2,048 shards one process cannot fill its shards
-      anyway, and the bound stays put. Sized once, at open: a reshard does not resize them.
-      ``put`` waits while either is reached; a record larger than ``queue_limit_bytes`` is
-      admitted into an empty queue only. With aggregation and small records the records bound
-      is the one reached, and it also sizes calls: a call goes once half the queue is ready,
-      so 10,000 records of 100 bytes make calls of about 600 KB, not 5 MiB.
+      10,000 records and 8 MiB (up to 125 and 128 shards), at most 163,840 records and
+      128 MiB (from 2,048 shards); ``Producer.config`` then shows the numbers. At the floor
+      they hold eight to ten seconds of one shard's write capacity (1,000 records/s,
+      1 MiB/s) of records sent alone: enough to keep a shard busy through retries, small
+      enough that a stalled stream costs megabytes, not gigabytes. They grow with the
+      shards because an aggregate holds one shard's records: 10,000 records over 1,024
+      shards made aggregates of 8 records and cost 2.27x the client CPU a record of 16
+      shards, 80 a shard 1.31x, run flat out (docs/producer.md, "The queue sized by the
+      shards"). Past 2,048 shards one process cannot fill its shards anyway, and the bound
+      stays put. Sized once, at open: a reshard does not resize them. ``put`` waits while
+      either is reached; a record larger than ``queue_limit_bytes`` is admitted into an
+      empty queue only. With aggregation and small records the records bound is the one
+      reached, and it also sizes calls: a call goes once half the queue is ready, so 10,000
+      records of 100 bytes make calls of about 600 KB, not 5 MiB.
     - ``backpressure_warning_after`` (1 s): a ``put`` that waited this long logs a warning,
       at most one per ``backpressure_warning_interval`` (10 s).
 

@@ -172,10 +172,6 @@ class Producer(Intake):
         self._state = OPENING
         await self._describe_stream()
         limits = queue_limits(self._config, self._open_shards)
-        # From here on ``config`` shows the queue limits in use (the defaults, sized).
-        self._config_in_use = replace(
-            self._config, queue_limit_records=limits.records, queue_limit_bytes=limits.nbytes
-        )
         pipeline = self._new_pipeline(limits)
         if self._record_distribution != "AUTO":
             pipeline.set_shard_map(await list_open_shards(self._client, self._stream))
@@ -202,6 +198,10 @@ class Producer(Intake):
             with unwrap_sole():
                 await task_group.__aexit__(type(exc), exc, exc.__traceback__)
             raise
+        # From here on ``config`` shows the queue limits in use (the defaults, sized).
+        self._config_in_use = replace(
+            self._config, queue_limit_records=limits.records, queue_limit_bytes=limits.nbytes
+        )
         self._state = OPEN
         return self
 

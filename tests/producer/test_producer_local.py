@@ -270,7 +270,7 @@ async def test_the_default_queue_is_sized_by_the_streams_open_shards(
     client: KinesisClient, stream_name: str
 ) -> None:
     """ProducerConfig's queue limits are None until the producer opens: then 80 records and
-    64 KiB a shard of the stream (above the floor from 129 shards), and the dispatcher's
+    64 KiB a shard of the stream (above the floor from 126 and 129 shards), and the dispatcher's
     mailbox bounds what is outstanding at those numbers; a limit the caller set is kept."""
     await client.create_stream(stream_name, 200)
     async with Producer(client, stream_name) as producer:
