@@ -28,10 +28,11 @@ class ClientConfig:
       stalled shard buffers to 256 KiB.
     - ``subscriptions_per_connection``: SubscribeToShard streams share HTTP/2 connections,
       at most this many on one (a 1,000-shard consumer then needs 20 descriptors, not 1,000).
-      A connection's credit goes back on receipt and its window covers the stream windows
-      of all of them, so a stalled shard never slows its siblings (see ``_h2flow``). 1 gives
-      every subscription a connection of its own. ``subscriptions_per_connection *
-      subscribe_window`` is at most 2**28 bytes (the connection window is four times it).
+      A connection's credit goes back on receipt (in batches) and its window covers the
+      stream windows of all of them, so a stalled shard never slows its siblings (see
+      ``_h2flow``). 1 gives every subscription a connection of its own.
+      ``subscriptions_per_connection * subscribe_window`` is at most 2**28 bytes (the
+      connection window is four times it, and 16 KiB more where that stays under 2**30).
     - ``http2`` negotiates HTTP/2 over TLS for unary calls too. Off by default: a pool of
       HTTP/1.1 connections keeps a slow GetRecords from sharing a window with PutRecords, and
       httpcore's HTTP/2 stalls after 49,152 bytes of a response on peers that ignore

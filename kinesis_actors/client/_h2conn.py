@@ -45,7 +45,7 @@ from anyio.abc import SocketAttribute
 from anyio.streams.tls import TLSAttribute, TLSStream
 
 from .. import errors
-from ._h2flow import ResetGuard, StreamCredit, connection_window
+from ._h2flow import ConnectionCredit, ResetGuard, StreamCredit, connection_window
 from ._proxy import Proxy, open_tunnel
 from ._tls import transport_error
 
@@ -152,13 +152,16 @@ class MuxConnection:
         self._h2: h2.connection.H2Connection | None = None
         self._streams: dict[int, _Stream] = {}
         self._guard = ResetGuard()
+        self._credit = ConnectionCredit(target.subscriptions, target.window)
         self._reading = False
         # Streams waiting while another reads, each with the event that wakes it (at most
         # one a stream of the connection). A frame wakes its own stream's waiter, not every
         # waiter: woken all at once, 50 streams a connection woke 50 times a frame, and at
         # 2,048 shards the wake-ups alone took the loop (20 s to open, 223 s at 4,096).
         self._parked: dict[int, anyio.Event] = {}
-        self._send_lock = anyio.Lock()
+        # Taken without a checkpoint when free: a read round that has nothing to send (the
+        # usual one, credit being handed back in batches) costs no trip through the loop.
+        self._send_lock = anyio.Lock(fast_acquire=True)
         self._going_away = False
         self._in_flight = False  # a stream was reset: the server may still be sending
         self.http_version = "HTTP/2"
@@ -357,10 +360,13 @@ class MuxConnection:
             # Its waiter runs once this task next waits, the round's frames all handled.
             self._wake(stream_id)
         if isinstance(event, h2.events.DataReceived):
-            # The connection's credit goes back as the bytes leave the socket (``_h2flow``).
+            # The connection's credit goes back as the bytes leave the socket, in batches
+            # (``_h2flow``).
             length = event.flow_controlled_length or 0
             if length and self._h2 is not None:
-                self._h2.increment_flow_control_window(length)
+                owed = self._credit.received(length)
+                if owed:
+                    self._h2.increment_flow_control_window(owed)
             if stream is None:
                 pass  # released already: its window is moot
             elif event.data:

@@ -9,7 +9,9 @@ import h2.events
 import h2.settings
 
 from kinesis_actors.client._h2flow import (
+    CONNECTION_CREDIT_BATCH,
     MAX_CONNECTION_WINDOW,
+    ConnectionCredit,
     ResetGuard,
     StreamCredit,
     connection_window,
@@ -25,9 +27,33 @@ def window_update(stream_id: int, increment: int) -> bytes:
 
 
 def test_the_connection_window_covers_every_stream_window_with_room_to_spare() -> None:
-    assert connection_window(50, 256 * 1024) == 4 * 50 * 256 * 1024
-    assert connection_window(1, 65535) == 4 * 65535
+    assert connection_window(50, 256 * 1024) == 4 * 50 * 256 * 1024 + CONNECTION_CREDIT_BATCH
+    assert connection_window(1, 65535) == 4 * 65535 + CONNECTION_CREDIT_BATCH
     assert connection_window(10_000, 2**20) == MAX_CONNECTION_WINDOW
+
+
+def test_the_connection_s_credit_goes_back_in_quarters_of_the_initial_window() -> None:
+    """An idle event's few hundred bytes send no frame of their own; a server that keeps to
+    the initial 65,535 bytes (the local one does) waits on at most a quarter of them."""
+    assert CONNECTION_CREDIT_BATCH == 65_535 // 4 + 1
+    credit = ConnectionCredit(50, 256 * 1024)
+    assert [credit.received(300) for _ in range(54)] == [0] * 54
+    assert credit.owed == 16_200
+    assert credit.received(300) == 16_500  # nothing lost: every byte once
+    assert credit.owed == 0
+    assert credit.received(100_000) == 100_000
+
+
+def test_where_the_cap_leaves_no_room_beyond_the_margin_every_receipt_is_credited() -> None:
+    """At the largest configuration (2**28 bytes of stream windows a connection) four times
+    them is the cap itself: nothing may be owed; a little below it, what the cap leaves."""
+    credit = ConnectionCredit(1_024, 2**18)
+    assert connection_window(1_024, 2**18) == 4 * 2**28 == MAX_CONNECTION_WINDOW
+    assert credit.received(100) == 100
+    assert credit.owed == 0
+    partly = ConnectionCredit(1_024, 2**18 - 2)  # the cap leaves 8 KiB beyond the margin
+    assert partly.received(8 * 1024 - 1) == 0
+    assert partly.received(1) == 8 * 1024
 
 
 def test_a_stream_s_credit_goes_back_in_quarters_of_its_window_and_none_is_lost() -> None:
