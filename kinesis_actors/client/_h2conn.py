@@ -243,7 +243,7 @@ class MuxConnection:
         stream = self._streams.pop(stream_id, None)
         if stream is None or self._h2 is None:
             return
-        stream.chunks.clear()  # their connection credit went back on receipt
+        stream.chunks.clear()  # their connection credit was counted on receipt
         if self.failure is not None:
             return
         if not stream.ended and stream.error is None:
