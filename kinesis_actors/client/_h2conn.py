@@ -257,7 +257,7 @@ class MuxConnection:
     def _credit_stream(self, stream_id: int, length: int) -> bool:
         """Hand ``length`` bytes of credit back to the stream; whether there is a frame to
         send."""
-        if not length or self._h2 is None or self.failure is not None:
+        if not length or self._h2 is None or self.failure is not None or self._going_away:
             return False
         # Ended or reset by the server: its window is moot.
         with contextlib.suppress(h2.exceptions.StreamClosedError):
@@ -334,6 +334,10 @@ class MuxConnection:
                 raise failure from exc
             for event in events:
                 self._handle(event)
+            if not self._going_away:  # after GOAWAY, h2 sends nothing (it would raise)
+                owed = self._credit.due(self._h2.inbound_flow_control_window)
+                if owed:
+                    self._h2.increment_flow_control_window(owed)
             await self.flush()
         finally:
             self._reading = False
@@ -360,13 +364,8 @@ class MuxConnection:
             # Its waiter runs once this task next waits, the round's frames all handled.
             self._wake(stream_id)
         if isinstance(event, h2.events.DataReceived):
-            # The connection's credit goes back as the bytes leave the socket, in batches
-            # (``_h2flow``).
+            # The connection's credit goes back after the round (``_h2flow``).
             length = event.flow_controlled_length or 0
-            if length and self._h2 is not None:
-                owed = self._credit.received(length)
-                if owed:
-                    self._h2.increment_flow_control_window(owed)
             if stream is None:
                 pass  # released already: its window is moot
             elif event.data:

@@ -12,29 +12,33 @@ only. The connection window is shared: a server may not send on *any* stream onc
 spent. So no subscription may be able to spend it:
 
 - the connection's credit goes back as bytes leave the socket, whoever takes them later,
-  in batches of 16 KiB (:class:`ConnectionCredit`), so what the server has outstanding on
-  the connection is what is in flight plus less than one batch;
+  whichever stream they came on (one just reset included): after each socket read, once
+  the connection's window as h2 counts it has fallen 16 KiB or more below what was
+  advertised, the whole difference goes back (:class:`ConnectionCredit`). So what the
+  server has outstanding on the connection is what is in flight plus less than 16 KiB;
 - in flight is at most the stream windows of the open subscriptions (N * window), plus as
   much again for subscriptions just reset whose bytes are still on the way (their slots are
-  reused at once), plus what h2 has yet to hand back for those (it credits bytes arriving on
-  reset streams in batches of half the connection window);
-- the connection window advertised is four times N * window plus a batch
-  (:func:`connection_window`), which covers all four. (Where the window's cap leaves no
-  room for the batch, the batch is what is left, down to a byte: credit on every receipt.)
+  reused at once);
+- the connection window advertised is four times N * window plus 16 KiB
+  (:func:`connection_window`), which covers them with room to spare. (Where the window's
+  cap leaves no room for the 16 KiB, the batch is what is left, down to a byte: credit
+  after every read that brought any.)
 
 A stalled subscription thus only ever exhausts its own stream window. Every DATA frame's
-flow-controlled length (padding included) is credited exactly once on the connection (on
-receipt, in its batch) and at most once on its stream (when taken; not once the stream is
-closed, when its window is moot). Measured on the local test server: with the connection's
-credit handed back only as bytes were taken, one stalled shard stopped its sibling's events
-on the shared connection for as long as it stalled; handed back on receipt, the sibling
-read on.
+flow-controlled length (padding included) is credited exactly once on the connection (after
+its read, in a batch) and at most once on its stream (when taken; not once the stream is
+closed, when its window is moot). h2 hands back bytes that arrive on closed streams by
+itself, but only once half the window is owed; credit taken from its own count leaves it
+nothing to hand back (its increments are capped at what the window lacks). Measured on
+the local test server: with the connection's credit handed back only as bytes were taken,
+one stalled shard stopped its sibling's events on the shared connection for as long as it
+stalled; handed back on receipt, the sibling read on.
 
 The batch is a quarter of the protocol's initial window (65,535), not a share of the larger
 window advertised: the local test server keeps to the initial one whatever the client
 advertises (measured: in that test, with batches of 64 KiB the sibling stopped short of
 its records; with 16 KiB it read on), and handed back in quarters of it, no server waits on
-more than a quarter of its window.
+more than a quarter of its window, however many bytes arrive on streams already reset.
 """
 
 from __future__ import annotations
@@ -80,17 +84,15 @@ class ConnectionCredit:
     """
 
     def __init__(self, subscriptions: int, window: int) -> None:
-        spare = connection_window(subscriptions, window) - _MARGIN * subscriptions * window
+        self.window = connection_window(subscriptions, window)  # as advertised
+        spare = self.window - _MARGIN * subscriptions * window
         self._threshold = max(1, min(spare, CONNECTION_CREDIT_BATCH))
-        self.owed = 0
 
-    def received(self, length: int) -> int:
-        """``length`` flow-controlled bytes arrived: how much to hand back now (0: later)."""
-        self.owed += length
-        if self.owed < self._threshold:
-            return 0
-        owed, self.owed = self.owed, 0
-        return owed
+    def due(self, current: int) -> int:
+        """How much to hand back now that the connection's window is ``current`` (h2's
+        ``inbound_flow_control_window``): all it lacks, once that is a batch (0: later)."""
+        owed = self.window - current
+        return owed if owed >= self._threshold else 0
 
 
 class StreamCredit:

@@ -22,6 +22,7 @@ import h2.connection
 import h2.events
 import pytest
 
+from kinesis_actors import errors
 from kinesis_actors.client import _h2conn
 from kinesis_actors.client._h2pool import H2Pool
 from kinesis_actors.client._h2stream import H2Stream
@@ -181,3 +182,52 @@ async def test_a_stream_closed_with_data_in_flight_is_reset_once_and_its_sibling
     assert server.seen == ["rst_stream 1", "rst_stream 3", "goaway", "end"], server.seen
     assert server.resets == [1, 3]
     assert plain_pool.statistics().connections == 0
+
+
+async def test_data_and_a_goaway_in_one_read_fail_the_stream_with_a_transport_error(
+    plain_pool: H2Pool,
+) -> None:
+    """A server answers, then in one write sends more than a batch of the connection's
+    credit and a GOAWAY: h2 is closed by the time the round hands credit back, and a
+    WINDOW_UPDATE then raised h2's own ProtocolError out of the read instead of the
+    connection's typed end (found in review)."""
+
+    async def serve(sock: anyio.abc.SocketStream) -> None:
+        server = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=False, header_encoding=None)
+        )
+        server.initiate_connection()
+        await sock.send(server.data_to_send())
+        async with sock:
+            closed = False
+            while True:
+                try:
+                    data = await sock.receive()
+                except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                    return
+                if closed:
+                    continue  # what the client says after the GOAWAY: drained, unread
+                for event in server.receive_data(data):
+                    if isinstance(event, h2.events.RequestReceived):
+                        server.send_headers(event.stream_id, [(b":status", b"200")])
+                        await sock.send(server.data_to_send())
+                        server.send_data(event.stream_id, b"z" * CHUNK)
+                        server.send_data(event.stream_id, b"z" * CHUNK)
+                        server.close_connection()
+                        closed = True
+                await sock.send(server.data_to_send())
+
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+        point_at(plain_pool, listener.extra(anyio.abc.SocketAttribute.local_port))
+        with anyio.fail_after(15):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(listener.serve, serve)
+                stream = await H2Stream.on(plain_pool, {}, b"{}")
+                assert stream.status == 200
+                received = b""
+                with pytest.raises(errors.TransportError, match="GOAWAY"):
+                    while True:
+                        received += await stream.receive()
+                assert received == b"z" * (2 * CHUNK)
+                await stream.aclose()
+                tg.cancel_scope.cancel()
