@@ -28,8 +28,8 @@ A stalled subscription thus only ever exhausts its own stream window. Every DATA
 flow-controlled length (padding included) is credited exactly once on the connection (after
 its read, in a batch) and at most once on its stream (when taken; not once the stream is
 closed, when its window is moot). h2 hands back bytes that arrive on closed streams by
-itself, but only once half the window is owed; credit taken from its own count leaves it
-nothing to hand back (its increments are capped at what the window lacks). Measured on
+itself, but only once half the window is owed, and never more than the window lacks at
+that moment: with credit taken from its own count, no byte goes back twice. Measured on
 the local test server: with the connection's credit handed back only as bytes were taken,
 one stalled shard stopped its sibling's events on the shared connection for as long as it
 stalled; handed back on receipt, the sibling read on.
