@@ -80,9 +80,8 @@ class Row:
     unique_keys: bool = False
     peer: str = "project"  # or boto3, async-kinesis
     single: bool = False  # put per record instead of put_many
-    depth: int = 1  # the queue limits, the floor's times this (1: sized by the shards)
+    depth: int | None = None  # the queue limits, the floor's times this (None: sized)
     records: int = 1  # the records pushed, COUNT times this
-    floor: bool = False  # the queue limits the floor's (depth 1), not sized by the shards
     linger: float | None = None  # ProducerConfig's default unless set
     bursts: bool = False  # BURST records, then BURST_IDLE seconds of sleep, and again
 
@@ -95,7 +94,7 @@ ROWS: dict[str, Row] = {
     "capacity-put": Row(2, paced=True, single=True),
     "unpaced-16": Row(16),
     "unpaced-1024": Row(1024, records=8),
-    "unpaced-1024-floor": Row(1024, floor=True),
+    "unpaced-1024-floor": Row(1024, depth=1),
     "unpaced-1024-deep": Row(1024, depth=64, records=64, linger=2.0),
     "newkey": Row(4, unique_keys=True),
     "newkey-boto3": Row(4, unique_keys=True, peer="boto3"),
@@ -146,7 +145,7 @@ def _project(row: Row, count: int) -> dict[str, Any]:
         else _balanced_keys(row.shards)
     )
     config = ProducerConfig() if row.paced else ProducerConfig(rate_limit=UNPACED)
-    if row.depth != 1 or row.floor:
+    if row.depth is not None:
         config = replace(
             config,
             queue_limit_records=FLOOR_RECORDS * row.depth,
