@@ -152,7 +152,7 @@ class CallBuilder:
         head = waiting.head(lane)
         if head is None:
             return None
-        first = head.entries[0]
+        first = head if type(head) is Entry else head.entries[0]
         shard_id = lane.shard_id
         limiter = self._limiter
         grant = grants.get(shard_id)
@@ -209,7 +209,7 @@ class CallBuilder:
         quantum = self._batch_quantum
         return max(earliest, math.ceil(earliest / quantum) * quantum)
 
-    def _single(self, lane: Lane, domain: Domain, grant: Grant) -> Part | Entry:
+    def _single(self, lane: Lane, domain: Domain | Entry, grant: Grant) -> Part | Entry:
         """The domain's first record sent as itself, its own part (see :class:`~._entry.Entry`):
         its size is the entry's (data plus key), with no key to measure again."""
         return self._sent_alone(lane, self._room.take_one(lane, domain), domain, grant)
@@ -219,7 +219,7 @@ class CallBuilder:
         lane: Lane,
         record: OutboundRecord,
         entries: list[Entry],
-        runs: list[Domain],
+        runs: list[Domain | Entry],
         grant: Grant,
     ) -> Part:
         data, partition_key = record.data, record.partition_key
@@ -232,9 +232,11 @@ class CallBuilder:
         )
 
     @staticmethod
-    def _sent_alone(lane: Lane, entry: Entry, domain: Domain, grant: Grant) -> Part | Entry:
+    def _sent_alone(lane: Lane, entry: Entry, domain: Domain | Entry, grant: Grant) -> Part | Entry:
         grant.spend(entry.size)
-        if domain.pinned:  # it travels under the domain's hash key, not its own: a part of one
+        # A pinned domain's record travels under the domain's hash key, not its own: a part
+        # of one. (A lone record's key is never pinned.)
+        if type(domain) is Domain and domain.pinned:
             return Part(
                 entry.data,
                 entry.partition_key,

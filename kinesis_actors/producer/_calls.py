@@ -30,8 +30,8 @@ DEFAULT_LINGER = 0.1
 class Part(NamedTuple):
     """One Kinesis record of a call holding several user records (an aggregate), those
     records in sub-sequence order, and the ordering domains they were taken from (with
-    ``preserve_order``, released once per domain when the answer comes). A record sent
-    alone is its own part (an :class:`Entry`)."""
+    ``preserve_order``, released once per domain when the answer comes), a key's lone record
+    standing for its key. A record sent alone is its own part (an :class:`Entry`)."""
 
     data: bytes
     partition_key: str
@@ -39,7 +39,7 @@ class Part(NamedTuple):
     lane: str
     entries: list[Entry]
     size: int
-    domains: list[Domain]
+    domains: list[Domain | Entry]
 
 
 class Call(NamedTuple):

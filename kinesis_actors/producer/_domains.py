@@ -101,8 +101,9 @@ class Domain:
 
 
 class Lane:
-    """A queue of ready domains whose records may share an aggregate: one half of a shard's
-    hash range (see ``_waiting``), or a lane with no prediction.
+    """A queue of ready domains whose records may share an aggregate, and of keys' lone
+    records (waiting as themselves, with no domain): one half of a shard's hash range (see
+    ``_waiting``), or a lane with no prediction.
 
     ``stale``: its shard is known to be gone or unknown (an acknowledgement came from another
     shard, or no listed shard owns its keys), so its records may land on shards it cannot
@@ -115,9 +116,10 @@ class Lane:
     def __init__(self, shard_id: str, *, stale: bool = False) -> None:
         self.shard_id = shard_id
         self.stale = stale
-        # One entry per domain object (the ``queued`` flag), so bounded like the domains;
-        # entries whose domain moved on are stale and dropped when they reach the head.
-        self.ready: deque[Domain] = deque()
+        # One entry per domain object (the ``queued`` flag) or lone record, so bounded like
+        # the domains and the records; entries whose domain moved on, or whose lone record
+        # joined a domain or expired, are stale and dropped when they reach the head.
+        self.ready: deque[Domain | Entry] = deque()
         self.resume_at = 0.0
         self.oldest = 0.0  # when its head record was accepted, as read by the last call built
 

@@ -42,7 +42,7 @@ from .. import errors
 from ..records import ShardMap
 from ._builder import BATCH_QUANTUM, CallBuilder
 from ._calls import Call, Part
-from ._domains import DomainKey, domain_key
+from ._domains import Domain, DomainKey, domain_key
 from ._entry import Entry
 from ._handle import PutResult
 from ._lanes import UNPREDICTED_LANE, WHOLE_STREAM_LANE
@@ -329,7 +329,11 @@ class Pipeline:
         self.mispredicted += 1
         self._room.mark_stale(part.lane)
         if isinstance(part, Part) and part.explicit_hash_key is not None:
-            sent_by = {domain.key: domain.hash_key for domain in part.domains}
+            sent_by = {
+                domain.key: domain.hash_key
+                for domain in part.domains
+                if type(domain) is Domain  # a lone record's key sends under its own
+            }
             hash_keys = [
                 sent_by.get(
                     domain_key(entry.partition_key, entry.explicit_hash_key), entry.hash_key

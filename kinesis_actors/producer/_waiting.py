@@ -8,22 +8,27 @@ holds records from both sides of its shard's midpoint: a split there (SplitShard
 point, and UpdateShardCount's when it doubles) puts every aggregate in flight across it
 whole into the child that owns all its keys (see ``docs/producer.md``, "Resharding and key
 order"). A lane whose shard is found gone is *stale* (and the unpredicted lane always is):
-it builds Kinesis records of one domain each, until the map is current. An aggregate already in
-flight across a split elsewhere than the midpoint can still land records of a key on the child
-that does not own it: that key's domain is then *pinned* (:meth:`WaitingRoom.pin`) to the
-hash key the aggregate landed by, so its later records follow those to the same shard (and,
-through later reshards, to that hash key's owners) and never sit in both siblings; a map on
-which one shard owns both the pin and the key's own hash key lifts it. A domain is idle, ready, in
-flight (with ``preserve_order``, at most one Kinesis record of it at a time) or waiting out a
-backoff; this keeps those states, the counts of ready records and bytes and of waiting records,
-and the heap of backoffs. Records are placed here (:meth:`WaitingRoom.place_many`), taken out to
-be sent, a lane's head record alone or its domains' runs into an aggregate
-(:meth:`WaitingRoom.take_runs`), put back to back off (:meth:`WaitingRoom.requeue`), expired
-(:meth:`WaitingRoom.expire`) or drained. Which lane a hash key waits in (the shard map's
-halves, stale shards, pins) is its :class:`~._lanes.LaneMap`'s. What to send and when
-(pacing, linger, call limits) is the :class:`~._builder.CallBuilder`'s, and retries and the
-time-to-live the :class:`~._pipeline.Pipeline`'s, which owns a waiting room; both change its
-state only through these methods. Sans-IO: nothing here awaits or reads a clock.
+it builds Kinesis records of one domain each, until the map is current. An aggregate already
+in flight across a split elsewhere than the midpoint can still land records of a key on the
+child that does not own it: that key's domain is then *pinned* (:meth:`WaitingRoom.pin`) to
+the hash key the aggregate landed by, so its later records follow those to the same shard
+(and, through later reshards, to that hash key's owners) and never sit in both siblings; a
+map on which one shard owns both the pin and the key's own hash key lifts it. A key's only
+record (keys that never repeat, UUIDs) waits *lone*, as itself in its lane's queue, with no
+domain: a key gets a domain (:meth:`WaitingRoom._promote`) when a second record of it comes
+while the first waits or is in flight, when the first fails and goes again, or when it is
+pinned; with ``preserve_order`` a lone record in flight keeps its key's place until its
+answer. A domain is idle, ready, in flight (with ``preserve_order``, at most one Kinesis
+record of it at a time) or waiting out a backoff; this keeps those states, the counts of
+ready records and bytes and of waiting records, and the heap of backoffs. Records are placed
+here (:meth:`WaitingRoom.place_many`), taken out to be sent, a lane's head record alone or
+its domains' runs into an aggregate (:meth:`WaitingRoom.take_runs`), put back to back off
+(:meth:`WaitingRoom.requeue`), expired (:meth:`WaitingRoom.expire`) or drained. Which lane a
+hash key waits in (the shard map's halves, stale shards, pins) is its
+:class:`~._lanes.LaneMap`'s. What to send and when (pacing, linger, call limits) is the
+:class:`~._builder.CallBuilder`'s, and retries and the time-to-live the
+:class:`~._pipeline.Pipeline`'s, which owns a waiting room; both change its state only
+through these methods. Sans-IO: nothing here awaits or reads a clock.
 """
 
 from __future__ import annotations
@@ -83,6 +88,10 @@ class WaitingRoom:
         # and the next prune waits for twice as many as are left. So bounded, with the
         # spares, by 2 x max(IDLE_DOMAINS, 2 x active).
         self._domains: dict[DomainKey, Domain] = {}
+        # Keys with one record and no domain (see _promote): the record itself while it is
+        # ready in its lane, its hash key while it is in flight (with preserve_order; without,
+        # a key leaves here when its record is taken). Bounded by the queue, like the records.
+        self._lone: dict[str, Entry | int] = {}
         self._prune_at = IDLE_DOMAINS
         # Pruned domains, made new for the next keys (no more than _prune_at): with keys that
         # rarely repeat (UUIDs) every record needs a domain, and allocating them was what
@@ -137,6 +146,9 @@ class WaitingRoom:
             if domain.state == READY:
                 domain.lane.ready.append(domain)
                 domain.queued = True
+        for held in self._lone.values():
+            if type(held) is Entry:
+                lanes.lane(held.hash_key).ready.append(held)
         for lane_key, lane in old.items():
             kept = lanes.get(lane_key)
             if kept is not None:
@@ -150,14 +162,30 @@ class WaitingRoom:
         """Keys pinned now (see :meth:`pin`)."""
         return len(self._lanes.pins)
 
-    def pin(self, domains: Iterable[Domain], hash_key: int) -> int:
+    def pin(self, domains: Iterable[Domain | Entry], hash_key: int) -> int:
         """``domains`` had records in a Kinesis record that landed by ``hash_key`` on a shard
         that may not own theirs: each whose own differs now sends to ``hash_key`` too, so its
         next records go where those went. Returns how many could not be pinned (past
         :data:`~._lanes.MAX_PINS`)."""
         pin = self._lanes.pin
         refused = 0
-        for domain in domains:
+        domain: Domain
+        for item in domains:
+            if type(item) is Entry:  # a lone record's key (its record was in this aggregate)
+                if item.hash_key == hash_key:
+                    continue
+                key = item.partition_key
+                found = self._domains.get(key)
+                if found is None:
+                    found = (
+                        self._promote(key)
+                        if key in self._lone
+                        else self.new_domain(key, item.hash_key)
+                    )
+                domain = found
+            else:
+                assert type(item) is Domain
+                domain = item
             if domain.hash_key == hash_key:
                 continue
             if not pin(domain.key, hash_key, domain.hash_key):
@@ -191,8 +219,8 @@ class WaitingRoom:
     def place_many(self, entries: Iterable[Entry], now: float) -> int:
         """Put accepted records at the back of their domains, each stamped ``enqueued = now``;
         how many there were."""
-        domains = self._domains
-        new_domain = self.new_domain
+        domains, lone, pins = self._domains, self._lone, self._pins
+        new_domain, lane_of = self.new_domain, self._lane
         count = ready_records = ready_bytes = 0
         sendable_at = math.inf  # the earliest resume_at of a lane that gained a ready domain
         new_lanes = 0  # lanes that had no domain queued (an undercount if one held stale ones)
@@ -202,7 +230,24 @@ class WaitingRoom:
             key = entry.partition_key if ehk is None else (entry.partition_key, ehk)
             domain = domains.get(key)
             if domain is None:
-                domain = new_domain(key, entry.hash_key)
+                if ehk is None and not (pins and key in pins):
+                    partition_key = entry.partition_key  # the key, as a str
+                    held = lone.get(partition_key)
+                    if held is None:  # a new key: its record waits as itself
+                        lone[partition_key] = entry
+                        lane = lane_of(entry.hash_key)
+                        if not lane.ready:
+                            new_lanes += 1
+                        lane.ready.append(entry)
+                        if lane.resume_at < sendable_at:  # noqa: PLR1730
+                            sendable_at = lane.resume_at
+                        count += 1
+                        ready_records += 1
+                        ready_bytes += entry.size
+                        continue
+                    domain = self._promote(partition_key)
+                else:
+                    domain = new_domain(key, entry.hash_key)
             domain.entries.append(entry)
             domain.nbytes += entry.size
             count += 1
@@ -234,8 +279,15 @@ class WaitingRoom:
         self.ready_bytes += ready_bytes
         return count
 
-    def take_one(self, lane: Lane, domain: Domain) -> Entry:
+    def take_one(self, lane: Lane, domain: Domain | Entry) -> Entry:
         """The first record of ``domain``, the lane's head, taken to be sent alone."""
+        if type(domain) is Entry:
+            self._take_lone(lane, domain)
+            self.ready_records -= 1
+            self.ready_bytes -= domain.size
+            self.pending_records -= 1
+            return domain
+        assert type(domain) is Domain
         entry = domain.entries.pop(0)
         size = entry.size
         domain.nbytes -= size
@@ -245,13 +297,15 @@ class WaitingRoom:
         self._took_from(lane, domain)
         return entry
 
-    def take_runs(self, lane: Lane, aggregator: Aggregator) -> tuple[list[Entry], list[Domain]]:
+    def take_runs(
+        self, lane: Lane, aggregator: Aggregator
+    ) -> tuple[list[Entry], list[Domain | Entry]]:
         """Records from the lane's head domains into ``aggregator``, a domain's run at a time
         (:meth:`~kinesis_actors.records.Aggregator.add_run`), until it is full or the lane
         has nothing ready: the records taken, in the aggregate's order, and their domains.
         From a stale lane, one domain's run only: its records share one hash key."""
         taken: list[Entry] = []
-        runs: list[Domain] = []
+        runs: list[Domain | Entry] = []
         add, add_run = aggregator.add, aggregator.add_run
         ready = lane.ready
         in_order = self._preserve_order
@@ -261,9 +315,29 @@ class WaitingRoom:
         # head and _took_from inlined, and the counters written once (in ``finally``, so an
         # add_run that raises leaves them true): this runs per domain of every aggregate
         # (measured: ~0.08 us a 100-byte record of put_many).
+        lone = self._lone
         try:
             while ready:
                 domain = ready[0]
+                if isinstance(domain, Entry):  # a lone record (see _promote)
+                    key = domain.partition_key
+                    if lone.get(key) is not domain:  # promoted or expired: stale here
+                        ready.popleft()
+                        continue
+                    if not add(domain.data, key, None):
+                        break
+                    records += 1
+                    nbytes_taken += domain.size
+                    taken.append(domain)
+                    runs.append(domain)
+                    ready.popleft()
+                    if in_order:
+                        lone[key] = domain.hash_key
+                    else:
+                        del lone[key]
+                    if one_domain:
+                        break
+                    continue
                 if domain.state != ready_state or domain.lane is not lane:  # stale: dropped
                     ready.popleft()
                     if domain.lane is lane:
@@ -342,6 +416,38 @@ class WaitingRoom:
         domain.nbytes -= nbytes
         return count, nbytes
 
+    def _take_lone(self, lane: Lane, entry: Entry) -> None:
+        """The lone record ``entry``, its lane's head, taken to be sent."""
+        self._summary = None
+        lane.ready.popleft()
+        key = entry.partition_key
+        if self._preserve_order:
+            self._lone[key] = entry.hash_key
+        else:
+            del self._lone[key]
+
+    def _promote(self, key: str) -> Domain:
+        """A domain for ``key``, whose one record waits or is in flight as itself: its next
+        record (or a retry, or a pin) needs the domain's order. A waiting record moves into
+        it (its lane's queue names the domain instead; the record's own place there turns
+        stale); one in flight leaves the domain in flight, released by its answer."""
+        held = self._lone[key]
+        if type(held) is int:
+            domain = self.new_domain(key, held)
+            del self._lone[key]
+            domain.state = IN_FLIGHT
+            return domain
+        assert type(held) is Entry
+        self._summary = None
+        domain = self.new_domain(key, held.hash_key)
+        del self._lone[key]  # after the domain is made: a step that raises loses no record
+        domain.entries.append(held)
+        domain.nbytes = held.size
+        domain.state = READY  # counted ready already, as itself
+        domain.queued = True
+        domain.lane.ready.append(domain)
+        return domain
+
     def new_domain(self, key: DomainKey, hash_key: int) -> Domain:
         """An idle domain for ``key``, in the lane of ``hash_key``: a pruned one made new if
         there is one. The caller has checked that ``key`` has none."""
@@ -388,11 +494,18 @@ class WaitingRoom:
             if not domain.queued and len(spares) < self._prune_at:
                 spares.append(domain)
 
-    def head(self, lane: Lane) -> Domain | None:
-        """The lane's first ready domain, dropping stale queue entries on the way."""
+    def head(self, lane: Lane) -> Domain | Entry | None:
+        """The lane's first ready domain or lone record, dropping stale queue entries on the
+        way."""
         ready = lane.ready
+        lone = self._lone
         while ready:
             domain = ready[0]
+            if isinstance(domain, Entry):
+                if lone.get(domain.partition_key) is domain:
+                    return domain
+                ready.popleft()
+                continue
             if domain.state == READY and domain.lane is lane:
                 return domain
             ready.popleft()
@@ -483,15 +596,20 @@ class WaitingRoom:
         """
         if not self._preserve_order:
             return
-        domains = self._domains
-        runs: Sequence[Domain]
-        if isinstance(part, Part):
-            runs = part.domains
-        else:
-            ehk = part.explicit_hash_key
-            found = domains.get(part.partition_key if ehk is None else (part.partition_key, ehk))
-            runs = () if found is None else (found,)
-        for domain in runs:
+        domains, lone = self._domains, self._lone
+        runs: Sequence[Domain | Entry] = part.domains if isinstance(part, Part) else (part,)
+        for run in runs:
+            if isinstance(run, Entry):
+                ehk = run.explicit_hash_key
+                key = run.partition_key
+                found = domains.get(key if ehk is None else (key, ehk))
+                if found is None:
+                    if type(lone.get(key)) is int:
+                        del lone[key]  # a lone record's answer: its key is free again
+                    continue
+                domain = found
+            else:
+                domain = run
             if domain.state != IN_FLIGHT:
                 continue
             if domain.entries:
@@ -526,7 +644,11 @@ class WaitingRoom:
         waits until ``backoff`` (or its current backoff, if later) before they go again."""
         domain = self._domains.get(key)
         if domain is None:
-            domain = self.new_domain(key, entries[0].hash_key)
+            domain = (
+                self._promote(key)
+                if isinstance(key, str) and key in self._lone
+                else self.new_domain(key, entries[0].hash_key)
+            )
         was_waiting = domain.state == WAITING
         if domain.state == READY:
             self._leave_ready(domain, WAITING)
@@ -573,6 +695,18 @@ class WaitingRoom:
                 earliest = min(earliest, entries[0].enqueued)
             elif domain.state in (READY, WAITING):
                 self._leave_ready(domain, IDLE)
+        lone = self._lone
+        for key, held in list(lone.items()):
+            if type(held) is Entry:
+                if expired(held, now):
+                    self._summary = None
+                    del lone[key]  # its place in its lane's queue turns stale
+                    gone.append(held)
+                    self.pending_records -= 1
+                    self.ready_records -= 1
+                    self.ready_bytes -= held.size
+                else:
+                    earliest = min(earliest, held.enqueued)
         return gone, earliest
 
     def strand(self, entries: Iterable[Entry]) -> None:
@@ -589,6 +723,8 @@ class WaitingRoom:
         for domain in self._domains.values():
             gone += domain.entries
             domain.entries = []
+        gone += [held for held in self._lone.values() if type(held) is Entry]
+        self._lone.clear()
         if self._stranded:
             gone = list({id(entry): entry for entry in gone + self._stranded}.values())
             self._stranded = []

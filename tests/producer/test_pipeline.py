@@ -597,6 +597,7 @@ def test_records_over_half_an_aggregate_go_alone() -> None:
 def test_idle_domains_are_kept_for_their_next_records_and_pruned_past_the_bound() -> None:
     h = Harness()
     h.add("a")
+    h.add("a")  # a key's second record: the two share a domain
     call = h.call()
     h.pipeline.complete(call, ok(call), 1.0)
     domain = h.pipeline._room._domains["a"]  # idle now, and kept
@@ -605,23 +606,25 @@ def test_idle_domains_are_kept_for_their_next_records_and_pruned_past_the_bound(
     call = h.call()
     h.pipeline.complete(call, ok(call), 1.0)
     largest = 0
-    for index in range(3 * IDLE_DOMAINS):  # one new key at a time, each acknowledged
+    for index in range(3 * IDLE_DOMAINS):  # one new key at a time, two records each
+        h.add(f"k{index}")
         h.add(f"k{index}")
         call = h.call()
         h.pipeline.complete(call, ok(call), 1.0)
         largest = max(largest, len(h.pipeline._room._domains))
     assert largest <= IDLE_DOMAINS + 1  # past it, every idle one was pruned
     assert len(h.pipeline._room._domains) < IDLE_DOMAINS
-    assert len(h.settled) == 3 * IDLE_DOMAINS + 2
+    assert len(h.settled) == 2 * 3 * IDLE_DOMAINS + 3
 
 
 def test_pruned_domains_are_made_new_for_keys_never_seen_before() -> None:
-    """Keys that never repeat (UUIDs) need a domain per record: pruned ones are made new, so
-    the domains ever made stay at the prune bound, and each lands in its new key's lane."""
+    """Keys that come in pairs need a domain each: pruned ones are made new, so the domains
+    ever made stay at the prune bound, and each lands in its new key's lane."""
     h = Harness()
     made: dict[int, object] = {}  # held, so that no two domains share an id
     for index in range(3 * IDLE_DOMAINS):
         key = f"k{index}"
+        h.add(key)
         h.add(key)
         domain = h.pipeline._room._domains[key]
         made[id(domain)] = domain
@@ -629,11 +632,71 @@ def test_pruned_domains_are_made_new_for_keys_never_seen_before() -> None:
         call = h.call()
         assert [(e.partition_key, p.lane) for p in call.parts for e in p.entries] == [
             (key, TWO_SHARDS.shard_for(key))
-        ]
+        ] * 2
         h.pipeline.complete(call, ok(call), 1.0)
     assert len(made) <= IDLE_DOMAINS + 2  # the first prune comes at IDLE_DOMAINS + 1
+    assert len(h.settled) == 2 * 3 * IDLE_DOMAINS
+    assert all(error is None for _, _, error in h.settled)
+
+
+@pytest.mark.parametrize("preserve_order", [True, False])
+def test_a_keys_lone_record_waits_as_itself_without_a_domain(preserve_order: bool) -> None:
+    """Keys that never repeat (UUIDs): each record waits as itself in its key's lane, and
+    no domain is made, kept or pruned for it."""
+    h = Harness(preserve_order=preserve_order)
+    for index in range(3 * IDLE_DOMAINS):
+        key = f"k{index}"
+        entry = h.add(key)
+        assert h.pipeline._room._lone[key] is entry
+        call = h.call()
+        assert [(e, p.lane) for p in call.parts for e in p.entries] == [
+            (entry, TWO_SHARDS.shard_for(key))
+        ]
+        h.pipeline.complete(call, ok(call), 1.0)
+        assert key not in h.pipeline._room._lone  # its key is free again
+    assert h.pipeline._room._domains == {}
+    assert h.pipeline._room._spare_domains == []
     assert len(h.settled) == 3 * IDLE_DOMAINS
     assert all(error is None for _, _, error in h.settled)
+
+
+def test_a_keys_second_record_waits_behind_its_first_in_flight_alone() -> None:
+    """With preserve_order, a key whose one record is in flight (as itself, no domain) has
+    its next record wait for that answer."""
+    h = Harness()
+    first = h.add("a")
+    sent = h.call()
+    second = h.add("a")
+    assert h.pipeline.next_call(2.0, force=True) is None  # "a" is in flight
+    h.pipeline.complete(sent, ok(sent), 2.0)
+    assert [e for part in h.call(2.0).parts for e in part.entries] == [second]
+    assert [entry for entry, _, _ in h.settled] == [first]
+
+
+def test_a_keys_second_record_joins_its_first_waiting_alone_in_order() -> None:
+    """A key's record waiting as itself is joined by the key's next one: both go, in order,
+    in one Kinesis record."""
+    h = Harness()
+    first = h.add("a")
+    second = h.add("a")
+    call = h.call()
+    assert [part.entries for part in call.parts] == [[first, second]]
+    assert user_records(call) == [("a", first.data), ("a", second.data)]
+
+
+@pytest.mark.parametrize("preserve_order", [True, False])
+def test_a_lone_record_that_failed_goes_again_before_its_keys_next_record(
+    preserve_order: bool,
+) -> None:
+    """A lone record's failure puts it back first in a domain of its key, ahead of the key's
+    record that came meanwhile (which, without preserve_order, was waiting alone)."""
+    h = Harness(preserve_order=preserve_order, retry_base=0.1, retry_max=0.1)
+    first = h.add("a")
+    sent = h.call()
+    second = h.add("a")
+    h.pipeline.fail(sent, errors.ThrottlingError("ProvisionedThroughputExceededException"), 1.0)
+    again = h.call(5.0)
+    assert [e for part in again.parts for e in part.entries] == [first, second]
 
 
 def test_a_pruned_domain_still_named_in_a_lane_queue_is_not_made_new() -> None:

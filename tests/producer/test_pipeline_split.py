@@ -236,19 +236,21 @@ def test_records_in_a_gap_of_the_shard_map_never_share_an_aggregate_with_another
     ),
     in_flight=st.integers(1, 4),
     seed=st.integers(0, 2**16),
+    first=st.integers(1, 3),
 )
 def test_for_any_split_point_no_key_lands_in_both_children(
-    split_at: int, in_flight: int, seed: int
+    split_at: int, in_flight: int, seed: int, first: int
 ) -> None:
     """Whatever the split point and however many calls are out when it happens: only
     aggregates built before the first answer from a child put records on a shard that does
     not own the hash key they carry, the pipeline counts exactly those, at the midpoint
-    there are none, and the keys they misplaced follow them, so no key is in both children."""
+    there are none, and the keys they misplaced follow them, so no key is in both children.
+    With ``first`` at 1 every key's record waits alone (no domain) when it is misplaced."""
     rng = random.Random(seed)
     keys = [f"k{rng.getrandbits(32)}" for _ in range(rng.randint(2, 120))]
     settled: list[Entry] = []
     p = pipeline(settled, max_call_records=rng.randint(1, 8))
-    add(p, keys, rounds=3)
+    add(p, keys, rounds=first)
     before = calls(p, most=in_flight)
     service = Service(children(split_at))
     for call in before:
@@ -262,7 +264,7 @@ def test_for_any_split_point_no_key_lands_in_both_children(
     while p.pending_records:
         for call in calls(p, now=1.2):
             p.complete(call, service.answer(call), 1.2)
-    assert len(settled) == 5 * len(keys)
+    assert len(settled) == (first + 2) * len(keys)
     assert len(service.misplaced) == misplaced_before
     assert p.misplaced_records == misplaced_before
     assert service.keys_in_two_children() == []  # the misplaced keys followed their records

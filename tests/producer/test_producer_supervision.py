@@ -160,7 +160,7 @@ class CrashOnNth:
         "Aggregator.add",  # while a lane's records are taken: those taken so far
         "Aggregator.build",  # after: this aggregate's records too
         "ShardRateLimiter.charge_grant",  # once every part is built
-        "WaitingRoom.new_domain",  # while queued records are placed: some placed, some not
+        "LaneMap.lane",  # while queued records are placed: some placed, some not
         "Delivery.__init__",  # as a built call is handed to a sender
     ],
 )
@@ -174,7 +174,7 @@ async def test_a_dispatcher_crash_fails_every_outstanding_record_instead_of_hang
     from kinesis_actors.producer import ShardRateLimiter
     from kinesis_actors.producer._actors import Delivery
     from kinesis_actors.producer._builder import CallBuilder
-    from kinesis_actors.producer._waiting import WaitingRoom
+    from kinesis_actors.producer._lanes import LaneMap
     from kinesis_actors.records import Aggregator
 
     owner_name, method_name = site.split(".")
@@ -182,7 +182,7 @@ async def test_a_dispatcher_crash_fails_every_outstanding_record_instead_of_hang
         "CallBuilder": CallBuilder,
         "Aggregator": Aggregator,
         "ShardRateLimiter": ShardRateLimiter,
-        "WaitingRoom": WaitingRoom,
+        "LaneMap": LaneMap,
         "Delivery": Delivery,
     }[owner_name]
     crash = CrashOnNth(getattr(owner, method_name), crash_on=3)
