@@ -1,5 +1,7 @@
 """The pipeline's waiting rooms: ordering domains (one per key) inside lanes (one per shard).
 
+A key's only record waits in its lane as itself, with no domain (see ``_waiting``).
+
 Plain state, owned by :class:`~kinesis_actors.producer._waiting.WaitingRoom`, which alone
 writes it and moves a domain between its states: idle (nothing waiting), ready (queued in its lane),
 in flight (with ``preserve_order``, its next records wait for the one out) and waiting
@@ -64,8 +66,8 @@ class Domain:
 
     def __init__(self, key: DomainKey, hash_key: int, lane: Lane) -> None:
         # Bounded by the producer's queue: every entry here holds room in it until settled. A
-        # list, not a deque: a deque is 760 bytes from birth, and with keys that rarely repeat
-        # (UUIDs) every record makes a domain. Taking from the front is then a memmove of the
+        # list, not a deque: a deque is 760 bytes from birth, and keys that come a few times
+        # each make a domain each. Taking from the front is then a memmove of the
         # rest, bounded by the queue, and a shard drains one key's backlog at most 1,000
         # Kinesis records a second.
         self.entries: list[Entry] = []
@@ -77,7 +79,7 @@ class Domain:
         """A pruned domain (idle, empty, in no lane's queue) made new for another key; and a
         new domain's keys, lane and counts."""
         self.key = key
-        # unpin(hash_key), inlined: this runs for every new key.
+        # unpin(hash_key), inlined: this runs for every domain made.
         self.hash_key = hash_key
         self.explicit_hash_key = None if isinstance(key, str) else key[1]
         self.pinned = False
@@ -111,15 +113,18 @@ class Lane:
     key, which lands whole wherever the service places it.
     """
 
-    __slots__ = ("oldest", "ready", "resume_at", "shard_id", "stale")
+    __slots__ = ("left", "oldest", "ready", "resume_at", "shard_id", "stale")
 
     def __init__(self, shard_id: str, *, stale: bool = False) -> None:
         self.shard_id = shard_id
         self.stale = stale
-        # One entry per domain object (the ``queued`` flag) or lone record, so bounded like
-        # the domains and the records; entries whose domain moved on, or whose lone record
-        # joined a domain or expired, are stale and dropped when they reach the head.
+        # One entry per domain object (the ``queued`` flag) or lone record waiting, plus the
+        # places left (``left``): entries whose domain moved on, or whose lone record joined
+        # a domain or expired (see WaitingRoom.head), are stale and dropped when they reach
+        # the head. So bounded like the domains and the records: the waiting room sweeps the
+        # places left out once they are half the queue.
         self.ready: deque[Domain | Entry] = deque()
+        self.left = 0  # places left by lone records that joined a domain, or by expiries
         self.resume_at = 0.0
         self.oldest = 0.0  # when its head record was accepted, as read by the last call built
 

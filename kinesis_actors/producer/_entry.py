@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ._handle import NO_OUTCOMES, Outcomes
+
+if TYPE_CHECKING:
+    from ._domains import Lane
 
 __all__ = ["Entry"]
 
@@ -14,8 +19,10 @@ class Entry:
     bound) and the put path refills them with :meth:`fill`, so a steady stream of records
     allocates none (see :mod:`._handle` for what that saves). Hence the rule every holder
     keeps: once settled, an entry is referenced by nothing but the spares (its call's parts
-    are dropped with the answer that settled them). Settling drops ``data``, so a spare holds
-    no record.
+    are dropped with the answer that settled them) and a place it left in a lane's queue as
+    a key's lone record (until the queue's head reaches it or the lane is swept), which the
+    waiting room tells from a live one by ``lone_lane`` (see ``WaitingRoom.head``). Settling
+    drops ``data``, so a spare holds no record.
 
     A record sent alone is its call's part itself: it has the fields a call reads of a
     :class:`Part` (data, keys, ``lane``, set when it is taken, size and ``entries``). So no
@@ -33,6 +40,7 @@ class Entry:
         "hash_key",
         "lane",
         "last_error",
+        "lone_lane",
         "outcomes",
         "partition_key",
         "size",
@@ -55,6 +63,10 @@ class Entry:
         self.fill(data, partition_key, explicit_hash_key, hash_key, size, outcomes, slot, epoch)
         self.enqueued = enqueued
         self.lane = ""  # the lane it was last taken from to be sent alone
+        # The lane whose queue it waits in as a key's lone record (see ``_waiting``): a place
+        # it left there stays until the queue's head reaches it, and must not pass for it
+        # once the entry is refilled and waits lone elsewhere. Set when placed; not in fill.
+        self.lone_lane: Lane | None = None
 
     @property
     def entries(self) -> list[Entry]:

@@ -1,11 +1,12 @@
 """The producer's sans-IO core: from accepted records to PutRecords calls and back.
 
-Records wait in *ordering domains*, one per ``(partition_key, explicit_hash_key)``; domains
-wait in *lanes*, one per predicted shard (one lane, ``"*"``, for streams whose records the
-service places itself). A PutRecords call is built by taking Kinesis records from the lanes
-round robin; each Kinesis record is a KPL aggregate of records predicted for its lane (a
-reader may drop records of keys its shard does not own), or one plain record. Each lane is
-paced by its shard's token buckets.
+Records wait in *ordering domains*, one per ``(partition_key, explicit_hash_key)`` (a key's
+only record waits as itself, with no domain, until the key needs one); domains wait in
+*lanes*, one per predicted shard (one lane, ``"*"``, for streams whose records the service
+places itself). A PutRecords call is built by taking Kinesis records from the lanes round
+robin; each Kinesis record is a KPL aggregate of records predicted for its lane (a reader
+may drop records of keys its shard does not own), or one plain record. Each lane is paced by
+its shard's token buckets.
 
 With ``preserve_order`` a domain has at most one Kinesis record in flight: its next records
 wait until that one is acknowledged. A failed record goes back to the front of its domain,

@@ -54,6 +54,10 @@ _size = attrgetter("size")
 _enqueued = attrgetter("enqueued")
 _oldest = attrgetter("oldest")
 
+_SWEEP_LEFT = 64
+"""Places left in a lane's queue by lone records before the lane may be swept of them (see
+:meth:`WaitingRoom._left`): fewer are dropped at the head for free."""
+
 _RUN_SLICE = 512
 """The most records of one domain handed to an aggregate at once: more than a 51,200-byte
 aggregate holds of 100-byte records, and a bound on what a hot key's backlog costs a call."""
@@ -77,8 +81,8 @@ class WaitingRoom:
         self._preserve_order = preserve_order
         # The map's lanes, stale shards and pinned keys (see ``_lanes``). Its pins (a
         # read-only view: the lane map alone writes it) and its lane lookup are kept at hand
-        # for new_domain, which runs for every new key (measured: 6 % of a new key's
-        # pipeline CPU through the lane map's property and attribute).
+        # for place_many and new_domain, which run for every new key (measured: 6 % of a new
+        # key's pipeline CPU through the lane map's property and attribute).
         self._lanes = LaneMap()
         self._pins = self._lanes.pins
         self._lane = self._lanes.lane
@@ -94,7 +98,7 @@ class WaitingRoom:
         self._lone: dict[str, Entry | int] = {}
         self._prune_at = IDLE_DOMAINS
         # Pruned domains, made new for the next keys (no more than _prune_at): with keys that
-        # rarely repeat (UUIDs) every record needs a domain, and allocating them was what
+        # come a few times each every key needs a domain, and allocating them was what
         # made the collector run (measured: 2.1 us a record of put_many, mostly full
         # collections, against 0.02 with 1,000 keys).
         self._spare_domains: list[Domain] = []
@@ -148,7 +152,8 @@ class WaitingRoom:
                 domain.queued = True
         for held in self._lone.values():
             if type(held) is Entry:
-                lanes.lane(held.hash_key).ready.append(held)
+                lane = held.lone_lane = lanes.lane(held.hash_key)
+                lane.ready.append(held)
         for lane_key, lane in old.items():
             kept = lanes.get(lane_key)
             if kept is not None:
@@ -217,8 +222,8 @@ class WaitingRoom:
     # -- records in and out -------------------------------------------------------------------
 
     def place_many(self, entries: Iterable[Entry], now: float) -> int:
-        """Put accepted records at the back of their domains, each stamped ``enqueued = now``;
-        how many there were."""
+        """Put accepted records at the back of their domains (a key's only record at the back
+        of its lane, as itself), each stamped ``enqueued = now``; how many there were."""
         domains, lone, pins = self._domains, self._lone, self._pins
         new_domain, lane_of = self.new_domain, self._lane
         count = ready_records = ready_bytes = 0
@@ -235,7 +240,7 @@ class WaitingRoom:
                     held = lone.get(partition_key)
                     if held is None:  # a new key: its record waits as itself
                         lone[partition_key] = entry
-                        lane = lane_of(entry.hash_key)
+                        lane = entry.lone_lane = lane_of(entry.hash_key)
                         if not lane.ready:
                             new_lanes += 1
                         lane.ready.append(entry)
@@ -252,7 +257,7 @@ class WaitingRoom:
             domain.nbytes += entry.size
             count += 1
             state = domain.state
-            if state == IDLE:  # _make_ready(domain, front=False), inlined: once per new key
+            if state == IDLE:  # _make_ready(domain, front=False), inlined
                 domain.state = READY
                 ready_records += len(domain.entries)
                 ready_bytes += domain.nbytes
@@ -321,7 +326,8 @@ class WaitingRoom:
                 domain = ready[0]
                 if isinstance(domain, Entry):  # a lone record (see _promote)
                     key = domain.partition_key
-                    if lone.get(key) is not domain:  # promoted or expired: stale here
+                    # Promoted or expired (and maybe refilled, lone elsewhere): stale here.
+                    if lone.get(key) is not domain or domain.lone_lane is not lane:
                         ready.popleft()
                         continue
                     if not add(domain.data, key, None):
@@ -351,7 +357,7 @@ class WaitingRoom:
                     count, nbytes = self._take_backlog(domain, add_run, taken)
                 else:
                     lead = entries[0]
-                    if length == 1:  # a key's lone record (keys that never repeat): add
+                    if length == 1:  # a domain's one record: add
                         count = int(add(lead.data, lead.partition_key, domain.explicit_hash_key))
                     else:
                         count = add_run(
@@ -441,12 +447,37 @@ class WaitingRoom:
         self._summary = None
         domain = self.new_domain(key, held.hash_key)
         del self._lone[key]  # after the domain is made: a step that raises loses no record
+        self._left(held.lone_lane)
         domain.entries.append(held)
         domain.nbytes = held.size
         domain.state = READY  # counted ready already, as itself
         domain.queued = True
         domain.lane.ready.append(domain)
         return domain
+
+    def _left(self, lane: Lane | None) -> None:
+        """A lone record or a domain left its place in ``lane``'s queue (the record joined a
+        domain, or either expired), which only the queue's head drops: once such places are
+        half the queue, sweep them out, so that a lane whose head does not move (paced, or
+        lingering past the records' time-to-live) holds no more of them than live ones."""
+        assert lane is not None
+        lane.left += 1
+        ready = lane.ready
+        if lane.left < _SWEEP_LEFT or 2 * lane.left <= len(ready):
+            return
+        lone = self._lone
+        live: list[Domain | Entry] = []
+        for item in ready:  # head's test, for every place
+            if isinstance(item, Entry):
+                if lone.get(item.partition_key) is item and item.lone_lane is lane:
+                    live.append(item)
+            elif item.state == READY and item.lane is lane:
+                live.append(item)
+            elif item.lane is lane:
+                item.queued = False
+        ready.clear()
+        ready.extend(live)
+        lane.left = 0
 
     def new_domain(self, key: DomainKey, hash_key: int) -> Domain:
         """An idle domain for ``key``, in the lane of ``hash_key``: a pruned one made new if
@@ -496,13 +527,18 @@ class WaitingRoom:
 
     def head(self, lane: Lane) -> Domain | Entry | None:
         """The lane's first ready domain or lone record, dropping stale queue entries on the
-        way."""
+        way. A lone record's place is live while its key maps to it and it was placed in
+        this lane (``lone_lane``): a place it left when it joined a domain or expired stays
+        behind until the head reaches it (or :meth:`_left` sweeps it), and the entry may by
+        then be refilled (entries are recycled) and wait lone in another lane. Refilled into
+        this same lane, it has two places here; the first taken sends it, the other is stale
+        from then on."""
         ready = lane.ready
         lone = self._lone
         while ready:
             domain = ready[0]
             if isinstance(domain, Entry):
-                if lone.get(domain.partition_key) is domain:
+                if lone.get(domain.partition_key) is domain and domain.lone_lane is lane:
                     return domain
                 ready.popleft()
                 continue
@@ -695,12 +731,15 @@ class WaitingRoom:
                 earliest = min(earliest, entries[0].enqueued)
             elif domain.state in (READY, WAITING):
                 self._leave_ready(domain, IDLE)
+                if domain.queued:  # its place in its lane's queue is stale (see head)
+                    self._left(domain.lane)
         lone = self._lone
         for key, held in list(lone.items()):
             if type(held) is Entry:
                 if expired(held, now):
                     self._summary = None
-                    del lone[key]  # its place in its lane's queue turns stale
+                    del lone[key]  # its place in its lane's queue is stale (see head)
+                    self._left(held.lone_lane)
                     gone.append(held)
                     self.pending_records -= 1
                     self.ready_records -= 1

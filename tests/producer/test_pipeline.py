@@ -10,6 +10,7 @@ import pytest
 
 from kinesis_actors import errors
 from kinesis_actors.producer import PutResult, ShardRateLimiter
+from kinesis_actors.producer._handle import NO_OUTCOMES
 from kinesis_actors.producer._pipeline import (
     UNPREDICTED_LANE,
     WHOLE_STREAM_LANE,
@@ -769,3 +770,82 @@ def test_a_record_for_an_open_shard_is_not_held_behind_another_shards_pacing() -
     assert call is not None, "held until s0 opens"
     assert [part.entries for part in call.parts] == [[other]]
     assert h.pipeline.next_wakeup(0.3) == pytest.approx(1.0)  # s0's record, when s0 opens
+
+
+def _key_of_other_shard(key: str) -> str:
+    """A key whose record the map predicts for another shard than ``key``'s."""
+    own = TWO_SHARDS.shard_for(key)
+    return next(
+        candidate
+        for candidate in (f"other-{index}" for index in range(1_000))
+        if TWO_SHARDS.shard_for(candidate) != own
+    )
+
+
+def test_a_lone_records_entry_refilled_after_it_expired_is_sent_from_its_new_keys_lane() -> None:
+    """Entries are recycled: a lone record that expired while ready leaves a stale place in
+    its lane's queue (dropped at the lane's next look, which a linger or the pacing can put
+    off), and its entry may come back at once for another key's record. That stale place
+    must not pass for the new record: taken there, it would share an aggregate of the old
+    key's lane, on a shard that does not own its key."""
+    h = Harness(record_ttl=1.0)
+    entry = h.add("a", now=0.0)
+    assert h.pipeline.next_call(5.0) is None  # the sweep expires it
+    assert isinstance(h.settled[-1][2], errors.RecordExpiredError)
+    other = _key_of_other_shard("a")
+    data = b"recycled"
+    entry.fill(data, other, None, hash_key(other), len(data) + len(other), NO_OUTCOMES, 0, 0)
+    entry.enqueued = 5.0
+    h.pipeline.add(entry)
+    call = h.call(5.5)
+    assert [(part.lane, part.entries) for part in call.parts] == [
+        (TWO_SHARDS.shard_for(other), [entry])
+    ]
+
+
+def test_a_refilled_lone_entry_does_not_join_an_aggregate_of_its_old_lane() -> None:
+    """The silent form of the same fault: a lone record expired behind a key whose record is
+    in flight; refilled for a key of the other shard, its stale place sat behind that key's
+    domain, which its answer put back at the lane's head. The aggregate built there would
+    carry the new record to a shard that does not own its key, acknowledged, unseen."""
+    h = Harness(record_ttl=1.0, linger=10.0)
+    a_half = TWO_SHARDS.shard_for("a"), hash_key("a") % 2**127 >= 2**126
+    neighbour = next(
+        key
+        for key in (f"y{index}" for index in range(1_000))
+        if (TWO_SHARDS.shard_for(key), hash_key(key) % 2**127 >= 2**126) == a_half
+    )
+    h.add(neighbour, now=0.0)
+    sent = h.call(0.0)  # the neighbour's record out, alone
+    entry = h.add("a", now=0.05)  # lone, in the neighbour's lane
+    h.add(neighbour, now=0.9)  # waits behind its key's record in flight
+    assert h.pipeline.next_call(1.2) is None  # the sweep expires "a"
+    other = _key_of_other_shard("a")
+    data = b"recycled"
+    entry.fill(data, other, None, hash_key(other), len(data) + len(other), NO_OUTCOMES, 0, 0)
+    entry.enqueued = 1.2
+    h.pipeline.add(entry)
+    h.pipeline.complete(sent, ok(sent), 1.2)  # the neighbour's domain: ready at the front
+    call = h.call(1.3)
+    lanes = {e.partition_key: part.lane for part in call.parts for e in part.entries}
+    assert lanes == {neighbour: TWO_SHARDS.shard_for("a"), other: TWO_SHARDS.shard_for(other)}
+
+
+def test_places_left_by_lone_records_are_bounded_while_their_lane_does_not_move() -> None:
+    """Lone records that expire or join a domain leave their places in a lane's queue, which
+    only the head drops; a lane that lingers (or is paced) while records come and go must
+    not pile them up: they are swept out once they are half the queue."""
+    h = Harness(record_ttl=1.0, linger=1_000.0)
+    room = h.pipeline._room
+    longest = 0
+    for round_ in range(60):
+        now = 2.0 * round_
+        for index in range(50):
+            h.add(f"gone-{round_}-{index}", now=now)  # expires alone
+            h.add(f"pair-{round_}-{index}", now=now)  # joined by the next, then expires
+            h.add(f"pair-{round_}-{index}", now=now)
+        assert h.pipeline.next_call(now + 1.5) is None  # the sweep: every one expired
+        longest = max([longest, *(len(lane.ready) for lane in room._lanes.lanes())])
+    assert len(h.settled) == 60 * 150
+    assert all(isinstance(error, errors.RecordExpiredError) for _, _, error in h.settled)
+    assert longest <= 2 * 64 + 150  # the sweep's floor, twice, and one round's places
