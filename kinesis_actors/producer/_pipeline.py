@@ -40,10 +40,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import errors
-from ..records import ShardMap
+from ..records import ShardMap, deaggregate_into
 from ._builder import BATCH_QUANTUM, CallBuilder
 from ._calls import Call, Part
-from ._domains import Domain, DomainKey, domain_key
+from ._domains import DomainKey, domain_key
 from ._entry import Entry
 from ._handle import PutResult
 from ._lanes import UNPREDICTED_LANE, WHOLE_STREAM_LANE
@@ -326,24 +326,30 @@ class Pipeline:
         whole by its explicit hash key, maybe with records of keys that shard does not own:
         those keys are pinned to that hash key at once, before their next records are built
         (with ``preserve_order`` none is in flight), and the aggregate is kept to be checked
-        against the next map."""
+        against the next map.
+
+        The hash key each record carried is read from the aggregate itself, and the keys to
+        pin from its records, not from the domains the part names: without
+        ``preserve_order`` a domain whose run went out may fall idle, be pruned and be made
+        new for another key before this answer (a test pins the keys that were misplaced,
+        not that other key)."""
         self.mispredicted += 1
         self._room.mark_stale(part.lane)
         if isinstance(part, Part) and part.explicit_hash_key is not None:
-            sent_by = {
-                domain.key: domain.hash_key
-                for domain in part.domains
-                if type(domain) is Domain  # a lone record's key sends under its own
-            }
+            partition_keys: list[str] = []
+            carried: list[str | None] = []
+            count = deaggregate_into(part.data, partition_keys, carried, [])
+            if count is None:
+                return  # one record sent alone under its key's pin: nothing else to place
+            if count != len(part.entries):
+                raise AssertionError("an aggregate built here does not hold its records")
             hash_keys = [
-                sent_by.get(
-                    domain_key(entry.partition_key, entry.explicit_hash_key), entry.hash_key
-                )
-                for entry in part.entries
+                entry.hash_key if by is None else int(by)
+                for entry, by in zip(part.entries, carried, strict=True)
             ]
             if hash_keys.count(hash_keys[0]) != len(hash_keys):
                 self._landed_elsewhere.append((shard_id, hash_keys))
-                self.pins_refused += self._room.pin(part.domains, int(part.explicit_hash_key))
+                self.pins_refused += self._room.pin(part.entries, int(part.explicit_hash_key))
 
     def fail(self, call: Call, error: BaseException, now: float) -> None:
         """The whole call failed with ``error``: not written, unless ``error`` says it may be.

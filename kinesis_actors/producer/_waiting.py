@@ -167,33 +167,33 @@ class WaitingRoom:
         """Keys pinned now (see :meth:`pin`)."""
         return len(self._lanes.pins)
 
-    def pin(self, domains: Iterable[Domain | Entry], hash_key: int) -> int:
-        """``domains`` had records in a Kinesis record that landed by ``hash_key`` on a shard
-        that may not own theirs: each whose own differs now sends to ``hash_key`` too, so its
-        next records go where those went. Returns how many could not be pinned (past
+    def pin(self, entries: Iterable[Entry], hash_key: int) -> int:
+        """``entries`` were records of a Kinesis record that landed by ``hash_key`` on a shard
+        that may not own theirs: each key whose domain sends elsewhere now sends to
+        ``hash_key`` too, so its next records go where those went (a key with no domain gets
+        one, pinned). Returns how many keys could not be pinned (past
         :data:`~._lanes.MAX_PINS`)."""
         pin = self._lanes.pin
         refused = 0
-        domain: Domain
-        for item in domains:
-            if type(item) is Entry:  # a lone record's key (its record was in this aggregate)
-                if item.hash_key == hash_key:
-                    continue
-                key = item.partition_key
-                found = self._domains.get(key)
-                if found is None:
-                    found = (
-                        self._promote(key)
-                        if key in self._lone
-                        else self.new_domain(key, item.hash_key)
-                    )
-                domain = found
-            else:
-                assert type(item) is Domain
-                domain = item
+        seen: set[DomainKey] = set()
+        for entry in entries:
+            ehk = entry.explicit_hash_key
+            key = entry.partition_key if ehk is None else (entry.partition_key, ehk)
+            if key in seen:
+                continue
+            seen.add(key)
+            domain = self._domains.get(key)
+            if domain is None:
+                if entry.hash_key == hash_key:
+                    continue  # its own hash key: where its next records go anyway
+                domain = (
+                    self._promote(key)
+                    if isinstance(key, str) and key in self._lone
+                    else self.new_domain(key, entry.hash_key)
+                )
             if domain.hash_key == hash_key:
                 continue
-            if not pin(domain.key, hash_key, domain.hash_key):
+            if not pin(key, hash_key, entry.hash_key):  # an entry's hash key is its key's own
                 refused += 1
                 continue
             self._follow(domain, hash_key)

@@ -19,7 +19,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kinesis_actors.producer import ShardRateLimiter, _lanes
+from kinesis_actors.producer import ShardRateLimiter, _lanes, _waiting
 from kinesis_actors.producer._pipeline import Call, Entry, Part, Pipeline
 from kinesis_actors.records import MAX_HASH_KEY, HashRange, ShardMap, deaggregate, hash_key
 
@@ -367,3 +367,32 @@ def test_keys_past_the_pin_bound_are_refused_and_counted(monkeypatch: Any) -> No
     p, _ = split_a_third_in(settled)
     assert p.pinned_keys == 1
     assert p.pins_refused > 0
+
+
+def test_keys_misplaced_by_an_aggregate_whose_domains_were_made_new_meanwhile_are_pinned() -> None:
+    """Without preserve_order a domain whose run went out falls idle at once, and thousands
+    of other keys passing by get it pruned and made new for one of them before the answer
+    comes. The answer from a child must pin the keys the aggregate misplaced, read from its
+    records, not whatever keys those domain objects stand for by then."""
+    settled: list[Entry] = []
+    p = pipeline(settled, preserve_order=False, aggregation_max_bytes=2_000)
+    add(p, KEYS, rounds=2)
+    before = calls(p)  # out while the parent splits a third of the way in
+    passers = [f"passer-{i}" for i in range(_waiting.IDLE_DOMAINS + 500)]
+    add(p, passers, rounds=2, now=0.5)
+    calls(p, now=0.6)  # out and idle: the prune takes every idle domain, KEYS' too
+    late = [f"late-{i}" for i in range(400)]
+    add(p, late, rounds=2, now=0.7)  # domains made new, some of them KEYS' old ones
+    service = Service(children(MAX_HASH_KEY // 3))
+    for call in before:
+        p.complete(call, service.answer(call), 1.0)
+    strays = {key for key, _ in service.misplaced}
+    assert strays
+    assert p._room._lanes.pins.keys() >= strays
+    assert not any(key.startswith("late") for key in p._room._lanes.pins)
+    add(p, KEYS, rounds=2, now=1.0)
+    p.set_shard_map(service.shards)
+    while p.pending_records:
+        for call in calls(p, now=1.3):
+            p.complete(call, service.answer(call), 1.3)
+    assert service.keys_in_two_children() == []
