@@ -640,7 +640,7 @@ class WaitingRoom:
                 key = run.partition_key
                 found = domains.get(key if ehk is None else (key, ehk))
                 if found is None:
-                    if type(lone.get(key)) is int:
+                    if ehk is None and type(lone.get(key)) is int:
                         del lone[key]  # a lone record's answer: its key is free again
                     continue
                 domain = found
