@@ -335,13 +335,13 @@ class Pipeline:
         not that other key)."""
         self.mispredicted += 1
         self._room.mark_stale(part.lane)
-        if isinstance(part, Part) and part.explicit_hash_key is not None:
+        # A part of one record is a pinned key's record sent alone (its data the user's,
+        # which may itself look like an aggregate): nothing else in it to place. Aggregates
+        # built here hold two records or more.
+        if isinstance(part, Part) and part.explicit_hash_key is not None and len(part.entries) > 1:
             partition_keys: list[str] = []
             carried: list[str | None] = []
-            count = deaggregate_into(part.data, partition_keys, carried, [])
-            if count is None:
-                return  # one record sent alone under its key's pin: nothing else to place
-            if count != len(part.entries):
+            if deaggregate_into(part.data, partition_keys, carried, []) != len(part.entries):
                 raise AssertionError("an aggregate built here does not hold its records")
             hash_keys = [
                 entry.hash_key if by is None else int(by)

@@ -447,12 +447,12 @@ class WaitingRoom:
         self._summary = None
         domain = self.new_domain(key, held.hash_key)
         del self._lone[key]  # after the domain is made: a step that raises loses no record
-        self._left(held.lone_lane)
         domain.entries.append(held)
         domain.nbytes = held.size
         domain.state = READY  # counted ready already, as itself
         domain.queued = True
         domain.lane.ready.append(domain)
+        self._left(held.lone_lane)  # last: the record is in its domain
         return domain
 
     def _left(self, lane: Lane | None) -> None:
@@ -739,11 +739,11 @@ class WaitingRoom:
                 if expired(held, now):
                     self._summary = None
                     del lone[key]  # its place in its lane's queue is stale (see head)
-                    self._left(held.lone_lane)
                     gone.append(held)
                     self.pending_records -= 1
                     self.ready_records -= 1
                     self.ready_bytes -= held.size
+                    self._left(held.lone_lane)  # last: the counts are true first
                 else:
                     earliest = min(earliest, held.enqueued)
         return gone, earliest

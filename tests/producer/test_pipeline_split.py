@@ -21,7 +21,14 @@ from hypothesis import strategies as st
 
 from kinesis_actors.producer import ShardRateLimiter, _lanes, _waiting
 from kinesis_actors.producer._pipeline import Call, Entry, Part, Pipeline
-from kinesis_actors.records import MAX_HASH_KEY, HashRange, ShardMap, deaggregate, hash_key
+from kinesis_actors.records import (
+    MAX_HASH_KEY,
+    Aggregator,
+    HashRange,
+    ShardMap,
+    deaggregate,
+    hash_key,
+)
 
 PARENT = ShardMap([HashRange("p", 0, MAX_HASH_KEY)])
 MIDDLE = (MAX_HASH_KEY + 1) // 2  # SplitShard's usual NewStartingHashKey for this range
@@ -396,3 +403,27 @@ def test_keys_misplaced_by_an_aggregate_whose_domains_were_made_new_meanwhile_ar
         for call in calls(p, now=1.3):
             p.complete(call, service.answer(call), 1.3)
     assert service.keys_in_two_children() == []
+
+
+def test_a_pinned_records_data_that_looks_like_an_aggregate_is_placed_as_one_record() -> None:
+    """A pinned key's record sent alone travels as a part of one, with the user's data as
+    it is; if that data is itself a KPL aggregate (records forwarded as they were read),
+    an answer from a child must not take it for one of ours: it is settled like any other."""
+    settled: list[Entry] = []
+    p, service = split_a_third_in(settled)
+    while p.pending_records:  # still the parent's map: these answers are mispredicted too
+        for call in calls(p, now=1.5):
+            p.complete(call, service.answer(call), 1.5)
+    stray = min(key for key, _ in service.misplaced)
+    forwarded = Aggregator(51_200)
+    forwarded.add(b"y" * 800, "a")
+    forwarded.add(b"z" * 800, "b")
+    data = forwarded.build().data
+    entry = Entry(data, stray, None, hash_key(stray), len(data) + len(stray), 2.0)
+    p.add(entry)
+    [call] = calls(p, now=2.1)
+    [part] = call.parts
+    assert isinstance(part, Part) and part.explicit_hash_key is not None  # pinned, alone
+    p.complete(call, service.answer(call), 2.1)
+    assert settled[-1] is entry
+    assert p.pending_records == 0
