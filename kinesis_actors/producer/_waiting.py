@@ -286,20 +286,21 @@ class WaitingRoom:
 
     def take_one(self, lane: Lane, domain: Domain | Entry) -> Entry:
         """The first record of ``domain``, the lane's head, taken to be sent alone."""
-        if type(domain) is Entry:
-            self._take_lone(lane, domain)
-            self.ready_records -= 1
-            self.ready_bytes -= domain.size
-            self.pending_records -= 1
-            return domain
-        assert type(domain) is Domain
-        entry = domain.entries.pop(0)
+        entry = domain if isinstance(domain, Entry) else domain.entries.pop(0)
         size = entry.size
-        domain.nbytes -= size
         self.ready_records -= 1
         self.ready_bytes -= size
         self.pending_records -= 1
-        self._took_from(lane, domain)
+        if isinstance(domain, Entry):  # a lone record: its key in flight, or free
+            self._summary = None
+            lane.ready.popleft()
+            if self._preserve_order:
+                self._lone[entry.partition_key] = entry.hash_key
+            else:
+                del self._lone[entry.partition_key]
+        else:
+            domain.nbytes -= size
+            self._took_from(lane, domain)
         return entry
 
     def take_runs(
@@ -421,16 +422,6 @@ class WaitingRoom:
                 break  # full
         domain.nbytes -= nbytes
         return count, nbytes
-
-    def _take_lone(self, lane: Lane, entry: Entry) -> None:
-        """The lone record ``entry``, its lane's head, taken to be sent."""
-        self._summary = None
-        lane.ready.popleft()
-        key = entry.partition_key
-        if self._preserve_order:
-            self._lone[key] = entry.hash_key
-        else:
-            del self._lone[key]
 
     def _promote(self, key: str) -> Domain:
         """A domain for ``key``, whose one record waits or is in flight as itself: its next
