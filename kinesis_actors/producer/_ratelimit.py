@@ -116,6 +116,19 @@ class TokenBucket:
         """The rounding slack :meth:`time_until` allows for any amount at ``now`` (its least)."""
         return self._slack(1.0, now)
 
+    def _wait_for_batch(self, least: float, seconds: float, now: float, ulp4: float) -> float:
+        """:meth:`time_until` of ``seconds`` worth of the rate, capped at the capacity and no
+        less than ``least``, with ``4 * math.ulp(now)`` given (one call a lane and call)."""
+        amount = min(self._rate * seconds, self._capacity)
+        if amount < least:
+            amount = least
+            self._capacity = max(self._capacity, amount)  # _grow_to(amount)
+        self._refill(now)
+        deficit = amount - self._tokens
+        if deficit <= _EPSILON * max(1.0, amount) + self._rate * ulp4:
+            return 0.0
+        return deficit / self._rate
+
     def _slack(self, amount: float, now: float) -> float:
         return _EPSILON * max(1.0, amount) + 4 * self._rate * math.ulp(now)
 
@@ -160,14 +173,15 @@ class Grant:
     :meth:`ShardRateLimiter.charge_grant` takes what was spent from the buckets.
     """
 
-    __slots__ = ("nbytes", "records", "shard_id", "spent_bytes", "spent_records")
+    __slots__ = ("_shard", "nbytes", "records", "shard_id", "spent_bytes", "spent_records")
 
-    def __init__(self, shard_id: str, records: float, nbytes: float) -> None:
+    def __init__(self, shard_id: str, records: float, nbytes: float, shard: _Shard) -> None:
         self.shard_id = shard_id
         self.records = records  # tokens left, the slack included
         self.nbytes = nbytes
         self.spent_records = 0
         self.spent_bytes = 0
+        self._shard = shard  # the buckets it was read from, charged without a lookup
 
     def allows(self, nbytes: int) -> bool:
         """Whether one more record of ``nbytes`` may go now."""
@@ -296,37 +310,41 @@ class ShardRateLimiter:
             shard_id,
             records.tokens(now) + records.slack(now),
             nbytes.tokens(now) + nbytes.slack(now),
+            shard,
         )
 
     def open(self, shard_id: str, nbytes: int, seconds: float, now: float) -> Grant | float:
         """The shard's :meth:`grant` if both :meth:`delay` of one record of ``nbytes`` and
         :meth:`batch_delay` of ``seconds`` say 0 at ``now``, else the seconds until they do.
 
-        What a lane asks first in each call it joins, in one look at the shard (the three
-        questions apart were three lookups and four refills, per lane and call: at 1,024
-        shards, a third of what a call's building cost, measured).
+        What a lane asks first in each call it joins, in one look at the shard: each bucket
+        refilled once and its slack computed once (the questions apart were three lookups
+        and four refills, per lane and call: at 1,024 shards, a third of what a call's
+        building cost, measured; through the buckets' public methods, 2.8 us a lane and call
+        against 1.6 us this way, which a 1,024-shard call pays some 500 times).
         """
         shard = self._shard(shard_id)
         records, nbytes_bucket = shard.records, shard.bytes
-        wait = max(
-            records.time_until(max(1.0, min(records.capacity, records.rate_per_s * seconds)), now),
-            nbytes_bucket.time_until(
-                max(float(nbytes), min(nbytes_bucket.capacity, nbytes_bucket.rate_per_s * seconds)),
-                now,
-            ),
-        )
+        ulp4 = 4 * math.ulp(now)
+        wait = records._wait_for_batch(1.0, seconds, now, ulp4)
+        byte_wait = nbytes_bucket._wait_for_batch(float(nbytes), seconds, now, ulp4)
+        wait = max(wait, byte_wait)
         if wait > 0:
             return wait
+        # The grant's slack is the bucket's least (that of one token), as in grant().
         return Grant(
             shard_id,
-            records.tokens(now) + records.slack(now),
-            nbytes_bucket.tokens(now) + nbytes_bucket.slack(now),
+            records._tokens + (_EPSILON + records._rate * ulp4),
+            nbytes_bucket._tokens + (_EPSILON + nbytes_bucket._rate * ulp4),
+            shard,
         )
 
     def charge_grant(self, grant: Grant, now: float) -> None:
         """Charge what ``grant`` spent (as :meth:`charge` would) and start it afresh."""
         if grant.spent_records or grant.spent_bytes:
-            self.charge(grant.shard_id, grant.spent_records, grant.spent_bytes, now)
+            shard = grant._shard  # a forgotten shard's buckets, charged in vain, harm nothing
+            shard.records.charge(grant.spent_records, now)
+            shard.bytes.charge(grant.spent_bytes, now)
             grant.spent_records = grant.spent_bytes = 0
 
     def batch_delay(self, shard_id: str, seconds: float, now: float) -> float:

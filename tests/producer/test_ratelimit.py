@@ -375,3 +375,46 @@ def test_factor_and_rates_stay_within_floor_and_ceiling(
             assert 0.05 <= stats.factor <= 1.0
             assert stats.records_per_s == pytest.approx(1000 * stats.factor)
             assert stats.bytes_per_s == pytest.approx(MIB * stats.factor)
+
+
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.floats(0, 0.5),  # seconds since the last step
+            st.integers(1, 2 * MIB),  # the lane's first record
+            st.floats(0.001, 2.0),  # the batch's seconds
+            st.integers(0, 3),  # records spent of the grant, if one was opened
+            st.booleans(),  # a throttle first, to vary the rates
+        ),
+        max_size=40,
+    ),
+    start=st.floats(0, 1e7),
+)
+def test_open_answers_what_delay_batch_delay_and_grant_answer_and_charges_as_charge(
+    steps: list[tuple[float, int, float, int, bool]], start: float
+) -> None:
+    # open() reads each bucket once; the same questions asked one by one must agree with it,
+    # on an identical limiter, and charge_grant must leave both alike.
+    fused, apart = ShardRateLimiter(), ShardRateLimiter()
+    now = start
+    for dt, nbytes, seconds, spent, throttle in steps:
+        now += dt
+        if throttle:
+            fused.on_throttled("s", now)
+            apart.on_throttled("s", now)
+        wait = max(apart.delay("s", 1, nbytes, now), apart.batch_delay("s", seconds, now))
+        opened = fused.open("s", nbytes, seconds, now)
+        if wait > 0:
+            assert opened == wait
+            continue
+        assert not isinstance(opened, float)
+        expected = apart.grant("s", now)
+        assert (opened.records, opened.nbytes) == (expected.records, expected.nbytes)
+        for _ in range(spent):
+            opened.spend(nbytes)
+            expected.spend(nbytes)
+        fused.charge_grant(opened, now)
+        apart.charge("s", expected.spent_records, expected.spent_bytes, now)
+        assert (opened.spent_records, opened.spent_bytes) == (0, 0)
+        assert fused.delay("s", 1, 1, now) == apart.delay("s", 1, 1, now)
+        assert fused.grant("s", now).nbytes == apart.grant("s", now).nbytes
