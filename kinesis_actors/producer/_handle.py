@@ -42,9 +42,21 @@ class PutResult(NamedTuple):
     sub_sequence_number: int
 
 
+FAILED: tuple[str, str] = ("", "")
+"""What :attr:`Outcomes.landed` holds for a failed slot (its error is in ``errors``)."""
+
+
 class Outcomes:
     """How each record of a block ended, one slot per record: written by the producer's
     ledger (each slot once), read through :class:`PutHandle` views.
+
+    ``landed`` holds an acknowledged slot's ``(shard_id, sequence_number)``, one tuple
+    shared by the records of a Kinesis record, :data:`FAILED` for a failed slot and ``None``
+    for one not settled; ``sub_sequence_numbers`` its index in its aggregate. Two columns, not
+    three and the errors' lookup: the records of an aggregate come from as many blocks as it
+    has records when their key is alone on its shard (a thousand keys over 1,024 shards), and
+    each column is a cache line a record touched far from the last one (measured: 236 ns a
+    record settled that way against 80 in block order; 168 ns with two columns).
 
     ``errors`` and ``events`` are sparse (most records succeed, and most handles are never
     awaited before they settle). ``events`` is created on first use, by a waiter on the
@@ -56,46 +68,38 @@ class Outcomes:
     ledger adds a slot before failing it, so a caller who sees the error can always claim it.
     """
 
-    __slots__ = (
-        "errors",
-        "events",
-        "sequence_numbers",
-        "shard_ids",
-        "sub_sequence_numbers",
-        "unretrieved",
-    )
+    __slots__ = ("errors", "events", "landed", "sub_sequence_numbers", "unretrieved")
 
     def __init__(self, size: int) -> None:
-        self.sequence_numbers: list[str | None] = [None] * size
-        self.shard_ids: list[str | None] = [None] * size
+        self.landed: list[tuple[str, str] | None] = [None] * size
         self.sub_sequence_numbers: list[int] = [0] * size
         self.errors: dict[int, BaseException] = {}
         self.events: dict[int, anyio.Event] | None = None
         self.unretrieved: set[int] | None = None
 
     def __len__(self) -> int:
-        return len(self.sequence_numbers)
+        return len(self.landed)
 
     def done(self, slot: int) -> bool:
-        return self.sequence_numbers[slot] is not None or slot in self.errors
+        return self.landed[slot] is not None
 
     def acknowledge(
         self, slot: int, shard_id: str, sequence_number: str, sub_sequence_number: int
     ) -> None:
         """Slot ``slot`` was written there (the ledger inlines this on its hot path)."""
-        if self.done(slot):
+        if self.landed[slot] is not None:
             raise RuntimeError("a put handle settles once")
-        self.shard_ids[slot] = shard_id
+        self.landed[slot] = (shard_id, sequence_number)
         self.sub_sequence_numbers[slot] = sub_sequence_number
-        self.sequence_numbers[slot] = sequence_number
         if self.events is not None:
             self.wake(slot)
 
     def fail(self, slot: int, error: BaseException) -> None:
         """Slot ``slot`` failed with ``error``."""
-        if self.done(slot):
+        if self.landed[slot] is not None:
             raise RuntimeError("a put handle settles once")
-        self.errors[slot] = error
+        self.errors[slot] = error  # first: a slot that reads as done has its error
+        self.landed[slot] = FAILED
         if self.events is not None:
             self.wake(slot)
 
@@ -141,14 +145,13 @@ class PutHandle:
     def result(self) -> PutResult:
         """The result if acknowledged; raises the failure, or ``RuntimeError`` if not settled."""
         outcomes, slot = self._outcomes, self._slot
-        sequence_number = outcomes.sequence_numbers[slot]
-        if sequence_number is None:
+        landed = outcomes.landed[slot]
+        if landed is None or landed is FAILED:
             error = self.exception()
             if error is not None:
                 raise error
             raise RuntimeError("the record is not acknowledged yet; await the handle")
-        shard_id = outcomes.shard_ids[slot]
-        assert shard_id is not None
+        shard_id, sequence_number = landed
         return PutResult(shard_id, sequence_number, outcomes.sub_sequence_numbers[slot])
 
     def exception(self) -> BaseException | None:

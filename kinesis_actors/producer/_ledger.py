@@ -114,14 +114,15 @@ class Ledger:
         spares = self.spares
         for part, shard_id, sequence_number in zip(parts, shard_ids, sequence_numbers, strict=True):
             entries = part.entries  # a record sent alone: [itself], made here, dropped here
+            landing = (shard_id, sequence_number)  # one for the Kinesis record's records
             for index, entry in enumerate(entries):
                 # Outcomes.acknowledge, inlined (the call was ~5 % of an aggregated put_many).
                 outcomes, slot = entry.outcomes, entry.slot
-                if outcomes.sequence_numbers[slot] is not None or slot in outcomes.errors:
+                landed = outcomes.landed
+                if landed[slot] is not None:
                     raise RuntimeError("a put handle settles once")
-                outcomes.shard_ids[slot] = shard_id
+                landed[slot] = landing
                 outcomes.sub_sequence_numbers[slot] = index
-                outcomes.sequence_numbers[slot] = sequence_number
                 if outcomes.events is not None:
                     outcomes.wake(slot)
                 # A spare holds no record, nor a retried failure's traceback (its call's

@@ -224,6 +224,43 @@ def test_a_spare_keeps_no_block_of_results_alive() -> None:
         ledger.settle(ledger.spares[0], PutResult("shardId-0", "3", 0), None)
 
 
+def test_an_aggregate_of_records_from_many_blocks_settles_each_in_its_own_block() -> None:
+    """An aggregate of a key alone on its shard holds one record of each of many put_many
+    batches: each record's handle gets the aggregate's shard and sequence number and its own
+    index, a failed slot of the same blocks keeps its failure, and settling twice fails.
+    (Outcomes keep two columns, written record by record in the aggregate's order.)"""
+    ledger = Ledger("s", ProducerConfig(queue_limit_records=2_000))
+    queue: Mailbox[Entry] = Mailbox(2_000, hold=True)
+    ledger.open(queue)
+    blocks = []
+    taken: list[Entry] = []
+    for _ in range(6):
+        entries, outcomes = batch_entries(
+            [(b"x", "k"), (b"y", "j")], None, 1 << 20, "s", 0, spares=[]
+        )
+        assert outcomes is not None
+        blocks.append(outcomes)
+        for entry in entries:
+            queue.send_nowait(entry, entry.size)
+        taken += entries
+    queue.receive_held()
+    ledger.outstanding[0] = len(taken)
+    keyed = taken[::2][::-1]  # key k's records, the newest batch's first, as a retry leaves them
+    aggregate = Part(b"aggregate", "k", None, "shardId-7", keyed, 0, [])
+    failure = errors.RecordExpiredError("too old")
+    taken[1].outcomes.fail(taken[1].slot, failure)  # key j's record of the first batch
+    ledger.acknowledge([aggregate], ["shardId-7"], ["495"])
+    for index, outcomes in enumerate(reversed(blocks)):
+        handles = PutHandles._over(outcomes)
+        assert handles[0].result() == PutResult("shardId-7", "495", index)
+    assert PutHandles._over(blocks[0])[1].exception() is failure
+    assert not PutHandles._over(blocks[1])[1].done()
+    with pytest.raises(RuntimeError, match="settles once"):
+        blocks[0].fail(1, failure)
+    with pytest.raises(RuntimeError, match="settles once"):
+        blocks[0].acknowledge(0, "shardId-7", "496", 0)
+
+
 @pytest.mark.anyio
 async def test_put_nowait_refused_for_room_gives_its_entry_back(
     client: KinesisClient, stream_name: str
