@@ -21,6 +21,10 @@ so); 1,000 keys spread evenly over the shards unless the row takes a new key per
 - ``unpaced-1024-deep``: 1,024 shards as deep as 16: the queue limits 64 times the floor
   (as many records a shard as ``unpaced-16`` holds), 64 times the records, and a ``linger``
   of 2 s: what is left that grows with the shard count;
+- ``unpaced-16-long``: ``unpaced-16`` with the records of ``unpaced-1024`` (eight times as
+  many); ``unpaced-16-deep-queue`` the same with the queue 1,000 shards get (eight times
+  the floor: 80,000 records, 64 MiB): what the queue's depth costs a record by itself, its
+  aggregates no emptier;
 - ``capacity``: a 2-shard target emulating the service's write limits (1,000 records/s,
   1 MiB/s a shard) and ``ProducerConfig()`` (pacing at those limits): the producer at the
   stream's capacity, its puts waiting for room. Beside the CPU: the share of the target's
@@ -96,6 +100,8 @@ ROWS: dict[str, Row] = {
     "unpaced-1024": Row(1024, records=8),
     "unpaced-1024-floor": Row(1024, depth=1),
     "unpaced-1024-deep": Row(1024, depth=64, records=64, linger=2.0),
+    "unpaced-16-long": Row(16, records=8),
+    "unpaced-16-deep-queue": Row(16, depth=8, records=8),
     "newkey": Row(4, unique_keys=True),
     "newkey-boto3": Row(4, unique_keys=True, peer="boto3"),
     "newkey-async-kinesis": Row(4, unique_keys=True, peer="async-kinesis"),
