@@ -11,6 +11,11 @@ leases is one page of a Scan (1 MB) here and there.
 - :func:`kcl3_calls_per_s`: the KCL 3.x (read at v3.5.1, a new application whose lease table
   holds its worker metrics and its leader lock, as 3.5 makes them), whose elected leader
   assigns leases and whose other workers find theirs through a secondary index.
+
+Both take ``checkpoint_every``: an application that checkpoints each lease every so many
+seconds (the KCL's Python sample, ``sample_kclpy_app.py``, every 60 s) adds one UpdateItem
+a checkpoint in either version (``DynamoDBCheckpointer.setCheckpoint`` updates the lease at
+once); ``None`` leaves checkpoints out.
 """
 
 from __future__ import annotations
@@ -44,7 +49,16 @@ def _renewals_per_s(leases: int, failover: float) -> float:
     return leases / ((int(failover * 1000) // 3 - int(KCL_EPSILON * 1000)) / 1000)
 
 
-def kcl2_calls_per_s(leases: int, workers: int, failover: float = KCL_FAILOVER) -> dict[str, float]:
+def _checkpoints_per_s(leases: int, checkpoint_every: float | None) -> float:
+    return 0.0 if checkpoint_every is None else leases / checkpoint_every
+
+
+def kcl2_calls_per_s(
+    leases: int,
+    workers: int,
+    failover: float = KCL_FAILOVER,
+    checkpoint_every: float | None = None,
+) -> dict[str, float]:
     """DynamoDB requests per second of a KCL 2.x application with its defaults.
 
     Its renewer updates every held lease each ``failover / 3 - epsilon`` (3.308 s), its taker
@@ -53,10 +67,21 @@ def kcl2_calls_per_s(leases: int, workers: int, failover: float = KCL_FAILOVER) 
     """
     renewals = _renewals_per_s(leases, failover)
     scans = workers / (2 * (failover + KCL_EPSILON)) + 1 / KCL2_SHARD_SYNC
-    return {"renewals_per_s": renewals, "scans_per_s": scans, "calls_per_s": renewals + scans}
+    checkpoints = _checkpoints_per_s(leases, checkpoint_every)
+    return {
+        "renewals_per_s": renewals,
+        "scans_per_s": scans,
+        "checkpoints_per_s": checkpoints,
+        "calls_per_s": renewals + scans + checkpoints,
+    }
 
 
-def kcl3_calls_per_s(leases: int, workers: int, failover: float = KCL_FAILOVER) -> dict[str, float]:
+def kcl3_calls_per_s(
+    leases: int,
+    workers: int,
+    failover: float = KCL_FAILOVER,
+    checkpoint_every: float | None = None,
+) -> dict[str, float]:
     """DynamoDB requests per second of a KCL 3.x application with its defaults.
 
     Renewals as in 2.x. Every worker, the leader too, queries the ``leaseOwner`` index for
@@ -73,13 +98,15 @@ def kcl3_calls_per_s(leases: int, workers: int, failover: float = KCL_FAILOVER) 
     scans = 1 / assignment + 1 / KCL3_AUDITOR
     metrics = workers / KCL3_WORKER_METRICS
     lock = 1 / KCL3_LEADER_HEARTBEAT + (workers - 1) / KCL3_LEADER_HEARTBEAT
+    checkpoints = _checkpoints_per_s(leases, checkpoint_every)
     return {
         "renewals_per_s": renewals,
         "queries_per_s": queries,
         "scans_per_s": scans,
         "metrics_per_s": metrics,
         "leader_lock_per_s": lock,
-        "calls_per_s": renewals + queries + scans + metrics + lock,
+        "checkpoints_per_s": checkpoints,
+        "calls_per_s": renewals + queries + scans + metrics + lock + checkpoints,
     }
 
 

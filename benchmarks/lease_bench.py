@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/lease_bench.py [--leases 100] [--workers 1,3] [--seconds 30]
         [--failover-shards 12] [--failover-workers 3] [--failover-runs 3] [--no-failover]
-        [--json]
+        [--checkpoint-every S] [--json]
 
 Runs real lease coordinators (``kinesis_actors.leases.LeaseCoordinator``, default
 ``LeaseConfig``: failover 10 s, renewals every failover/3, take rounds every failover/6) in
@@ -14,7 +14,10 @@ report says which), every DynamoDB request the workers make is counted, per oper
 ``--seconds``. The figure is requests per second, set against what the KCL 2.x and the KCL
 3.x make with their defaults for the same leases and workers (:mod:`benchmarks.kcl_model`,
 models computed from their source's intervals, not runs of the KCL): the ratios say how
-much more (or less) the table is asked for.
+much more (or less) the table is asked for. With ``--checkpoint-every S`` every worker
+notes a new checkpoint of each lease it holds every S seconds, as an application committing
+its progress does: here they ride on the renewals (``note_checkpoint``), in the KCL each is
+an UpdateItem, which both models then count.
 
 **Failover.** ``--failover-workers`` workers share ``--failover-shards`` shards evenly; one
 is stopped without a word, as a SIGKILL would (its coordinator is cancelled: no release, no
@@ -127,6 +130,8 @@ class _Worker:
     #: shard id -> when this worker last acquired it (removed when lost).
     acquired: dict[str, float] = field(default_factory=dict)
     failure: BaseException | None = None
+    #: checkpoints noted (``--checkpoint-every``).
+    checkpoints: int = 0
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,23 @@ class _Group:
     stream: str
     table: str
     config: LeaseConfig
+    #: Seconds between two checkpoints of each held lease (None: no checkpoints).
+    checkpoint_every: float | None = None
+
+
+async def _checkpoint_held(
+    worker: _Worker, coordinator: LeaseCoordinator, stream: str, every: float
+) -> None:
+    """Note a new checkpoint of every lease the worker holds each ``every`` seconds, as an
+    application committing its progress does (``note_checkpoint``: the consumer's commit)."""
+    sequence = 49_590_000_000_000_000_000_000_000_000_000_000_000_000_000_000
+    while True:
+        await anyio.sleep(every)
+        sequence += 1
+        for shard_id in list(worker.acquired):
+            with contextlib.suppress(LeaseLostError):
+                coordinator.note_checkpoint(stream, shard_id, str(sequence))
+                worker.checkpoints += 1
 
 
 async def _run_worker(worker: _Worker, group: _Group) -> None:
@@ -152,7 +174,12 @@ async def _run_worker(worker: _Worker, group: _Group) -> None:
                     worker_id=worker.worker_id,
                     config=group.config,
                 ) as coordinator,
+                anyio.create_task_group() as checkpointing,
             ):
+                if group.checkpoint_every is not None:
+                    checkpointing.start_soon(
+                        _checkpoint_held, worker, coordinator, group.stream, group.checkpoint_every
+                    )
                 async for event in coordinator:
                     if isinstance(event, LeaseAcquired):
                         worker.acquired[event.shard_id] = anyio.current_time()
@@ -163,6 +190,7 @@ async def _run_worker(worker: _Worker, group: _Group) -> None:
                             await coordinator.hand_over(event.stream, event.shard_id)
                     else:
                         worker.acquired.pop(event.shard_id, None)
+                checkpointing.cancel_scope.cancel()
         except Exception as error:  # reported, not raised: the other workers go on
             worker.failure = error
 
@@ -187,11 +215,17 @@ def _failures(workers: Sequence[_Worker]) -> list[str]:
 
 
 async def _new_group(
-    kinesis: LocalKinesis, dynamodb: LocalDynamoDB, shards: int, config: LeaseConfig
+    kinesis: LocalKinesis,
+    dynamodb: LocalDynamoDB,
+    shards: int,
+    config: LeaseConfig,
+    checkpoint_every: float | None = None,
 ) -> _Group:
     """A fresh stream of ``shards`` shards, and a table name no run used."""
     suffix = uuid.uuid4().hex[:8]
-    group = _Group(kinesis, dynamodb, f"stream-{suffix}", f"leases-{suffix}", config)
+    group = _Group(
+        kinesis, dynamodb, f"stream-{suffix}", f"leases-{suffix}", config, checkpoint_every
+    )
     async with kinesis.client(tls=False) as client:
         with anyio.fail_after(120):
             await client.create_stream(group.stream, shards)
@@ -206,9 +240,11 @@ async def measure_cost(
     workers: int,
     seconds: float,
     config: LeaseConfig,
+    checkpoint_every: float | None = None,
 ) -> dict[str, Any]:
-    """DynamoDB requests per second of ``workers`` sharing ``leases`` shards (see the module)."""
-    group = await _new_group(kinesis, dynamodb, leases, config)
+    """DynamoDB requests per second of ``workers`` sharing ``leases`` shards (see the module),
+    each lease checkpointed every ``checkpoint_every`` seconds if given."""
+    group = await _new_group(kinesis, dynamodb, leases, config, checkpoint_every)
     crew = [_Worker(f"worker-{index}") for index in range(workers)]
     async with anyio.create_task_group() as tasks:
         for worker in crew:
@@ -218,17 +254,19 @@ async def measure_cost(
         )
         before = sum((worker.calls for worker in crew), Counter[str]())
         reads_before = [Counter(worker.reads) for worker in crew]
+        checkpoints_before = sum(worker.checkpoints for worker in crew)
         start = time.monotonic()
         await anyio.sleep(seconds)
         elapsed = time.monotonic() - start
         after = sum((worker.calls for worker in crew), Counter[str]())
         reads = [worker.reads - old for worker, old in zip(crew, reads_before, strict=True)]
         held = [len(worker.acquired) for worker in crew]
+        checkpoints = sum(worker.checkpoints for worker in crew) - checkpoints_before
         tasks.cancel_scope.cancel()
     calls = after - before
     total = sum(calls.values())
-    kcl = kcl2_calls_per_s(leases, workers, config.failover_time)
-    kcl3 = kcl3_calls_per_s(leases, workers, config.failover_time)
+    kcl = kcl2_calls_per_s(leases, workers, config.failover_time, checkpoint_every)
+    kcl3 = kcl3_calls_per_s(leases, workers, config.failover_time, checkpoint_every)
     ours = total / elapsed
     return {
         "leases": leases,
@@ -239,6 +277,9 @@ async def measure_cost(
         "calls": dict(sorted(calls.items())),
         "calls_per_s": round(ours, 2),
         "per_operation_per_s": {op: round(n / elapsed, 2) for op, n in sorted(calls.items())},
+        "checkpoint_every_s": checkpoint_every,
+        # Checkpoints noted a second: they ride on renewals, so none is a request of its own.
+        "checkpoints_noted_per_s": round(checkpoints / elapsed, 2),
         # Renewals, plus a listing a round by each of the two watchers and one a failover
         # time by every other worker (one Scan page each at these sizes).
         "expected_calls_per_s": round(
@@ -322,12 +363,14 @@ async def _run(
     failover_shards: int,
     failover_workers: int,
     config: LeaseConfig,
+    checkpoint_every: float | None,
 ) -> dict[str, Any]:
     results: dict[str, Any] = {
         "config": {
             "failover_time": config.failover_time,
             "renew_interval": round(config.renew_period, 3),
             "take_interval": round(config.take_period, 3),
+            "checkpoint_every": checkpoint_every,
         },
         "cost": [],
         "failover": [],
@@ -345,6 +388,7 @@ async def _run(
                     workers=workers,
                     seconds=seconds,
                     config=config,
+                    checkpoint_every=checkpoint_every,
                 )
             )
         for _ in range(failover_runs):
@@ -369,9 +413,11 @@ def run(
     failover_shards: int = 12,
     failover_workers: int = 3,
     config: LeaseConfig | None = None,
+    checkpoint_every: float | None = None,
 ) -> dict[str, Any]:
-    """Both benchmarks: ``cost``, a :func:`measure_cost` row per worker count, and
-    ``failover``, ``failover_runs`` rows of :func:`measure_failover`."""
+    """Both benchmarks: ``cost``, a :func:`measure_cost` row per worker count (each lease
+    checkpointed every ``checkpoint_every`` seconds, if given, in ours and in the KCL
+    models), and ``failover``, ``failover_runs`` rows of :func:`measure_failover`."""
     return anyio.run(
         _run,
         leases,
@@ -381,18 +427,26 @@ def run(
         failover_shards,
         failover_workers,
         config or LeaseConfig(),
+        checkpoint_every,
     )
 
 
 def render(results: Mapping[str, Any]) -> str:
     """The report as text."""
     config = results["config"]
+    every = config.get("checkpoint_every")
+    checkpoints = (
+        "no checkpoints"
+        if every is None
+        else f"each lease checkpointed every {every:g} s (ours: on its renewals; the KCL: an "
+        "UpdateItem each)"
+    )
     lines = [
         f"lease protocol: failover {config['failover_time']:g} s, renew every "
         f"{config['renew_interval']:g} s, take round every {config['take_interval']:g} s",
         "",
         "DynamoDB requests per second (steady state; the KCL 2.x and 3.x models at the same "
-        "failover time):",
+        f"failover time; {checkpoints}):",
         f"{'leases':>6} {'workers':>7} {'ours/s':>8} {'expected':>8} {'KCL2/s':>7} {'ratio':>6} "
         f"{'KCL3/s':>7} {'ratio':>6}  per operation/s; held",
     ]
@@ -404,6 +458,7 @@ def render(results: Mapping[str, Any]) -> str:
             f"{row['expected_calls_per_s']:>8.2f} {row['kcl']['calls_per_s']:>7.2f} "
             f"{row['ratio_to_kcl']:>6.3f} {row['kcl3']['calls_per_s']:>7.2f} "
             f"{row['ratio_to_kcl3']:>6.3f}  {ops}; {row['held']}{even}"
+            + (f"; checkpoints noted/s {row['checkpoints_noted_per_s']:g}" if every else "")
         )
         lines.append(
             f"  read per worker: items/s {row['items_read_per_s']}, kB/s {row['kb_read_per_s']}, "
@@ -452,6 +507,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--failover-workers", type=int, default=3)
     parser.add_argument("--failover-runs", type=int, default=3)
     parser.add_argument("--no-failover", action="store_true")
+    parser.add_argument(
+        "--checkpoint-every",
+        type=float,
+        default=None,
+        help="checkpoint each held lease every S seconds (the KCL models: one UpdateItem each)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.failover_workers < 2:
@@ -463,6 +524,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         failover_runs=0 if args.no_failover else args.failover_runs,
         failover_shards=args.failover_shards,
         failover_workers=args.failover_workers,
+        checkpoint_every=args.checkpoint_every,
     )
     print(json.dumps(results, indent=2) if args.json else render(results))
     failed = any(row["failures"] for row in (*results["cost"], *results["failover"]))

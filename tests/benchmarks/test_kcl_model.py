@@ -33,3 +33,11 @@ def test_the_kcl_3_model_follows_its_default_intervals(
     assert model["metrics_per_s"] == pytest.approx(workers / 30)
     assert model["leader_lock_per_s"] == pytest.approx(workers / 30)
     assert model["calls_per_s"] == pytest.approx(total, abs=0.001)
+
+
+def test_a_checkpoint_is_one_update_in_both_models_and_none_by_default() -> None:
+    for model in (kcl_model.kcl2_calls_per_s, kcl_model.kcl3_calls_per_s):
+        plain, checkpointed = model(100, 4), model(100, 4, checkpoint_every=60.0)
+        assert plain["checkpoints_per_s"] == 0.0
+        assert checkpointed["checkpoints_per_s"] == pytest.approx(100 / 60)
+        assert checkpointed["calls_per_s"] == pytest.approx(plain["calls_per_s"] + 100 / 60)

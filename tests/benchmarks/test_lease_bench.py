@@ -41,3 +41,22 @@ def test_a_smoke_run_counts_every_request_and_fails_over() -> None:
     text = lease_bench.render(results)
     assert "DynamoDB requests per second" in text
     assert "all taken over after" in text
+
+
+def test_checkpoints_ride_on_renewals_and_the_kcl_models_count_one_update_each() -> None:
+    results = lease_bench.run(
+        leases=4,
+        workers=(1,),
+        seconds=1.5,
+        failover_runs=0,
+        config=LeaseConfig(failover_time=1.0),
+        checkpoint_every=0.25,
+    )
+    (cost,) = results["cost"]
+    assert cost["failures"] == [] and sum(cost["held"]) == 4
+    assert cost["checkpoints_noted_per_s"] > 4  # a checkpoint of each lease about every 0.25 s
+    assert cost["kcl"]["checkpoints_per_s"] == pytest.approx(4 / 0.25)
+    assert cost["kcl3"]["checkpoints_per_s"] == pytest.approx(4 / 0.25)
+    # Renewals every third of a second write them: 12 UpdateItems a second, not 12 + 16.
+    assert cost["per_operation_per_s"]["UpdateItem"] < 4 / (1.0 / 3) + 4
+    assert "checkpointed every 0.25 s" in lease_bench.render(results)
