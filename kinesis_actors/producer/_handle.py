@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, overload
 import anyio
 
 __all__ = [
+    "FAILED",
     "NO_OUTCOMES",
     "PUT_BLOCK",
     "Outcomes",
