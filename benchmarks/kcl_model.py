@@ -50,7 +50,11 @@ def _renewals_per_s(leases: int, failover: float) -> float:
 
 
 def _checkpoints_per_s(leases: int, checkpoint_every: float | None) -> float:
-    return 0.0 if checkpoint_every is None else leases / checkpoint_every
+    if checkpoint_every is None:
+        return 0.0
+    if not checkpoint_every > 0:
+        raise ValueError(f"checkpoint_every must be positive seconds, got {checkpoint_every!r}")
+    return leases / checkpoint_every
 
 
 def kcl2_calls_per_s(

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import sys
 import time
 import uuid
@@ -53,6 +54,7 @@ from kinesis_actors.leases import (
     LeaseHandoff,
     LeaseLostError,
 )
+from kinesis_actors.runtime import unwrap_sole
 
 __all__ = ["main", "run"]
 
@@ -160,6 +162,20 @@ async def _checkpoint_held(
                 worker.checkpoints += 1
 
 
+async def _follow(worker: _Worker, coordinator: LeaseCoordinator) -> None:
+    """Keep the worker's held leases as the coordinator's events say, until cancelled."""
+    async for event in coordinator:
+        if isinstance(event, LeaseAcquired):
+            worker.acquired[event.shard_id] = anyio.current_time()
+        elif isinstance(event, LeaseHandoff):
+            # A reader with nothing in flight hands over at once.
+            worker.acquired.pop(event.shard_id, None)
+            with contextlib.suppress(LeaseLostError):
+                await coordinator.hand_over(event.stream, event.shard_id)
+        else:
+            worker.acquired.pop(event.shard_id, None)
+
+
 async def _run_worker(worker: _Worker, group: _Group) -> None:
     with worker.scope:
         try:
@@ -174,23 +190,19 @@ async def _run_worker(worker: _Worker, group: _Group) -> None:
                     worker_id=worker.worker_id,
                     config=group.config,
                 ) as coordinator,
-                anyio.create_task_group() as checkpointing,
             ):
-                if group.checkpoint_every is not None:
-                    checkpointing.start_soon(
-                        _checkpoint_held, worker, coordinator, group.stream, group.checkpoint_every
-                    )
-                async for event in coordinator:
-                    if isinstance(event, LeaseAcquired):
-                        worker.acquired[event.shard_id] = anyio.current_time()
-                    elif isinstance(event, LeaseHandoff):
-                        # A reader with nothing in flight hands over at once.
-                        worker.acquired.pop(event.shard_id, None)
-                        with contextlib.suppress(LeaseLostError):
-                            await coordinator.hand_over(event.stream, event.shard_id)
-                    else:
-                        worker.acquired.pop(event.shard_id, None)
-                checkpointing.cancel_scope.cancel()
+                every = group.checkpoint_every
+                if every is None:
+                    await _follow(worker, coordinator)
+                    return
+                # A failure leaves as itself, not in a group of one.
+                with unwrap_sole():
+                    async with anyio.create_task_group() as checkpointing:
+                        checkpointing.start_soon(
+                            _checkpoint_held, worker, coordinator, group.stream, every
+                        )
+                        await _follow(worker, coordinator)
+                        checkpointing.cancel_scope.cancel()
         except Exception as error:  # reported, not raised: the other workers go on
             worker.failure = error
 
@@ -498,6 +510,16 @@ def _counts(text: str) -> list[int]:
     return values
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--leases", type=int, default=100)
@@ -509,7 +531,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-failover", action="store_true")
     parser.add_argument(
         "--checkpoint-every",
-        type=float,
+        type=_seconds,
         default=None,
         help="checkpoint each held lease every S seconds (the KCL models: one UpdateItem each)",
     )

@@ -90,8 +90,8 @@ class Outcomes:
         """Slot ``slot`` was written there (the ledger inlines this on its hot path)."""
         if self.landed[slot] is not None:
             raise RuntimeError("a put handle settles once")
+        self.sub_sequence_numbers[slot] = sub_sequence_number  # first: done() reads landed
         self.landed[slot] = (shard_id, sequence_number)
-        self.sub_sequence_numbers[slot] = sub_sequence_number
         if self.events is not None:
             self.wake(slot)
 

@@ -121,8 +121,8 @@ class Ledger:
                 landed = outcomes.landed
                 if landed[slot] is not None:
                     raise RuntimeError("a put handle settles once")
+                outcomes.sub_sequence_numbers[slot] = index  # first: done() reads landed
                 landed[slot] = landing
-                outcomes.sub_sequence_numbers[slot] = index
                 if outcomes.events is not None:
                     outcomes.wake(slot)
                 # A spare holds no record, nor a retried failure's traceback (its call's

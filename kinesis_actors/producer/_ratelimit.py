@@ -340,11 +340,19 @@ class ShardRateLimiter:
         )
 
     def charge_grant(self, grant: Grant, now: float) -> None:
-        """Charge what ``grant`` spent (as :meth:`charge` would) and start it afresh."""
+        """Charge what ``grant`` spent (as :meth:`charge` would) and start it afresh.
+
+        The grant's own buckets, without a lookup, while its shard is still the one tracked;
+        a shard forgotten or evicted since (``max_shards``) is charged as :meth:`charge`
+        charges it, made anew, so the tokens spent are not lost with the old buckets."""
         if grant.spent_records or grant.spent_bytes:
-            shard = grant._shard  # a forgotten shard's buckets, charged in vain, harm nothing
-            shard.records.charge(grant.spent_records, now)
-            shard.bytes.charge(grant.spent_bytes, now)
+            shard = grant._shard
+            if self._shards.get(grant.shard_id) is shard:
+                self._shards.move_to_end(grant.shard_id)
+                shard.records.charge(grant.spent_records, now)
+                shard.bytes.charge(grant.spent_bytes, now)
+            else:
+                self.charge(grant.shard_id, grant.spent_records, grant.spent_bytes, now)
             grant.spent_records = grant.spent_bytes = 0
 
     def batch_delay(self, shard_id: str, seconds: float, now: float) -> float:

@@ -41,3 +41,9 @@ def test_a_checkpoint_is_one_update_in_both_models_and_none_by_default() -> None
         assert plain["checkpoints_per_s"] == 0.0
         assert checkpointed["checkpoints_per_s"] == pytest.approx(100 / 60)
         assert checkpointed["calls_per_s"] == pytest.approx(plain["calls_per_s"] + 100 / 60)
+
+
+@pytest.mark.parametrize("every", [0.0, -1.0, float("nan")])
+def test_a_checkpoint_cadence_that_is_not_positive_is_refused(every: float) -> None:
+    with pytest.raises(ValueError, match="checkpoint_every"):
+        kcl_model.kcl3_calls_per_s(100, 4, checkpoint_every=every)

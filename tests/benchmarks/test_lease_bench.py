@@ -60,3 +60,12 @@ def test_checkpoints_ride_on_renewals_and_the_kcl_models_count_one_update_each()
     # Renewals every third of a second write them: 12 UpdateItems a second, not 12 + 16.
     assert cost["per_operation_per_s"]["UpdateItem"] < 4 / (1.0 / 3) + 4
     assert "checkpointed every 0.25 s" in lease_bench.render(results)
+
+
+@pytest.mark.parametrize("every", ["0", "-5", "soon", "inf"])
+def test_a_checkpoint_cadence_that_is_not_positive_seconds_is_refused_before_any_run(
+    every: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        lease_bench.main(["--checkpoint-every", every])
+    assert "positive number of seconds" in capsys.readouterr().err

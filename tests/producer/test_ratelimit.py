@@ -418,3 +418,21 @@ def test_open_answers_what_delay_batch_delay_and_grant_answer_and_charges_as_cha
         assert (opened.spent_records, opened.spent_bytes) == (0, 0)
         assert fused.delay("s", 1, 1, now) == apart.delay("s", 1, 1, now)
         assert fused.grant("s", now).nbytes == apart.grant("s", now).nbytes
+
+
+def test_a_grant_whose_shard_was_evicted_before_its_charge_still_charges_the_shard() -> None:
+    # A grant keeps its shard's buckets; if the shard was evicted meanwhile (max_shards), the
+    # buckets it would charge are no longer the shard's, and the spent tokens were lost: the
+    # shard, made anew, could send a second's worth again at the same instant.
+    limiter = ShardRateLimiter(max_shards=2)
+    now = 100.0
+    grant = limiter.open("A", 1_000, 0.05, now)
+    assert not isinstance(grant, float)
+    for _ in range(1_000):
+        grant.spend(1_000)
+    limiter.open("B", 1_000, 0.05, now)
+    limiter.open("C", 1_000, 0.05, now)  # the third shard evicts A, the least recently used
+    assert limiter.evicted == 1 and limiter.statistics("A") is None
+    limiter.charge_grant(grant, now)
+    assert limiter.delay("A", 1, 1_000, now) > 0
+    assert limiter.grant("A", now).records < 1
