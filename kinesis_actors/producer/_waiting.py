@@ -647,7 +647,10 @@ class WaitingRoom:
             self._prune()
 
     def release_due(self, now: float) -> None:
-        """Domains whose backoff is over become ready again, ahead of newer ones."""
+        """Domains whose backoff is over become ready again, at the front of their lanes'
+        queues (ahead of newer ones), or where they stood if their place there was kept
+        (without ``preserve_order``: a domain that had records ready when a failure of its
+        came back keeps its place, and goes on from it)."""
         waiting = self._waiting
         while waiting and waiting[0][0] <= now:
             _, _, key = heapq.heappop(waiting)
