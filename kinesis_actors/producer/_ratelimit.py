@@ -321,7 +321,7 @@ class ShardRateLimiter:
         refilled once and its slack computed once (the questions apart were three lookups
         and four refills, per lane and call: at 1,024 shards, a third of what a call's
         building cost, measured; through the buckets' public methods, 2.8 us a lane and call
-        against 1.6 us this way, which a 1,024-shard call pays some 500 times).
+        against 1.8 us this way, which a 1,024-shard call pays some 500 times).
         """
         shard = self._shard(shard_id)
         records, nbytes_bucket = shard.records, shard.bytes
