@@ -173,15 +173,14 @@ class Grant:
     :meth:`ShardRateLimiter.charge_grant` takes what was spent from the buckets.
     """
 
-    __slots__ = ("_shard", "nbytes", "records", "shard_id", "spent_bytes", "spent_records")
+    __slots__ = ("nbytes", "records", "shard_id", "spent_bytes", "spent_records")
 
-    def __init__(self, shard_id: str, records: float, nbytes: float, shard: _Shard) -> None:
+    def __init__(self, shard_id: str, records: float, nbytes: float) -> None:
         self.shard_id = shard_id
         self.records = records  # tokens left, the slack included
         self.nbytes = nbytes
         self.spent_records = 0
         self.spent_bytes = 0
-        self._shard = shard  # the buckets it was read from, charged without a lookup
 
     def allows(self, nbytes: int) -> bool:
         """Whether one more record of ``nbytes`` may go now."""
@@ -310,7 +309,6 @@ class ShardRateLimiter:
             shard_id,
             records.tokens(now) + records.slack(now),
             nbytes.tokens(now) + nbytes.slack(now),
-            shard,
         )
 
     def open(self, shard_id: str, nbytes: int, seconds: float, now: float) -> Grant | float:
@@ -336,23 +334,15 @@ class ShardRateLimiter:
             shard_id,
             records._tokens + (_EPSILON + records._rate * ulp4),
             nbytes_bucket._tokens + (_EPSILON + nbytes_bucket._rate * ulp4),
-            shard,
         )
 
     def charge_grant(self, grant: Grant, now: float) -> None:
         """Charge what ``grant`` spent (as :meth:`charge` would) and start it afresh.
 
-        The grant's own buckets, without a lookup, while its shard is still the one tracked;
-        a shard forgotten or evicted since (``max_shards``) is charged as :meth:`charge`
-        charges it, made anew, so the tokens spent are not lost with the old buckets."""
+        Through the shard's lookup, not buckets kept on the grant: a shard evicted since
+        (``max_shards``) is made anew and charged, so the tokens spent are not lost."""
         if grant.spent_records or grant.spent_bytes:
-            shard = grant._shard
-            if self._shards.get(grant.shard_id) is shard:
-                self._shards.move_to_end(grant.shard_id)
-                shard.records.charge(grant.spent_records, now)
-                shard.bytes.charge(grant.spent_bytes, now)
-            else:
-                self.charge(grant.shard_id, grant.spent_records, grant.spent_bytes, now)
+            self.charge(grant.shard_id, grant.spent_records, grant.spent_bytes, now)
             grant.spent_records = grant.spent_bytes = 0
 
     def batch_delay(self, shard_id: str, seconds: float, now: float) -> float:

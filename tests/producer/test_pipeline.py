@@ -18,7 +18,6 @@ from kinesis_actors.producer._pipeline import (
     Entry,
     Pipeline,
 )
-from kinesis_actors.producer._ratelimit import Grant
 from kinesis_actors.producer._waiting import IDLE_DOMAINS, WaitingRoom
 from kinesis_actors.records import MAX_HASH_KEY, HashRange, ShardMap, deaggregate, hash_key
 
@@ -525,10 +524,6 @@ class CountingLimiter(ShardRateLimiter):
     def charge(self, shard_id: str, records: int, nbytes: int, now: float) -> None:
         self.charged_bytes += nbytes
         super().charge(shard_id, records, nbytes, now)
-
-    def charge_grant(self, grant: Grant, now: float) -> None:
-        self.charged_bytes += grant.spent_bytes
-        super().charge_grant(grant, now)
 
 
 def test_every_kinesis_record_sent_is_charged_to_its_shard() -> None:
