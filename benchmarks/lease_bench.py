@@ -292,11 +292,11 @@ async def measure_cost(
         "checkpoint_every_s": checkpoint_every,
         # Checkpoints noted a second: they ride on renewals, so none is a request of its own.
         "checkpoints_noted_per_s": round(checkpoints / elapsed, 2),
-        # Renewals, plus a listing a round by each of the two watchers and one a failover
+        # Renewals, plus a listing every other round by each of the two watchers and one a failover
         # time by every other worker (one Scan page each at these sizes).
         "expected_calls_per_s": round(
             leases / config.renew_period
-            + min(workers, WATCHERS) / config.take_period
+            + min(workers, WATCHERS) / (2 * config.take_period)
             + max(0, workers - WATCHERS) / config.failover_time,
             2,
         ),
@@ -351,7 +351,7 @@ async def measure_failover(
         )
         tasks.cancel_scope.cancel()
     low, high = kcl_failover_window(config.failover_time)
-    bound = config.failover_time + config.renew_period
+    bound = config.failover_time + 2 * config.take_period
     return {
         "shards": shards,
         "workers": workers,

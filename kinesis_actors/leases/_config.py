@@ -34,14 +34,16 @@ class LeaseConfig:
       held leases are renewed. At most ``failover_time / 2``, so that one failed renewal does
       not lose a lease, and at least :data:`MIN_INTERVAL` (50 ms).
     - ``take_interval`` (None: ``failover_time / 6``): how often a take round runs: it takes
-      expired, free or (to balance) other workers' leases, and opens children whose parents
-      another worker finished. The KCL's taker runs every ``2 * failover_time``; a take comes
-      at most ``failover_time + 2 * take_interval`` after the owner's last renewal, so half the
-      renewal interval bounds a failover by ``failover_time + renew_interval`` (13.3 s with the
-      defaults, against the KCL's up to ~40 s). The two watchers (the lowest live ids) Scan the
-      table every round, the other workers about once a failover time (see
-      ``docs/leases.md``, "Who lists the table"). At most ``failover_time / 2`` and at least
-      :data:`MIN_INTERVAL`.
+      free, expired or (to balance) other workers' leases, follows handoffs, and opens
+      children whose parents another worker finished. The two watchers (the lowest live ids)
+      Scan the table every other round (every round while they follow a handoff or a gated
+      child, and in their first failover time), the other workers about once a failover time (see
+      ``docs/leases.md``, "Who lists the table"); a watcher takes an expired lease at the
+      moment its listings say it expires, between rounds, so a dead owner's lease is taken
+      at most ``failover_time + 2 * take_interval`` after its last renewal: with half the
+      renewal interval, ``failover_time + renew_interval`` (13.3 s with the defaults, against
+      the KCL's up to ~40 s). The KCL's taker runs every ``2 * failover_time``. At most
+      ``failover_time / 2`` and at least :data:`MIN_INTERVAL`.
     - ``shard_sync_interval`` (60 s, the KCL's ``shardSyncIntervalMillis``): how often
       ListShards runs to create leases for new shards (also at start and when a held shard
       ends).

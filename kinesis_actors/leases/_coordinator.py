@@ -4,7 +4,7 @@ The decisions are :mod:`._policy`'s and :mod:`._sync`'s. The work is shared by c
 this class owns and drives through their methods (it writes none of their fields, nor they
 any of its): keeping a held lease (renewals, the write/adopt/release protocol, the event
 queue, what is known of the table) is the :class:`~._holder.LeaseHolder`'s; the take rounds
-(a consistent Scan - every round on the two watchers, about once a failover time elsewhere,
+(a consistent Scan - every other round on the two watchers, about once a failover time elsewhere,
 see :class:`~._policy.ScanSchedule` - then takes, steals or asks for handoffs, the handoffs
 asked, pins, and opening leases whose parents finished) are the
 :class:`~._taker.LeaseTaker`'s; shard sync's listing and creates are

@@ -86,7 +86,7 @@ class LeaseStats:
     ``renewal_latency_last`` / ``_max`` in seconds (None before the first renewal);
     ``workers``: distinct live owners seen at the last scan, this worker included;
     ``leases``: unfinished leases of our streams at the last scan; ``listings``: full
-    listings of the table by take rounds (a watcher lists it every round, another worker
+    listings of the table by take rounds (a watcher lists it every other round, another worker
     about once a failover time); ``watching``: whether this worker is a watcher by its last
     listing.
     """

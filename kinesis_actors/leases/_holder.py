@@ -125,6 +125,10 @@ class LeaseHolder:
         """Whether ``lease`` may be taken without stealing (see :class:`ExpiryTracker`)."""
         return self._tracker.expired(lease, now, after=after)
 
+    def expires_at(self, lease: Lease) -> float | None:
+        """When ``lease`` expires by this worker's history (see :class:`ExpiryTracker`)."""
+        return self._tracker.expires_at(lease)
+
     def lapsed(self, key: str) -> bool:
         """Whether ``key`` is held but went ``failover_time - EPSILON`` without a renewal by
         this worker's clock: another worker may take it now. It is dropped at the holder's

@@ -35,12 +35,16 @@ Two counter changes seen while it stays so make it a conflict (one change may be
 ours that landed after we gave up on it).
 
 **Who scans (:class:`ScanSchedule`).** Expiry is seen only by a worker that lists the table
-every take round: one that lists it once a failover time sees a counter change up to a
+often: one that lists it once a failover time sees a counter change up to a
 failover time late, and a dead owner's lease expires up to twice the failover time after its
 last renewal. Two workers are enough to keep the bound for any one death: the *watchers*, the
-two lowest ids among the live owners (and this worker), list the whole table every round and
-take every free or expired lease they find, beyond their share if need be (the others then
-steal back toward the even share). When a watcher dies the other one still watches its
+two lowest ids among the live owners (and this worker), list the whole table every other
+round and take every free or expired lease they find, beyond their share if need be (the
+others then steal back toward the even share). A listing also says when each other worker's
+lease will expire unless its counter moves (:func:`expiry_moments`): a watcher takes it at
+that moment, between rounds, so a dead owner's lease is taken at most one listing interval
+(two rounds) after the failover time, as when watchers listed every round and took at the
+round after the expiry, for half the listings. When a watcher dies the other one still watches its
 leases. Every other worker lists the table once a failover time (to steal its share and to
 learn whether it has become a watcher), and every round while it needs the listing: during
 its first failover time (its expiry history is empty: a restarted worker takes back its own
@@ -64,13 +68,14 @@ __all__ = [
     "ExpiryTracker",
     "ScanSchedule",
     "TakePlan",
+    "expiry_moments",
     "live_owners",
     "parents_finished",
     "plan_takes",
     "write_landed",
 ]
 
-#: How many workers list the whole table every take round (see the module's doc): two, so
+#: How many workers list the whole table every other take round (see the module's doc): two, so
 #: that the death of either leaves one watching its leases.
 WATCHERS = 2
 
@@ -116,6 +121,17 @@ class ExpiryTracker:
         if seen is None or seen.counter != lease.counter:
             return False  # not observed yet in this form: it just changed
         return now - seen.changed_at > (self.failover_time if after is None else after)
+
+    def expires_at(self, lease: Lease) -> float | None:
+        """When ``lease`` expires by this worker's history (the moment after which
+        :meth:`expired` says so, unless its counter changes first); None for a free lease or
+        one not observed in this form."""
+        if lease.owner is None:
+            return None
+        seen = self._seen.get(lease.key)
+        if seen is None or seen.counter != lease.counter:
+            return None
+        return seen.changed_at + self.failover_time
 
     def changes_by_same_owner(self, key: str) -> int:
         """How often the counter changed under one owner (and one ``checkpointOwner``) since
@@ -223,6 +239,33 @@ def plan_takes(
     return TakePlan((), tuple(stolen), target, workers)
 
 
+def expiry_moments(
+    leases: Iterable[Lease],
+    *,
+    worker_id: str,
+    held: Collection[str],
+    expires_at: Callable[[Lease], float | None],
+    after: float,
+) -> list[float]:
+    """When the leases other workers hold expire by this worker's history (``expires_at``,
+    see :meth:`ExpiryTracker.expires_at`), in order: the moments after ``after`` (the
+    listing they come from, or at it) at which a watcher takes what expired without waiting for its
+    next round (see the module's doc). Leases held here, finished, free, or under our own id
+    are left out - the rounds deal with those - except one whose handoff to us we asked for
+    (``checkpointOwner`` set): its owner renews it, and takes it to its grave if it dies."""
+    moments = []
+    for lease in leases:
+        if lease.finished or lease.owner is None or lease.key in held:
+            continue
+        if lease.owner == worker_id and lease.checkpoint_owner is None:
+            continue
+        moment = expires_at(lease)
+        if moment is not None and moment >= after:
+            moments.append(moment)
+    moments.sort()
+    return moments
+
+
 def live_owners(leases: Iterable[Lease], expired: Callable[[Lease], bool]) -> set[str]:
     """The owners of unfinished leases that are not expired: the workers known to be alive."""
     return {
@@ -266,16 +309,18 @@ class ScanSchedule:
         self._watchers = tuple(sorted({*owners, self.worker_id})[:WATCHERS])
 
     def due(self, now: float, *, following: bool, period: float) -> bool:
-        """Whether the round at ``now`` lists the table: a watcher's does; so does one in this
-        worker's first failover time (from its first listing), one that is ``following`` a
-        handoff it asked for or a lease waiting on its parents, and one whose last listing is
-        a failover time old (less half a round ``period``, so that the listing falls on the
-        nearest round rather than the one after)."""
-        if self._listed_at is None or self._started_at is None or self.watching or following:
+        """Whether the round at ``now`` lists the table: one in this worker's first failover
+        time (from its first listing) does, and one that is ``following`` a handoff it asked
+        for or a lease waiting on its parents; otherwise a watcher's every other round, and
+        another worker's once its last listing is a failover time old (each less half a
+        round ``period``, so that the listing falls on the nearest round rather than the one
+        after)."""
+        if self._listed_at is None or self._started_at is None or following:
             return True
         if now - self._started_at < self.failover_time:
             return True
-        return now - self._listed_at >= self.failover_time - period / 2
+        every = 2 * period if self.watching else self.failover_time
+        return now - self._listed_at >= every - period / 2
 
 
 def parents_finished(parent_keys: Iterable[str], by_key: Mapping[str, Lease]) -> bool:

@@ -1,14 +1,16 @@
 """The take rounds: what a worker takes, steals and asks for, and when a lease may be read.
 
 :class:`LeaseTaker` runs the take loop, a round every ``take_interval``: it lists the table
-when :class:`~._policy.ScanSchedule` says so (every round on the two watchers, about once a
+when :class:`~._policy.ScanSchedule` says so (every other round on the two watchers, about once a
 failover time elsewhere) and checks the listing (our own id renewed by another process is a
 :class:`WorkerIdConflictError`), takes free and expired leases and steals toward the even
 share by :func:`~._policy.plan_takes` - or asks the owners to hand them over (see
 :class:`LeaseHandoff`) and follows those asks - pins a LATEST lease's start before its first
 reader, and hands a lease to its reader once it may be read (pinned, its parents finished, a
-stolen lease's previous reader stopped). It owns the scan schedule, the handoffs it asked
-for, whether it still takes (not after ``release_all``) and the counters of its rounds.
+stolen lease's previous reader stopped). Between rounds the loop wakes when a watcher's
+listing said another worker's lease would expire (see :func:`~._policy.expiry_moments`), to
+take it then. It owns the scan schedule, the expiry moments, the handoffs it asked for,
+whether it still takes (not after ``release_all``) and the counters of its rounds.
 
 It is separate from :class:`LeaseCoordinator` (:mod:`._coordinator`) because the round is
 one job with state of its own that nothing else writes: the coordinator owns one, starts its
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
@@ -36,7 +39,15 @@ from ._errors import WorkerIdConflictError
 from ._events import LeaseStats
 from ._holder import EPSILON, Held, LeaseHolder
 from ._items import LATEST, Lease
-from ._policy import ScanSchedule, live_owners, parents_finished, plan_takes, write_landed
+from ._policy import (
+    ScanSchedule,
+    TakePlan,
+    expiry_moments,
+    live_owners,
+    parents_finished,
+    plan_takes,
+    write_landed,
+)
 from ._streams import Streams
 from ._table import PERMANENT_FAULTS, Caller, LeaseTable
 
@@ -56,6 +67,9 @@ FATAL: tuple[type[KinesisError], ...] = (*PERMANENT_FAULTS, WorkerIdConflictErro
 #: Takes, asks and pins of one round run this many at a time: a dead worker's 250 leases are
 #: about 16 waves of writes, not 250 one after another, and the table sees a bounded burst.
 _ROUND_CONCURRENCY = 16
+#: How long after a lease's expiry moment a watcher wakes to take it: the expiry is strict
+#: (silent for *more* than the failover time).
+_PAST_EXPIRY = 0.001
 
 
 @dataclass(slots=True)
@@ -108,6 +122,9 @@ class LeaseTaker:
         # Handoffs this worker asked for: lease key -> (asked at, asked of).
         self._asked: dict[str, tuple[float, str]] = {}
         self._schedule = ScanSchedule(worker_id, config.failover_time)
+        # A watcher's moments, from its last listing, at which other workers' leases expire
+        # (see expiry_moments): it wakes at each to take what expired, between rounds.
+        self._expiries: deque[float] = deque()
         self._counts = _RoundCounts()
 
     # -- what the coordinator reads ----------------------------------------------------------
@@ -201,22 +218,19 @@ class LeaseTaker:
         counts = self._counts
         counts.listings += 1
         counts.watching = self._schedule.watching
+        self._expiries.clear()
         if not self._releasing:
-            still = 2 * self._config.renew_period
-            plan = plan_takes(
-                ours,
-                worker_id=self._worker_id,
-                held=self._holder.held.keys(),
-                expired=lambda lease: self._holder.expired(lease, now),
-                # A handoff in progress is followed by _follow_handoffs, never cut short.
-                reclaimable=lambda lease: (
-                    lease.checkpoint_owner is None and self._holder.expired(lease, now, after=still)
-                ),
-                max_leases=self._config.max_leases,
-                max_leases_to_steal=self._config.max_leases_to_steal,
-                rescue=self._schedule.watching,
-                rng=self._rng,
-            )
+            if self._schedule.watching:
+                self._expiries.extend(
+                    expiry_moments(
+                        ours,
+                        worker_id=self._worker_id,
+                        held=self._holder.held.keys(),
+                        expires_at=self._holder.expires_at,
+                        after=now,
+                    )
+                )
+            plan = self._plan(ours, now)
             live = sum(1 for lease in ours if not lease.finished)
             counts.workers, counts.leases = plan.workers, live
             await self._each(plan.take, lambda lease: self._take(lease, stolen=False))
@@ -228,6 +242,50 @@ class LeaseTaker:
             pins = [(k, h) for k, h in self._holder.held.items() if h.needs_pin]
             await self._each(pins, lambda pin: self._pin(*pin))
         self.open_ready()
+
+    def _plan(self, ours: Sequence[Lease], now: float) -> TakePlan:
+        """What to take and steal by ``ours`` (a listing, or the table as last known) at
+        ``now`` (see :func:`~._policy.plan_takes`)."""
+        still = 2 * self._config.renew_period
+        return plan_takes(
+            ours,
+            worker_id=self._worker_id,
+            held=self._holder.held.keys(),
+            expired=lambda lease: self._holder.expired(lease, now),
+            # A handoff in progress is followed by _follow_handoffs, never cut short.
+            reclaimable=lambda lease: (
+                lease.checkpoint_owner is None and self._holder.expired(lease, now, after=still)
+            ),
+            max_leases=self._config.max_leases,
+            max_leases_to_steal=self._config.max_leases_to_steal,
+            rescue=self._schedule.watching,
+            rng=self._rng,
+        )
+
+    async def between_rounds(self) -> None:
+        """A wake between rounds (see :meth:`next_wake`): a watcher takes the leases that
+        expired since its listing said when they would - by the table as last known, each
+        take conditional on the counter seen, so an owner that renewed after all keeps its
+        lease (and what the failed take read is learnt, not tried again) - and every held
+        lease that may now be read is handed to its reader."""
+        now = self._clock()
+        due = False
+        while self._expiries and self._expiries[0] < now:
+            self._expiries.popleft()
+            due = True
+        if due and not self._releasing and self._schedule.watching:
+            plan = self._plan(list(self._holder.by_key.values()), now)
+            await self._each(plan.take, lambda lease: self._take(lease, stolen=False))
+            pins = [(k, h) for k, h in self._holder.held.items() if h.needs_pin]
+            await self._each(pins, lambda pin: self._pin(*pin))
+        self.open_ready()
+
+    def next_wake(self, next_round: float) -> float:
+        """When the take loop wakes next: the next round, or a watcher's next expiry moment
+        if that comes first."""
+        if self._expiries:
+            return min(next_round, self._expiries[0] + _PAST_EXPIRY)
+        return next_round
 
     async def _each(self, items: Sequence[_T], action: Callable[[_T], Awaitable[None]]) -> None:
         """``action`` on every item, :data:`_ROUND_CONCURRENCY` at a time. The first error
@@ -267,6 +325,8 @@ class LeaseTaker:
             # its reply was lost (the client's retry then failed the condition): read it.
             current = await self._table.get(lease.key)
             if current is None or not write_landed(lease, current, self._worker_id, None):
+                if current is not None:
+                    self._holder.learn(current)  # not expired in this form
                 return
             new = current
             self._counts.replies_settled += 1
@@ -407,10 +467,13 @@ class LeaseTaker:
         while True:
             # Rounds start every period, not a period after the last one ended: the failover
             # bound counts on it.
-            await anyio.sleep(max(0.0, next_round - self._clock()))
-            next_round = max(next_round + period, self._clock())
+            await anyio.sleep(max(0.0, self.next_wake(next_round) - self._clock()))
             try:
-                await self.take_round()
+                if self._clock() >= next_round:
+                    next_round = max(next_round + period, self._clock())
+                    await self.take_round()
+                else:
+                    await self.between_rounds()
             except FATAL:
                 raise
             except KinesisError as error:

@@ -266,9 +266,9 @@ _LEASES = _table(
     ("leases", "unfinished", "gauge", "{lease}",
      "Unfinished leases of the consumer's streams at the last scan."),
     ("listings", "table.listings", "counter", "{listing}",
-     "Full listings of the lease table by take rounds (every round on a watcher)."),
+     "Full listings of the lease table by take rounds (every other round on a watcher)."),
     ("watching", "watching", "gauge", "{worker}",
-     "1 while this worker is one of the two watchers that list the table every round, else 0."),
+     "1 while this worker is one of the two watchers (which list the table most often), else 0."),
 )  # fmt: skip
 _RENEWAL_LATENCY = (
     ("renewal_latency_last", InstrumentSpec(

@@ -12,6 +12,7 @@ from kinesis_actors.leases._policy import (
     WATCHERS,
     ExpiryTracker,
     ScanSchedule,
+    expiry_moments,
     live_owners,
     parents_finished,
     plan_takes,
@@ -52,6 +53,47 @@ def test_a_lease_not_yet_observed_in_its_current_form_is_not_expired() -> None:
     tracker = ExpiryTracker(1.0)
     tracker.observe([lease(1, "a", counter=1)], now=0.0)
     assert not tracker.expired(lease(1, "a", counter=5), 100.0)
+
+
+def test_a_lease_expires_a_failover_time_after_its_counter_was_last_seen_to_change() -> None:
+    tracker = ExpiryTracker(10.0)
+    tracker.observe([lease(1, "a", counter=1)], now=0.0)
+    renewed = lease(1, "a", counter=2)
+    tracker.observe([renewed], now=3.0)
+    tracker.observe([renewed], now=6.0)  # unchanged: the moment stays
+    moment = tracker.expires_at(renewed)
+    assert moment == 13.0
+    assert not tracker.expired(renewed, moment)
+    assert tracker.expired(renewed, moment + 0.001)
+    # Free, or not observed in this form: no moment (free is taken at once, the other waits).
+    assert tracker.expires_at(lease(1)) is None
+    assert tracker.expires_at(lease(1, "a", counter=3)) is None
+
+
+def test_expiry_moments_are_other_live_workers_leases_after_the_listing_in_order() -> None:
+    tracker = ExpiryTracker(10.0)
+    listing = [
+        lease(1, "b", counter=1),
+        lease(2, "c", counter=1),
+        lease(3, "me", counter=1),  # ours, not held: the rounds take it back
+        lease(4, "me", counter=1),  # held
+        lease(5, None),  # free: taken at once by the round
+        lease(6, "b", checkpoint=SHARD_END),  # finished: needs no owner
+        lease(7, "c", counter=1),  # expired already at the listing: the round's
+        lease(8, "me", counter=1, checkpoint_owner="b"),  # asked of "b": "b" renews it
+    ]
+    tracker.observe([listing[6]], now=-5.0)
+    tracker.observe(listing, now=2.0)
+    tracker.observe(listing, now=6.0)
+    tracker.observe([lease(1, "b", counter=2), *listing[1:]], now=8.0)
+    moments = expiry_moments(
+        [lease(1, "b", counter=2), *listing[1:]],
+        worker_id="me",
+        held={"shard-4"},
+        expires_at=tracker.expires_at,
+        after=8.0,
+    )
+    assert moments == [12.0, 12.0, 18.0]
 
 
 def test_changes_under_one_owner_are_counted_and_an_owner_change_resets_them() -> None:
@@ -232,13 +274,19 @@ def listed_schedule(worker_id: str, owners: set[str], *, at: float = 0.0) -> Sca
     return schedule
 
 
-def test_the_two_lowest_live_ids_watch_and_list_the_table_every_round() -> None:
+def test_the_two_lowest_live_ids_watch_and_list_the_table_every_other_round() -> None:
     assert WATCHERS == 2
     for worker in ("a", "b"):
         schedule = listed_schedule(worker, {"a", "b", "c", "d"}, at=-100.0)
         assert schedule.watchers == ("a", "b")
         assert schedule.watching
         assert schedule.due(0.0, following=False, period=1.0)
+        schedule.listed({"a", "b", "c", "d"}, now=0.0)
+        # Rounds every 1 s: the next one does without, the one after lists.
+        assert not schedule.due(1.0, following=False, period=1.0)
+        assert schedule.due(2.0, following=False, period=1.0)
+        # ...and every round while it follows a handoff or a gated child.
+        assert schedule.due(1.0, following=True, period=1.0)
 
 
 def test_a_worker_with_no_lease_and_the_lowest_id_counts_itself_among_the_watchers() -> None:
@@ -272,7 +320,7 @@ def test_a_dead_watcher_drops_out_at_the_next_listing_and_the_next_id_watches() 
     assert not schedule.watching
     schedule.listed({"b", "c"}, now=0.0)  # 'a' expired: no longer a live owner
     assert schedule.watchers == ("b", "c")
-    assert schedule.due(1.0, following=False, period=1.0)
+    assert schedule.due(2.0, following=False, period=1.0)  # a watcher's cadence, not 10 s
 
 
 def test_live_owners_leave_out_expired_free_and_finished_leases() -> None:

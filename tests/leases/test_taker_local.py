@@ -1,0 +1,142 @@
+"""The take rounds driven by hand on a clock of our own, against the local DynamoDB: a watcher
+takes dead owners' leases at the moment they expire, not at the round after."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from kinesis_actors import DynamoDBClient
+from kinesis_actors.leases import LATEST, LeaseConfig, LeaseStats
+from kinesis_actors.leases._holder import LeaseHolder
+from kinesis_actors.leases._items import Lease
+from kinesis_actors.leases._streams import LeasedStream, Streams
+from kinesis_actors.leases._table import LeaseTable
+from kinesis_actors.leases._taker import LeaseTaker
+
+pytestmark = pytest.mark.anyio
+
+CONFIG = LeaseConfig(failover_time=10.0, graceful_handoff=False)
+STREAM = LeasedStream(
+    name="orders",
+    arn="arn:aws:kinesis:us-east-1:123456789012:stream/orders",
+    created=1_700_000_000,
+    identifier="123456789012:orders:1700000000",
+    given="orders",
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class NoKinesis:
+    """Nothing here pins a LATEST start (the leases are at TRIM_HORIZON)."""
+
+    async def call(self, operation: str, params: object) -> object:
+        raise AssertionError(f"no Kinesis call expected, got {operation}")
+
+
+async def watcher_a(
+    dynamodb: DynamoDBClient, name: str, config: LeaseConfig
+) -> tuple[LeaseTable, Clock, LeaseHolder, LeaseTaker]:
+    """A new table, and the take rounds of worker "a" on it, on a clock set by hand."""
+    table = LeaseTable(dynamodb, name)
+    await table.ensure(create=True)
+    clock = Clock()
+    holder = LeaseHolder(table, "a", config, clock, on_shard_end=lambda: None)
+    streams = Streams([STREAM], multi=False, table=name)
+    taker = LeaseTaker(
+        table,
+        holder,
+        "a",
+        config,
+        clock,
+        known=lambda: streams,
+        kinesis=NoKinesis(),  # type: ignore[arg-type]
+        initial_position=LATEST,
+        rng=random.Random(7),
+    )
+    return table, clock, holder, taker
+
+
+async def test_a_watcher_takes_dead_owners_leases_at_their_expiry_not_a_round_later(
+    dynamodb: DynamoDBClient, lease_table_name: str
+) -> None:
+    table, clock, holder, taker = await watcher_a(dynamodb, lease_table_name, CONFIG)
+    # Three workers with a lease each (so that "a" steals none: nobody holds two more).
+    leases = []
+    for n, owner in enumerate(("x", "y", "z")):
+        lease = Lease(key=f"shardId-{n:012d}", shard_id=f"shardId-{n:012d}")
+        assert await table.create(lease)
+        taken = await table.take(lease, owner)
+        assert taken is not None
+        leases.append(taken)
+    period = CONFIG.take_period
+    # The rounds of its first failover time list the table every round and see all three
+    # silent from 0 on...
+    for round_at in range(6):
+        clock.now = round_at * period
+        await taker.take_round()
+        assert taker.watching
+        assert not holder.held
+    assert taker.report(LeaseStats(worker_id="a")).listings == 6
+    # ...and one of them is renewed after the last listing: its owner lives after all.
+    renewed = await table.renew(leases[0], "x")
+    assert renewed is not None
+    # The next round is at the failover time: a watcher's round past its first failover
+    # time lists every other round, so this one does not, and nothing has expired yet (the
+    # rule is strict). The wake is a hair after it, not at the next listing.
+    clock.now = 6 * period
+    await taker.take_round()
+    assert taker.report(LeaseStats(worker_id="a")).listings == 6
+    assert not holder.held
+    wake = taker.next_wake(7 * period)
+    assert CONFIG.failover_time < wake < CONFIG.failover_time + 0.01
+    clock.now = wake
+    await taker.between_rounds()
+    # The two silent leases are taken then; the renewed one's take failed its condition.
+    assert sorted(holder.held) == [leases[1].key, leases[2].key]
+    owners = {key: (await table.get(key)) for key in (lease.key for lease in leases)}
+    assert {key: lease.owner for key, lease in owners.items() if lease} == {
+        leases[0].key: "x",
+        leases[1].key: "a",
+        leases[2].key: "a",
+    }
+    assert taker.report(LeaseStats(worker_id="a")).taken == 2
+    # Nothing else is due before the next round.
+    assert taker.next_wake(7 * period) == 7 * period
+
+
+async def test_a_lease_we_asked_for_expires_with_its_dying_owner_between_rounds(
+    dynamodb: DynamoDBClient, lease_table_name: str
+) -> None:
+    config = LeaseConfig(failover_time=10.0)  # graceful handoff
+    table, clock, holder, taker = await watcher_a(dynamodb, lease_table_name, config)
+    lease = Lease(key="shardId-000000000000", shard_id="shardId-000000000000")
+    assert await table.create(lease)
+    owned = await table.take(lease, "x")
+    assert owned is not None
+    # "a" asked "x" (the other watcher) for its last lease, and "x" died before handing it
+    # over: leaseOwner is "a", checkpointOwner "x", and nobody renews it.
+    asked = await table.ask_handoff(owned, "a")
+    assert asked is not None and (asked.owner, asked.checkpoint_owner) == ("a", "x")
+    period = config.take_period
+    for round_at in range(7):
+        clock.now = round_at * period
+        await taker.take_round()
+        assert taker.watching and not holder.held
+    # Its moment is the others': a failover time after the listing that first showed it.
+    wake = taker.next_wake(7 * period)
+    assert config.failover_time < wake < config.failover_time + 0.01
+    clock.now = wake
+    await taker.between_rounds()
+    assert list(holder.held) == [lease.key]
+    current = await table.get(lease.key)
+    assert current is not None
+    assert (current.owner, current.checkpoint_owner) == ("a", None)
