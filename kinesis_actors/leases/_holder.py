@@ -173,7 +173,8 @@ class LeaseHolder:
         self._by_key = {lease.key: lease for lease in listed}
 
     def learn(self, lease: Lease) -> None:
-        """A write of the taker's own (an ask for a handoff) made ``lease``."""
+        """What the taker learnt of ``lease``: a write of its own made it (an ask for a
+        handoff), or a read after a take that failed its condition found it."""
         self._by_key[lease.key] = lease
 
     def hold(self, held: Held) -> None:

@@ -338,6 +338,9 @@ class LeaseTaker:
         previous = lease.owner if lease.owner != self._worker_id else None
         held = self._new_held(new, info.name, started, previous, ready_at)
         self._holder.hold(held)
+        if self._releasing:
+            await self._give_back(lease.key, held)
+            return
         self._open(lease.key, held, self._clock())
         if stolen:
             self._counts.stolen += 1
@@ -350,6 +353,20 @@ class LeaseTaker:
             lease.key,
             lease.owner,
         )
+
+    async def _give_back(self, key: str, held: Held) -> None:
+        """A take that landed after ``release_all`` began (it was in flight then): release
+        ``held`` at once, unread, as ``release_all`` released the leases it found held;
+        if that fails it is left to expire."""
+        async with held.lock:
+            try:
+                await self._holder.release(key, held, None, ())
+            except FATAL:
+                raise
+            except KinesisError as error:
+                self._transient(f"giving {key} back after release_all", error)
+                return
+        logger.info("%s gave %s back: release_all began while it was taken", self._worker_id, key)
 
     async def _ask(self, lease: Lease) -> None:
         """Ask ``lease``'s live owner to hand it over (see :class:`LeaseHandoff`)."""
@@ -379,6 +396,8 @@ class LeaseTaker:
         held = self._holder.held
         patience = self._config.handoff_timeout + self._config.failover_time
         for key, (asked_at, owner) in list(self._asked.items()):
+            if self._releasing:  # release_all began during a take below
+                return
             lease = by_key.get(key)
             if lease is None or lease.owner != self._worker_id or key in held:
                 del self._asked[key]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import anyio
 import pytest
 
 from kinesis_actors import DynamoDBClient
@@ -42,11 +43,30 @@ class NoKinesis:
         raise AssertionError(f"no Kinesis call expected, got {operation}")
 
 
+class HeldUpTakes(LeaseTable):
+    """The table, whose take replies arrive only once ``reply`` is set (a reply still on its
+    way: a fault no real server produces on cue)."""
+
+    def __init__(self, client: DynamoDBClient, name: str) -> None:
+        super().__init__(client, name)
+        self.sent = anyio.Event()
+        self.reply = anyio.Event()
+
+    async def take(self, lease: Lease, owner: str) -> Lease | None:
+        new = await super().take(lease, owner)
+        self.sent.set()
+        await self.reply.wait()
+        return new
+
+
 async def watcher_a(
-    dynamodb: DynamoDBClient, name: str, config: LeaseConfig
+    dynamodb: DynamoDBClient,
+    name: str,
+    config: LeaseConfig,
+    table_type: type[LeaseTable] = LeaseTable,
 ) -> tuple[LeaseTable, Clock, LeaseHolder, LeaseTaker]:
     """A new table, and the take rounds of worker "a" on it, on a clock set by hand."""
-    table = LeaseTable(dynamodb, name)
+    table = table_type(dynamodb, name)
     await table.ensure(create=True)
     clock = Clock()
     holder = LeaseHolder(table, "a", config, clock, on_shard_end=lambda: None)
@@ -140,3 +160,25 @@ async def test_a_lease_we_asked_for_expires_with_its_dying_owner_between_rounds(
     current = await table.get(lease.key)
     assert current is not None
     assert (current.owner, current.checkpoint_owner) == ("a", None)
+
+
+async def test_a_take_that_lands_after_release_all_began_is_given_back_unread(
+    dynamodb: DynamoDBClient, lease_table_name: str
+) -> None:
+    table, _, holder, taker = await watcher_a(
+        dynamodb, lease_table_name, CONFIG, table_type=HeldUpTakes
+    )
+    assert isinstance(table, HeldUpTakes)
+    lease = Lease(key="shardId-000000000000", shard_id="shardId-000000000000")
+    assert await table.create(lease)
+    async with anyio.create_task_group() as group:
+        group.start_soon(taker.take_round)  # takes the free lease...
+        await table.sent.wait()
+        taker.stop_taking()  # ...and release_all begins while its reply is on its way
+        table.reply.set()
+    # The lease was taken, then given back at once: not held, never handed to a reader,
+    # free in the table for the next worker.
+    assert not holder.held
+    current = await table.get(lease.key)
+    assert current is not None
+    assert (current.owner, current.counter) == (None, 2)  # taken, then released
