@@ -210,7 +210,16 @@ class LeaseTaker:
                 await self._each(pins, lambda pin: self._pin(*pin))
             self.open_ready()
             return
-        ours = self.observe(await self._table.list())
+        try:
+            listing = await self._table.list()
+        except BaseException:
+            # The moments came from a listing this one was to bring up to date: without it
+            # they may be a failover time old, and every lease would seem to expire (a Scan
+            # throttled while writes pass would turn them into a burst of takes bound to
+            # fail). Nothing is taken until a listing succeeds, as before the moments.
+            self._expiries.clear()
+            raise
+        ours = self.observe(listing)
         now = self._clock()
         self._schedule.listed(
             live_owners(ours, lambda lease: self._holder.expired(lease, now)), now

@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 from kinesis_actors import DynamoDBClient
+from kinesis_actors.errors import ThrottlingError
 from kinesis_actors.leases import LATEST, LeaseConfig, LeaseStats
 from kinesis_actors.leases._holder import LeaseHolder
 from kinesis_actors.leases._items import Lease
@@ -41,6 +42,18 @@ class NoKinesis:
 
     async def call(self, operation: str, params: object) -> object:
         raise AssertionError(f"no Kinesis call expected, got {operation}")
+
+
+class ThrottledScans(LeaseTable):
+    """The table, whose listings fail once ``throttled`` is set (a Scan throttled on read
+    capacity while writes pass)."""
+
+    throttled = False
+
+    async def list(self) -> list[Lease]:
+        if self.throttled:
+            raise ThrottlingError("Rate of requests exceeds the allowed throughput")
+        return await super().list()
 
 
 class HeldUpTakes(LeaseTable):
@@ -182,3 +195,27 @@ async def test_a_take_that_lands_after_release_all_began_is_given_back_unread(
     current = await table.get(lease.key)
     assert current is not None
     assert (current.owner, current.counter) == (None, 2)  # taken, then released
+
+
+async def test_a_watcher_whose_listing_fails_drops_its_expiry_moments(
+    dynamodb: DynamoDBClient, lease_table_name: str
+) -> None:
+    table, clock, holder, taker = await watcher_a(
+        dynamodb, lease_table_name, CONFIG, table_type=ThrottledScans
+    )
+    assert isinstance(table, ThrottledScans)
+    lease = Lease(key="shardId-000000000000", shard_id="shardId-000000000000")
+    assert await table.create(lease)
+    assert await table.take(lease, "x") is not None
+    await taker.take_round()
+    period = CONFIG.take_period
+    assert taker.next_wake(period) == period  # the moment, 10 s on, is past the next round
+    assert taker.next_wake(100.0) < 100.0  # ...but it is kept
+    # Every listing from now on is throttled, while "x" goes on renewing: by the stale
+    # listing its lease would seem to expire; with the listing failed, nothing is due.
+    table.throttled = True
+    clock.now = period
+    with pytest.raises(ThrottlingError):
+        await taker.take_round()
+    assert taker.next_wake(100.0) == 100.0
+    assert not holder.held
