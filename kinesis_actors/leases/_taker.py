@@ -156,8 +156,8 @@ class LeaseTaker:
     # -- what the coordinator tells ----------------------------------------------------------
 
     def stop_taking(self) -> None:
-        """``release_all`` began: rounds take, steal, ask and pin nothing more (they still
-        list the table and hand ready leases to their readers)."""
+        """``release_all`` began: rounds take, steal, ask and pin nothing more, and hand no
+        lease to a reader that was not handed out already (they still list the table)."""
         self._releasing = True
 
     def observe(self, leases: list[Lease]) -> list[Lease]:
@@ -191,7 +191,10 @@ class LeaseTaker:
 
     def _following(self) -> bool:
         """Whether this worker needs every round's listing for its own sake: a handoff it
-        asked for is pending, or a lease it holds waits on its parents."""
+        asked for is pending, or a lease it holds waits on its parents (neither once
+        ``release_all`` began: it follows nothing more)."""
+        if self._releasing:
+            return False
         return bool(self._asked) or any(
             not held.ready and not held.needs_pin and held.lease.parent_shard_ids
             for held in self._holder.held.values()
@@ -365,17 +368,27 @@ class LeaseTaker:
 
     async def _give_back(self, key: str, held: Held) -> None:
         """A take that landed after ``release_all`` began (it was in flight then): release
-        ``held`` at once, unread, as ``release_all`` released the leases it found held;
-        if that fails it is left to expire."""
+        ``held`` at once, unread, as ``release_all`` released the leases it found held. If
+        that fails it stays held, renewed but never handed to a reader (see :meth:`_open`),
+        until the coordinator closes and it expires."""
         async with held.lock:
+            if self._holder.held.get(key) is not held:
+                return
             try:
-                await self._holder.release(key, held, None, ())
+                new = await self._holder.release(key, held, None, ())
             except FATAL:
                 raise
             except KinesisError as error:
-                self._transient(f"giving {key} back after release_all", error)
+                self._counts.transient_errors += 1
+                logger.warning(
+                    "%s could not give %s back after release_all (left to expire): %s",
+                    self._worker_id,
+                    key,
+                    error,
+                )
                 return
-        logger.info("%s gave %s back: release_all began while it was taken", self._worker_id, key)
+        if new is not None:
+            logger.info("%s gave %s back: release_all began as it was taken", self._worker_id, key)
 
     async def _ask(self, lease: Lease) -> None:
         """Ask ``lease``'s live owner to hand it over (see :class:`LeaseHandoff`)."""
@@ -479,8 +492,12 @@ class LeaseTaker:
         """Hand ``held`` to its reader if it may be read now: pinned, not finished, its
         parents finished and (stolen or reclaimed) its previous owner's reader stopped.
         Called when a take is won, not only at the end of the round: a dead worker's 250
-        leases reach their readers as they are taken, not all after the last."""
+        leases reach their readers as they are taken, not all after the last. Never once
+        ``release_all`` began: what is still held then is a lease it could not release, or
+        one a take brought in after it whose give-back failed, both left to expire."""
         if held.ready or held.needs_pin or now < held.ready_at or held.lease.finished:
+            return
+        if self._releasing:
             return
         if not parents_finished(self._known().parents_of(held.lease), self._holder.by_key):
             return

@@ -219,3 +219,82 @@ async def test_a_watcher_whose_listing_fails_drops_its_expiry_moments(
         await taker.take_round()
     assert taker.next_wake(100.0) == 100.0
     assert not holder.held
+
+
+class HeldUpTakesThrottledReleases(HeldUpTakes):
+    """Take replies held back; every release throttled past the client's retries."""
+
+    async def release(
+        self, lease: Lease, owner: str, checkpoint: object = None, children: object = ()
+    ) -> Lease | None:
+        raise ThrottlingError("Rate of requests exceeds the allowed throughput")
+
+
+async def test_a_give_back_that_fails_is_never_handed_to_a_reader(
+    dynamodb: DynamoDBClient, lease_table_name: str
+) -> None:
+    table, _, holder, taker = await watcher_a(
+        dynamodb, lease_table_name, CONFIG, table_type=HeldUpTakesThrottledReleases
+    )
+    assert isinstance(table, HeldUpTakes)
+    lease = Lease(key="shardId-000000000000", shard_id="shardId-000000000000")
+    assert await table.create(lease)
+    async with anyio.create_task_group() as group:
+        group.start_soon(taker.take_round)
+        await table.sent.wait()
+        taker.stop_taking()
+        table.reply.set()
+    # Still held (renewed until the coordinator closes, then left to expire), never read.
+    assert [held.ready for held in holder.held.values()] == [False]
+    assert taker.report(LeaseStats(worker_id="a")).transient_errors == 1
+
+
+class GiveBackCutShort(HeldUpTakes):
+    """Two takes in one round: shard 0's reply held back until release_all began, shard 1's
+    take failing (a transient fault) while shard 0's give-back is on its way, which ends
+    the round and cancels the give-back."""
+
+    def __init__(self, client: DynamoDBClient, name: str) -> None:
+        super().__init__(client, name)
+        self.releasing = anyio.Event()
+
+    async def take(self, lease: Lease, owner: str) -> Lease | None:
+        if lease.key.endswith("1"):
+            await self.releasing.wait()
+            raise ThrottlingError("Rate of requests exceeds the allowed throughput")
+        return await super().take(lease, owner)
+
+    async def release(
+        self, lease: Lease, owner: str, checkpoint: object = None, children: object = ()
+    ) -> Lease | None:
+        self.releasing.set()
+        await anyio.sleep_forever()
+        raise AssertionError("cancelled")
+
+
+async def test_a_give_back_cut_short_by_a_failed_take_beside_it_is_never_handed_out(
+    dynamodb: DynamoDBClient, lease_table_name: str
+) -> None:
+    table, clock, holder, taker = await watcher_a(
+        dynamodb, lease_table_name, CONFIG, table_type=GiveBackCutShort
+    )
+    assert isinstance(table, GiveBackCutShort)
+    for n in range(2):
+        key = f"shardId-{n:012d}"
+        assert await table.create(Lease(key=key, shard_id=key))
+    async with anyio.create_task_group() as group:
+
+        async def one_round() -> None:
+            with pytest.raises(ThrottlingError):
+                await taker.take_round()
+
+        group.start_soon(one_round)
+        await table.sent.wait()
+        taker.stop_taking()
+        table.reply.set()
+    # The next wake hands out ready leases, but none that release_all did not find.
+    clock.now = CONFIG.take_period / 2
+    await taker.between_rounds()
+    clock.now = CONFIG.take_period
+    await taker.take_round()
+    assert [held.ready for held in holder.held.values()] == [False]
