@@ -124,6 +124,7 @@ class LeaseTaker:
         self._schedule = ScanSchedule(worker_id, config.failover_time)
         # A watcher's moments, from its last listing, at which other workers' leases expire
         # (see expiry_moments): it wakes at each to take what expired, between rounds.
+        # Bounded by that listing: at most one moment a lease, rebuilt at every listing.
         self._expiries: deque[float] = deque()
         self._counts = _RoundCounts()
 
@@ -209,8 +210,7 @@ class LeaseTaker:
             now, following=self._following(), period=self._config.take_period
         ):
             if not self._releasing:
-                pins = [(k, h) for k, h in self._holder.held.items() if h.needs_pin]
-                await self._each(pins, lambda pin: self._pin(*pin))
+                await self._pin_all()
             self.open_ready()
             return
         try:
@@ -251,8 +251,7 @@ class LeaseTaker:
             else:
                 await self._each(plan.steal, lambda lease: self._take(lease, stolen=True))
             await self._follow_handoffs(now)
-            pins = [(k, h) for k, h in self._holder.held.items() if h.needs_pin]
-            await self._each(pins, lambda pin: self._pin(*pin))
+            await self._pin_all()
         self.open_ready()
 
     def _plan(self, ours: Sequence[Lease], now: float) -> TakePlan:
@@ -288,8 +287,7 @@ class LeaseTaker:
         if due and not self._releasing and self._schedule.watching:
             plan = self._plan(list(self._holder.by_key.values()), now)
             await self._each(plan.take, lambda lease: self._take(lease, stolen=False))
-            pins = [(k, h) for k, h in self._holder.held.items() if h.needs_pin]
-            await self._each(pins, lambda pin: self._pin(*pin))
+            await self._pin_all()
         self.open_ready()
 
     def next_wake(self, next_round: float) -> float:
@@ -457,6 +455,11 @@ class LeaseTaker:
             pinned_before=pinned,
             needs_pin=pinned is None and self._initial == LATEST,
         )
+
+    async def _pin_all(self) -> None:
+        """Pin every held lease that waits for its pin (see :meth:`_pin`)."""
+        pins = [(key, held) for key, held in self._holder.held.items() if held.needs_pin]
+        await self._each(pins, lambda pin: self._pin(*pin))
 
     async def _pin(self, key: str, held: Held) -> None:
         """Pin a LATEST lease's start (``latestPinnedAt``, the service's clock minus a margin)

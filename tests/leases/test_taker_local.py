@@ -4,6 +4,7 @@ takes dead owners' leases at the moment they expire, not at the round after."""
 from __future__ import annotations
 
 import random
+from collections.abc import Awaitable, Callable
 
 import anyio
 import pytest
@@ -70,6 +71,18 @@ class HeldUpTakes(LeaseTable):
         self.sent.set()
         await self.reply.wait()
         return new
+
+
+async def release_all_begins_during_a_take(
+    table: HeldUpTakes, taker: LeaseTaker, take_round: Callable[[], Awaitable[None]]
+) -> None:
+    """Run ``take_round`` and begin ``release_all`` (``stop_taking``) while the reply to its
+    take is on its way; return when the round ended."""
+    async with anyio.create_task_group() as group:
+        group.start_soon(take_round)
+        await table.sent.wait()
+        taker.stop_taking()
+        table.reply.set()
 
 
 async def watcher_a(
@@ -184,11 +197,8 @@ async def test_a_take_that_lands_after_release_all_began_is_given_back_unread(
     assert isinstance(table, HeldUpTakes)
     lease = Lease(key="shardId-000000000000", shard_id="shardId-000000000000")
     assert await table.create(lease)
-    async with anyio.create_task_group() as group:
-        group.start_soon(taker.take_round)  # takes the free lease...
-        await table.sent.wait()
-        taker.stop_taking()  # ...and release_all begins while its reply is on its way
-        table.reply.set()
+    # It takes the free lease, and release_all begins while the reply is on its way.
+    await release_all_begins_during_a_take(table, taker, taker.take_round)
     # The lease was taken, then given back at once: not held, never handed to a reader,
     # free in the table for the next worker.
     assert not holder.held
@@ -239,11 +249,7 @@ async def test_a_give_back_that_fails_is_never_handed_to_a_reader(
     assert isinstance(table, HeldUpTakes)
     lease = Lease(key="shardId-000000000000", shard_id="shardId-000000000000")
     assert await table.create(lease)
-    async with anyio.create_task_group() as group:
-        group.start_soon(taker.take_round)
-        await table.sent.wait()
-        taker.stop_taking()
-        table.reply.set()
+    await release_all_begins_during_a_take(table, taker, taker.take_round)
     # Still held (renewed until the coordinator closes, then left to expire), never read.
     assert [held.ready for held in holder.held.values()] == [False]
     assert taker.report(LeaseStats(worker_id="a")).transient_errors == 1
@@ -282,16 +288,12 @@ async def test_a_give_back_cut_short_by_a_failed_take_beside_it_is_never_handed_
     for n in range(2):
         key = f"shardId-{n:012d}"
         assert await table.create(Lease(key=key, shard_id=key))
-    async with anyio.create_task_group() as group:
 
-        async def one_round() -> None:
-            with pytest.raises(ThrottlingError):
-                await taker.take_round()
+    async def one_round() -> None:
+        with pytest.raises(ThrottlingError):
+            await taker.take_round()
 
-        group.start_soon(one_round)
-        await table.sent.wait()
-        taker.stop_taking()
-        table.reply.set()
+    await release_all_begins_during_a_take(table, taker, one_round)
     # The next wake hands out ready leases, but none that release_all did not find.
     clock.now = CONFIG.take_period / 2
     await taker.between_rounds()
