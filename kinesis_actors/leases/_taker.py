@@ -4,13 +4,13 @@
 when :class:`~._policy.ScanSchedule` says so (every other round on the two watchers, about once a
 failover time elsewhere) and checks the listing (our own id renewed by another process is a
 :class:`WorkerIdConflictError`), takes free and expired leases and steals toward the even
-share by :func:`~._policy.plan_takes` - or asks the owners to hand them over (see
-:class:`LeaseHandoff`) and follows those asks - pins a LATEST lease's start before its first
+share by :func:`~._policy.plan_takes` - or asks the owners to hand them over and follows
+those asks (:class:`~._handoffs.HandoffsAsked`) - pins a LATEST lease's start before its first
 reader, and hands a lease to its reader once it may be read (pinned, its parents finished, a
 stolen lease's previous reader stopped). Between rounds the loop wakes when a watcher's
 listing said another worker's lease would expire (see :func:`~._policy.expiry_moments`), to
-take it then. It owns the scan schedule, the expiry moments, the handoffs it asked for,
-whether it still takes (not after ``release_all``) and the counters of its rounds.
+take it then. It owns the scan schedule, the expiry moments, the handoffs it asked for (one
+object), whether it still takes (not after ``release_all``) and the counters of its rounds.
 
 It is separate from :class:`LeaseCoordinator` (:mod:`._coordinator`) because the round is
 one job with state of its own that nothing else writes: the coordinator owns one, starts its
@@ -37,6 +37,7 @@ from ..errors import KinesisError
 from ._config import LeaseConfig
 from ._errors import WorkerIdConflictError
 from ._events import LeaseStats
+from ._handoffs import HandoffsAsked
 from ._holder import EPSILON, Held, LeaseHolder
 from ._items import LATEST, Lease
 from ._policy import (
@@ -81,7 +82,6 @@ class _RoundCounts:
     stolen: int = 0
     replies_settled: int = 0
     transient_errors: int = 0
-    handoffs_asked: int = 0
     handoffs_received: int = 0
     workers: int = 1
     leases: int = 0
@@ -119,8 +119,7 @@ class LeaseTaker:
         self._initial = initial_position
         self._rng = rng
         self._releasing = False
-        # Handoffs this worker asked for: lease key -> (asked at, asked of).
-        self._asked: dict[str, tuple[float, str]] = {}
+        self._handoffs = HandoffsAsked(table, holder, worker_id, config, clock=clock, known=known)
         self._schedule = ScanSchedule(worker_id, config.failover_time)
         # A watcher's moments, from its last listing, at which other workers' leases expire
         # (see expiry_moments): it wakes at each to take what expired, between rounds.
@@ -146,7 +145,7 @@ class LeaseTaker:
             stolen=counts.stolen,
             replies_settled=stats.replies_settled + counts.replies_settled,
             transient_errors=stats.transient_errors + counts.transient_errors,
-            handoffs_asked=counts.handoffs_asked,
+            handoffs_asked=self._handoffs.count,
             handoffs_received=counts.handoffs_received,
             workers=counts.workers,
             leases=counts.leases,
@@ -174,7 +173,7 @@ class LeaseTaker:
                 lease.owner == self._worker_id
                 and lease.key not in holder.held
                 and lease.checkpoint_owner is None  # else its owner renews it, handing it to us
-                and lease.key not in self._asked
+                and lease.key not in self._handoffs
                 and holder.changes_by_same_owner(lease.key) >= 2
             ):
                 changes = holder.changes_by_same_owner(lease.key)
@@ -196,7 +195,7 @@ class LeaseTaker:
         ``release_all`` began: it follows nothing more)."""
         if self._releasing:
             return False
-        return bool(self._asked) or any(
+        return self._handoffs.pending or any(
             not held.ready and not held.needs_pin and held.lease.parent_shard_ids
             for held in self._holder.held.values()
         )
@@ -247,7 +246,7 @@ class LeaseTaker:
             counts.workers, counts.leases = plan.workers, live
             await self._each(plan.take, lambda lease: self._take(lease, stolen=False))
             if self._config.graceful_handoff:
-                await self._each(plan.steal, self._ask)
+                await self._each(plan.steal, self._handoffs.ask)
             else:
                 await self._each(plan.steal, lambda lease: self._take(lease, stolen=True))
             await self._follow_handoffs(now)
@@ -388,45 +387,18 @@ class LeaseTaker:
         if new is not None:
             logger.info("%s gave %s back: release_all began as it was taken", self._worker_id, key)
 
-    async def _ask(self, lease: Lease) -> None:
-        """Ask ``lease``'s live owner to hand it over (see :class:`LeaseHandoff`)."""
-        owner = lease.owner
-        if owner is None or self._known().owner_of(lease) is None:
-            return
-        new = await self._table.ask_handoff(lease, self._worker_id)
-        if new is None:  # lost to a renewal or a take - or landed with its reply lost
-            current = await self._table.get(lease.key)
-            if current is None or (current.owner, current.checkpoint_owner) != (
-                self._worker_id,
-                owner,
-            ):
-                return
-            new = current
-        self._asked[lease.key] = (self._clock(), owner)
-        self._holder.learn(new)
-        self._counts.handoffs_asked += 1
-        logger.info("%s asked %s to hand %s over", self._worker_id, owner, lease.key)
-
     async def _follow_handoffs(self, now: float) -> None:
-        """The handoffs asked for, by the last listing (and the asks since): a lease handed
-        over is held (and read at once: its owner stopped first); one not handed over in
-        time, or whose owner died, is taken as before; one that changed hands otherwise is
-        forgotten."""
-        by_key = self._holder.by_key
-        held = self._holder.held
-        patience = self._config.handoff_timeout + self._config.failover_time
-        for key, (asked_at, owner) in list(self._asked.items()):
+        """The handoffs asked for, settled by the last listing (and the asks since, see
+        :meth:`~._handoffs.HandoffsAsked.settle`): a lease handed over is held (and read at
+        once: its owner stopped first); one not handed over in time, or whose owner died,
+        is taken as before."""
+        handed, overdue = self._handoffs.settle(now)
+        for lease, previous in handed:
+            self._adopt_handed(lease, previous)
+        for lease in overdue:
             if self._releasing:  # release_all began during a take below
                 return
-            lease = by_key.get(key)
-            if lease is None or lease.owner != self._worker_id or key in held:
-                del self._asked[key]
-            elif lease.checkpoint_owner is None:
-                del self._asked[key]
-                self._adopt_handed(lease, owner)
-            elif now - asked_at > patience or self._holder.expired(lease, now):
-                del self._asked[key]
-                await self._take(lease, stolen=True)
+            await self._take(lease, stolen=True)
 
     def _adopt_handed(self, lease: Lease, previous: str) -> None:
         info = self._known().owner_of(lease)
