@@ -117,6 +117,15 @@ class StartingPosition:
             params["StartingSequenceNumber"] = self.sequence_number
         return params
 
+    def subscribe_params(self) -> dict[str, Any]:
+        """SubscribeToShard's ``StartingPosition`` for this position."""
+        params: dict[str, Any] = {"Type": self.type}
+        if self.timestamp is not None:
+            params["Timestamp"] = self.timestamp
+        if self.sequence_number is not None:
+            params["SequenceNumber"] = self.sequence_number
+        return params
+
     def to_dict(self) -> dict[str, str]:
         """JSON-serializable form (used inside ``positions()``)."""
         out = {"type": self.type}

@@ -48,15 +48,21 @@ from typing import Any
 import anyio
 
 from .. import errors
-from ..client import KinesisClient, StreamRef, service_now, stream_params
+from ..client import KinesisClient, StreamRef, service_now
 from ._config import StartingPosition
 from ._efo_policy import EfoSettings, HeldShard, SubscribeBackoff
 from ._metrics import ShardMetrics, ShardState
 from ._pacing import PacingSettings, ReadPacer
 from ._poison import screen
-from ._proof import NotFoundPolicy, check_resumed_at, judge_not_found, unreadable
+from ._proof import (
+    NotFoundPolicy,
+    check_resumed_at,
+    closed_shard_end,
+    judge_not_found,
+    unreadable,
+)
 from ._reader import PollingReader, ShardRead
-from ._replies import BadRecord, child_shard_ids
+from ._replies import BadRecord, child_shard_ids, subscribe_event
 
 __all__ = ["DISPOSE_TIMEOUT", "SUBSCRIPTION_CLOSE", "EfoReader"]
 
@@ -69,38 +75,6 @@ _PROBE_INTERVAL = 1.0
 SUBSCRIPTION_CLOSE = 5.0
 #: Disposing of a subscription: the client's bound and a little more, so ours never cuts it.
 DISPOSE_TIMEOUT = SUBSCRIPTION_CLOSE + 0.5
-
-
-def _checked_event(event: Any) -> Mapping[str, Any]:
-    """An event the reader can believe: ``Records`` a list, ``MillisBehindLatest`` an int
-    (so that a missing continuation means the end, not a garbled event)."""
-    if not isinstance(event, Mapping):
-        raise errors.MalformedReplyError(
-            f"an event that is not an object: {event!r:.200}", operation="SubscribeToShard"
-        )
-    records, millis = event.get("Records"), event.get("MillisBehindLatest")
-    continuation = event.get("ContinuationSequenceNumber")
-    if (
-        not isinstance(records, list)
-        or isinstance(millis, bool)
-        or not isinstance(millis, int)
-        or (continuation is not None and not isinstance(continuation, str))
-    ):
-        raise errors.MalformedReplyError(
-            f"an event without Records or MillisBehindLatest: {event!r:.200}",
-            operation="SubscribeToShard",
-        )
-    return event
-
-
-def subscribe_position(position: StartingPosition) -> dict[str, Any]:
-    """SubscribeToShard's ``StartingPosition`` for a position."""
-    out: dict[str, Any] = {"Type": position.type}
-    if position.timestamp is not None:
-        out["Timestamp"] = position.timestamp
-    if position.sequence_number is not None:
-        out["SequenceNumber"] = position.sequence_number
-    return out
 
 
 class EfoReader:
@@ -128,7 +102,6 @@ class EfoReader:
         ref = StreamRef.parse(stream)
         self._stream = ref.name  # its identity, in batches and errors
         self._ref = stream  # what its calls name: StreamARN for a stream given by ARN
-        self._records_params = {} if ref.arn is None else {"StreamARN": ref.arn}
         self._shard_id = shard_id
         self._arn = consumer_arn
         self._start = start
@@ -243,7 +216,7 @@ class EfoReader:
                 self._failed()
                 continue
             try:
-                checked = _checked_event(event)
+                checked = subscribe_event(event)
             except errors.MalformedReplyError as exc:
                 self._metrics.transient_errors += 1
                 await self._dispose(generation, "error")
@@ -324,39 +297,16 @@ class EfoReader:
         self, event: Mapping[str, Any], continuation: str
     ) -> tuple[str, ...] | None:
         """For a shard that discovery lists as closed, at the tip of its subscription: whether
-        it has ended, with its children (None: not known to have ended).
-
-        Real Kinesis ends a closed shard's subscription with a null continuation and its
-        ``ChildShards``; kinesis-mock 0.6.2 never does (it sends empty events forever), and a
-        consumer would then wait for ever on a parent it can never release. One GetRecords
-        after the continuation, at most once a second and only in that state, settles it.
-        """
+        it has ended, with its children (None: not known to have ended), proved by one
+        GetRecords (:func:`~._proof.closed_shard_end`) at most once a second and only in
+        that state."""
         if event.get("MillisBehindLatest") not in (0, None) or not self._closed():
             return None
         now = self._clock()
         if now - self._last_probe < _PROBE_INTERVAL:
             return None
         self._last_probe = now
-        try:
-            iterator = await self._client.call(
-                "GetShardIterator",
-                {
-                    **stream_params(self._ref),
-                    "ShardId": self._shard_id,
-                    "ShardIteratorType": "AFTER_SEQUENCE_NUMBER",
-                    "StartingSequenceNumber": continuation,
-                },
-            )
-            result = await self._client.call(
-                "GetRecords",
-                {"ShardIterator": iterator["ShardIterator"], "Limit": 1, **self._records_params},
-            )
-        except errors.KinesisError as exc:
-            log.debug("%s/%s: end-of-shard probe failed: %s", self._stream, self._shard_id, exc)
-            return None
-        if result.get("Records") or result.get("NextShardIterator"):
-            return None
-        return tuple(child["ShardId"] for child in result.get("ChildShards") or ())
+        return await closed_shard_end(self._client, self._ref, self._shard_id, continuation)
 
     # -- owning the subscription ------------------------------------------------------------
 
@@ -373,7 +323,7 @@ class EfoReader:
                 self._client.subscribe_to_shard(
                     self._arn,
                     self._shard_id,
-                    subscribe_position(position),
+                    position.subscribe_params(),
                     epoch_timestamps=True,  # the Arrow batch wants milliseconds
                 )
             )

@@ -18,6 +18,10 @@ starts at the shard's beginning instead. :func:`check_resumed_at` catches that: 
 AT a committed sequence number, a record before it is proof the number is not this shard's.
 
 The decision is sans-IO (:class:`NotFoundPolicy`); :func:`shard_listed` is its one call.
+
+The other end that needs proof is a closed shard's under Enhanced Fan-Out on a server that
+never ends its subscription (kinesis-mock sends empty events for ever):
+:func:`closed_shard_end` proves it with one GetRecords after the last continuation.
 """
 
 from __future__ import annotations
@@ -28,13 +32,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import errors
-from ..client import KinesisClient, StreamRef, is_retryable
+from ..client import KinesisClient, StreamRef, is_retryable, stream_params
 from ._config import StartingPosition
 from ._discovery import list_shards
 
 __all__ = [
     "NotFoundPolicy",
     "check_resumed_at",
+    "closed_shard_end",
     "describe_position",
     "judge_not_found",
     "shard_listed",
@@ -119,6 +124,44 @@ async def judge_not_found(
     if not policy.open_shard_not_found():
         raise unreadable(stream, shard_id, position, f"{exc} (the shard is listed)", exc) from exc
     return False
+
+
+async def closed_shard_end(
+    client: KinesisClient, stream: str, shard_id: str, continuation: str
+) -> tuple[str, ...] | None:
+    """Whether a closed shard whose subscription is at its tip has ended: its children if one
+    GetRecords after ``continuation`` proves it (no record, no next iterator), else None (not
+    known to have ended, or the probe failed: logged, and the caller tries again later).
+
+    Real Kinesis ends a closed shard's subscription with a null continuation and its
+    ``ChildShards``; kinesis-mock 0.6.2 never does (it sends empty events for ever), and a
+    consumer would then wait for ever on a parent it can never release. ``stream`` is the
+    stream's name or ARN (what the reader's calls name)."""
+    arn = StreamRef.parse(stream).arn
+    try:
+        iterator = await client.call(
+            "GetShardIterator",
+            {
+                **stream_params(stream),
+                "ShardId": shard_id,
+                "ShardIteratorType": "AFTER_SEQUENCE_NUMBER",
+                "StartingSequenceNumber": continuation,
+            },
+        )
+        result = await client.call(
+            "GetRecords",
+            {
+                "ShardIterator": iterator["ShardIterator"],
+                "Limit": 1,
+                **({} if arn is None else {"StreamARN": arn}),
+            },
+        )
+    except errors.KinesisError as exc:
+        log.debug("%s/%s: end-of-shard probe failed: %s", stream, shard_id, exc)
+        return None
+    if result.get("Records") or result.get("NextShardIterator"):
+        return None
+    return tuple(child["ShardId"] for child in result.get("ChildShards") or ())
 
 
 @dataclass(slots=True)

@@ -25,6 +25,7 @@ __all__ = [
     "get_records_reply",
     "malformed",
     "shard_iterator",
+    "subscribe_event",
 ]
 
 
@@ -94,3 +95,26 @@ def shard_iterator(reply: Any) -> str:
     if not isinstance(iterator, str) or not iterator:
         raise malformed("GetShardIterator", "no 'ShardIterator'", reply)
     return iterator
+
+
+def subscribe_event(event: Any) -> Mapping[str, Any]:
+    """A SubscribeToShard event the reader can believe: ``Records`` a list,
+    ``MillisBehindLatest`` an int, ``ContinuationSequenceNumber`` absent, null or a string
+    (so that a missing continuation means the end, not a garbled event)."""
+    if not isinstance(event, Mapping):
+        raise MalformedReplyError(
+            f"an event that is not an object: {event!r:.200}", operation="SubscribeToShard"
+        )
+    records, millis = event.get("Records"), event.get("MillisBehindLatest")
+    continuation = event.get("ContinuationSequenceNumber")
+    if (
+        not isinstance(records, list)
+        or isinstance(millis, bool)
+        or not isinstance(millis, int)
+        or (continuation is not None and not isinstance(continuation, str))
+    ):
+        raise MalformedReplyError(
+            f"an event without Records or MillisBehindLatest: {event!r:.200}",
+            operation="SubscribeToShard",
+        )
+    return event

@@ -19,6 +19,7 @@ from kinesis_actors.consumer._proof import NotFoundPolicy
 from kinesis_actors.consumer._replies import (
     get_records_reply,
     shard_iterator,
+    subscribe_event,
 )
 
 ARRIVED = datetime(2026, 1, 1, tzinfo=UTC)
@@ -67,6 +68,15 @@ def test_only_a_whole_reply_without_a_next_iterator_ends_the_shard() -> None:
         (lambda r: list_shards_page("s", r), {}, "ListShards"),
         (lambda r: list_shards_page("s", r), {"Shards": [{"ParentShardId": "x"}]}, "ListShards"),
         (stream_identity, {}, "DescribeStreamSummary"),
+        (subscribe_event, [], "SubscribeToShard"),
+        (subscribe_event, {"Records": [], "MillisBehindLatest": "0"}, "SubscribeToShard"),
+        (subscribe_event, {"Records": [], "MillisBehindLatest": True}, "SubscribeToShard"),
+        (subscribe_event, {"MillisBehindLatest": 0}, "SubscribeToShard"),
+        (
+            subscribe_event,
+            {"Records": [], "MillisBehindLatest": 0, "ContinuationSequenceNumber": 7},
+            "SubscribeToShard",
+        ),
         (
             stream_identity,
             {"StreamDescriptionSummary": {"StreamARN": "a"}},
@@ -80,6 +90,14 @@ def test_other_replies_are_checked_and_name_their_operation(
     with pytest.raises(errors.MalformedReplyError) as caught:
         check(reply)
     assert caught.value.operation == operation
+
+
+def test_an_event_without_a_continuation_is_whole_and_believed() -> None:
+    """No continuation is the shard's end, but only in an event that is otherwise whole."""
+    end = {"Records": [], "MillisBehindLatest": 0, "ContinuationSequenceNumber": None}
+    assert subscribe_event(end) is end
+    going = {"Records": [], "MillisBehindLatest": 3, "ContinuationSequenceNumber": "49"}
+    assert subscribe_event(going) is going
 
 
 def test_a_poison_record_fails_by_default_naming_it() -> None:

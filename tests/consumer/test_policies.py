@@ -342,6 +342,17 @@ def test_a_committed_position_resumes_at_its_sequence_number_dropping_through_it
     assert skip == Position(SEQ, 7)
 
 
+def test_a_position_names_the_same_start_to_get_shard_iterator_and_subscribe_to_shard() -> None:
+    at = StartingPosition.at_sequence_number(SEQ)
+    assert at.subscribe_params() == {"Type": "AT_SEQUENCE_NUMBER", "SequenceNumber": SEQ}
+    assert StartingPosition.trim_horizon().subscribe_params() == {"Type": "TRIM_HORIZON"}
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    assert StartingPosition.at_timestamp(when).subscribe_params() == {
+        "Type": "AT_TIMESTAMP",
+        "Timestamp": when,
+    }
+
+
 # -- one pipeline ----------------------------------------------------------------------------
 
 
