@@ -2,7 +2,8 @@
 
 :class:`ShardScheduler` is a component the :class:`~._consumer.Consumer` owns (``_scheduler``),
 not its base: it owns the shard graph, the saved positions, the shards' pipelines (and those
-being handed over), the readers' supervisor, the lease membership and the discovery counters,
+being handed over), the readers' supervisor (the readers themselves are made by its
+:class:`~._reader_factory.ReaderFactory`), the lease membership and the discovery counters,
 and it writes none of the consumer's fields (nor the consumer any of its). It runs discovery
 (one paginated ListShards per stream per round, every ``shard_discovery_interval`` ±20 %, and
 early when a shard ends with children not seen yet: its two events are its own) and the
@@ -34,14 +35,11 @@ from ..records import Position
 from ..runtime import IntensityScope, RestartIntensityExceeded, Supervisor, SupervisorSnapshot
 from ._config import ConsumerConfig, StartingPosition
 from ._discovery import DiscoveryFailures, list_shards
-from ._efo import EfoReader
-from ._efo_policy import EfoSettings
 from ._group import default_worker_id, lease_event
 from ._lifecycle import start_line
-from ._pacing import IdleBudget, PacingSettings, ReadPacer
 from ._pipeline import ShardPipeline
 from ._positions import SavedShard, ShardKey, parse_positions
-from ._reader import PollingReader, ShardReader
+from ._reader_factory import ReaderFactory
 from ._shards import ShardGraph, ShardInfo
 from ._statistics import ShardStatistics
 from ._supervision import reader_spec, shard_supervisor
@@ -116,21 +114,11 @@ class ShardScheduler:
             config.worker_count,
             assignment=None if self._group is None else self._group.assignment,
         )
-        self._pacing = PacingSettings(
-            max_calls_per_second=config.max_calls_per_second,
-            max_bytes_per_second=config.max_bytes_per_second,
-            idle_initial=config.idle_backoff_initial,
-            idle_max=config.idle_backoff_max,
-            throttle_initial=config.throttle_backoff_initial,
-            throttle_max=config.throttle_backoff_max,
-            caught_up_millis=config.caught_up_millis_behind,
-            caught_up_interval=config.caught_up_read_interval,
-        )
-        # Shared by every polling reader's pacer (one event loop): their idle reads' slots.
-        self._idle_budget = (
-            None
-            if config.idle_reads_per_second is None
-            else IdleBudget(config.idle_reads_per_second)
+        self._readers_made = ReaderFactory(
+            client,
+            self._streams,
+            config,
+            closed=lambda key: getattr(self._graph.get(key), "closed", False),
         )
         self._pipelines: dict[ShardKey, ShardPipeline] = {}
         # Shards asked for by another worker: reading stopped, commits still taken.
@@ -141,13 +129,6 @@ class ShardScheduler:
         self._discoveries = 0
         self._discovery_failures = DiscoveryFailures()
         self._readers: Supervisor | None = None
-        self._consumer_arns: dict[str, str] = {}
-        self._efo = EfoSettings(
-            watchdog_timeout=config.efo_watchdog_timeout,
-            subscription_lifetime=config.efo_subscription_lifetime,
-            starvation_warning=config.efo_starvation_warning,
-            fallback_after=config.efo_fallback_after,
-        )
 
     # -- the consumer's commands -----------------------------------------------------------
 
@@ -159,7 +140,7 @@ class ShardScheduler:
         is gone)."""
         self._rediscover = anyio.Event()
         self._reschedule = anyio.Event()
-        self._consumer_arns = consumer_arns
+        self._readers_made.opened(consumer_arns)
         self._opened_at = datetime.now(UTC)
         if self._group is not None:
             await self._group.open(stack)
@@ -492,39 +473,13 @@ class ShardScheduler:
         supervisor = self._readers
         if supervisor is None:
             raise RuntimeError("the readers' supervisor is not running")
-        spec = reader_spec(pipeline, self._make_reader, self._fail, self._config.mode)
+        spec = reader_spec(pipeline, self._readers_made.make, self._fail, self._config.mode)
         with contextlib.suppress(KeyError):
             # The reader of this shard's previous pipeline, dropped when its lease was lost
             # or handed over, may not have ended yet when the lease comes back: it stops
             # now (it has nothing left to do), else the new reader could not take its name.
             await supervisor.stop_child(spec.name)
         await supervisor.start_child(spec)
-
-    def _make_reader(self, pipeline: ShardPipeline, start: StartingPosition) -> ShardReader:
-        if self._config.mode == "efo":
-            return EfoReader(
-                self._client,
-                self._streams[pipeline.stream],
-                pipeline.shard_id,
-                self._consumer_arns[pipeline.stream],
-                start,
-                metrics=pipeline.counters,
-                settings=self._efo,
-                closed=lambda: getattr(self._graph.get(pipeline.key), "closed", False),
-                poison=self._config.poison_records,
-                pacer=ReadPacer(self._pacing),  # reading by GetRecords while held
-                limit=self._config.max_records_per_call,
-            )
-        return PollingReader(
-            self._client,
-            self._streams[pipeline.stream],
-            pipeline.shard_id,
-            start,
-            pacer=ReadPacer(self._pacing, self._idle_budget),
-            metrics=pipeline.counters,
-            limit=self._config.max_records_per_call,
-            poison=self._config.poison_records,
-        )
 
     def _reschedule_soon(self) -> None:
         self._reschedule.set()
