@@ -391,7 +391,11 @@ class LeaseTaker:
         """The handoffs asked for, settled by the last listing (and the asks since, see
         :meth:`~._handoffs.HandoffsAsked.settle`): a lease handed over is held (and read at
         once: its owner stopped first); one not handed over in time, or whose owner died,
-        is taken as before."""
+        is taken as before. Nothing once ``release_all`` began (during this round's takes
+        and asks): it has listed what it releases, and a lease adopted after that would be
+        held, renewed and never read nor released; the asks stay as they are."""
+        if self._releasing:
+            return
         handed, overdue = self._handoffs.settle(now)
         for lease, previous in handed:
             self._adopt_handed(lease, previous)

@@ -231,6 +231,30 @@ async def test_a_watcher_whose_listing_fails_drops_its_expiry_moments(
     assert not holder.held
 
 
+async def test_a_handoff_handed_over_when_release_all_began_during_a_take_is_not_adopted(
+    dynamodb: DynamoDBClient, lease_table_name: str
+) -> None:
+    config = LeaseConfig(failover_time=10.0)  # graceful handoff
+    table, _, holder, taker = await watcher_a(
+        dynamodb, lease_table_name, config, table_type=HeldUpTakes
+    )
+    assert isinstance(table, HeldUpTakes)
+    free = Lease(key="shardId-000000000000", shard_id="shardId-000000000000")
+    handed = Lease(key="shardId-000000000001", shard_id="shardId-000000000001")
+    assert await table.create(free) and await table.create(handed)
+    owned = await LeaseTable.take(table, handed, "x")  # not held up: the set-up's own
+    assert owned is not None
+    await taker._handoffs.ask(owned)  # "a" asked "x" for it, and "x" handed it over
+    asked = await table.get(handed.key)
+    assert asked is not None and await table.hand_over(asked, "x") is not None
+    # The next round takes the free lease and follows the handoff; release_all begins while
+    # the take's reply is on its way. release_all has listed what it releases by then: a
+    # handoff adopted after it would be held, renewed and never read nor released.
+    await release_all_begins_during_a_take(table, taker, taker.take_round)
+    assert not holder.held  # the free lease given back, the handed one not adopted
+    assert taker.report(LeaseStats(worker_id="a")).handoffs_received == 0
+
+
 class HeldUpTakesThrottledReleases(HeldUpTakes):
     """Take replies held back; every release throttled past the client's retries."""
 
