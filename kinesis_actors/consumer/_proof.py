@@ -157,7 +157,8 @@ async def closed_shard_end(
             },
         )
     except errors.KinesisError as exc:
-        log.debug("%s/%s: end-of-shard probe failed: %s", stream, shard_id, exc)
+        name = StreamRef.parse(stream).name
+        log.debug("%s/%s: end-of-shard probe failed: %s", name, shard_id, exc)
         return None
     if result.get("Records") or result.get("NextShardIterator"):
         return None

@@ -8,7 +8,9 @@ pacing settings and share one :class:`~._pacing.IdleBudget` for their idle reads
 loop); EFO readers get the consumer's :class:`~._efo_policy.EfoSettings`, the ARN of the
 stream's registered consumer (resolved at open) and a pacer of their own for reading by
 GetRecords while the service holds their shard. Kept apart from the scheduler because it is
-configuration turned into readers, with no state but what open resolved.
+configuration turned into readers: its state is what open resolved (the ARNs) and the idle
+reads' budget, whose calendar the polling readers' pacers write; nothing of the scheduler's.
+(Its :meth:`ReaderMaker.make` is the :data:`~._actors.ReaderFactory` a reader actor calls.)
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ from ._pipeline import ShardPipeline
 from ._positions import ShardKey
 from ._reader import PollingReader, ShardReader
 
-__all__ = ["ReaderFactory"]
+__all__ = ["ReaderMaker"]
 
 
-class ReaderFactory:
+class ReaderMaker:
     """Makes the readers of one consumer (see the module's doc).
 
     ``streams`` maps a stream's name to what its calls name (an ARN for another account's

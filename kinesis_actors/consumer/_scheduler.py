@@ -3,7 +3,7 @@
 :class:`ShardScheduler` is a component the :class:`~._consumer.Consumer` owns (``_scheduler``),
 not its base: it owns the shard graph, the saved positions, the shards' pipelines (and those
 being handed over), the readers' supervisor (the readers themselves are made by its
-:class:`~._reader_factory.ReaderFactory`), the lease membership and the discovery counters,
+:class:`~._reader_maker.ReaderMaker`), the lease membership and the discovery counters,
 and it writes none of the consumer's fields (nor the consumer any of its). It runs discovery
 (one paginated ListShards per stream per round, every ``shard_discovery_interval`` ±20 %, and
 early when a shard ends with children not seen yet: its two events are its own) and the
@@ -39,7 +39,7 @@ from ._group import default_worker_id, lease_event
 from ._lifecycle import start_line
 from ._pipeline import ShardPipeline
 from ._positions import SavedShard, ShardKey, parse_positions
-from ._reader_factory import ReaderFactory
+from ._reader_maker import ReaderMaker
 from ._shards import ShardGraph, ShardInfo
 from ._statistics import ShardStatistics
 from ._supervision import reader_spec, shard_supervisor
@@ -114,7 +114,7 @@ class ShardScheduler:
             config.worker_count,
             assignment=None if self._group is None else self._group.assignment,
         )
-        self._readers_made = ReaderFactory(
+        self._reader_maker = ReaderMaker(
             client,
             self._streams,
             config,
@@ -140,7 +140,7 @@ class ShardScheduler:
         is gone)."""
         self._rediscover = anyio.Event()
         self._reschedule = anyio.Event()
-        self._readers_made.opened(consumer_arns)
+        self._reader_maker.opened(consumer_arns)
         self._opened_at = datetime.now(UTC)
         if self._group is not None:
             await self._group.open(stack)
@@ -473,7 +473,7 @@ class ShardScheduler:
         supervisor = self._readers
         if supervisor is None:
             raise RuntimeError("the readers' supervisor is not running")
-        spec = reader_spec(pipeline, self._readers_made.make, self._fail, self._config.mode)
+        spec = reader_spec(pipeline, self._reader_maker.make, self._fail, self._config.mode)
         with contextlib.suppress(KeyError):
             # The reader of this shard's previous pipeline, dropped when its lease was lost
             # or handed over, may not have ended yet when the lease comes back: it stops

@@ -162,10 +162,10 @@ async def test_a_burst_of_resets_on_many_shards_at_once_does_not_fail_the_consum
     expected = [(b"b%03d" % i, f"k{i}") for i in range(64)]  # every shard gets some
     await put_plain(client, stream_name, expected)
     consumer = Consumer(client, stream_name, efo())
-    readers_made = consumer._scheduler._readers_made
-    limit = readers_made._efo.max_consecutive_failures
-    readers_made._efo = replace(
-        readers_made._efo,
+    reader_maker = consumer._scheduler._reader_maker
+    limit = reader_maker._efo.max_consecutive_failures
+    reader_maker._efo = replace(
+        reader_maker._efo,
         min_subscribe_interval=0.02,
         backoff_initial=0.02,
         backoff_max=0.05,

@@ -229,10 +229,10 @@ async def test_a_reader_that_waited_on_resource_in_use_survives_the_next_reset(
             await aiter(rival).__anext__()  # the server holds the shard for it now
         config = efo(registration="none", consumer_arns=arns)
         consumer = Consumer(client, stream_name, config)
-        readers_made = consumer._scheduler._readers_made
-        limit = readers_made._efo.max_consecutive_failures
-        readers_made._efo = replace(  # the pacing only, see the docstring
-            readers_made._efo,
+        reader_maker = consumer._scheduler._reader_maker
+        limit = reader_maker._efo.max_consecutive_failures
+        reader_maker._efo = replace(  # the pacing only, see the docstring
+            reader_maker._efo,
             min_subscribe_interval=0.02,
             backoff_initial=0.02,
             backoff_max=0.1,
