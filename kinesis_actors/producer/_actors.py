@@ -3,23 +3,22 @@
 Both are thin drivers of the producer's :class:`~._sender.Sender`: the dispatcher, whose
 mailbox is the bounded queue, runs :meth:`Sender.dispatch`; a call sender, whose mailbox holds
 one call at a time, runs :meth:`Sender.send` on each. What they drive, the supervisor they
-run under and what a crash of each means are the sender module's.
+run under and what a crash of each means are the sender module's; what the actors need of it
+is :class:`Driven`, so that this module depends on nothing of the sender's.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import anyio
+from anyio.abc import TaskGroup
 
-from ..runtime import Actor, ActorContext, unwrap_sole
+from ..runtime import Actor, ActorContext, Mailbox, unwrap_sole
+from ._calls import Call
 from ._entry import Entry
 
-if TYPE_CHECKING:
-    from ._pipeline import Call
-    from ._sender import Sender
-
-__all__ = ["CallSender", "Delivery", "Dispatcher"]
+__all__ = ["CallSender", "Delivery", "Dispatcher", "Driven"]
 
 
 class Delivery:
@@ -37,10 +36,26 @@ class Delivery:
         self.settled = False
 
 
+class Driven(Protocol):
+    """What the two actors drive (the producer's :class:`~._sender.Sender`)."""
+
+    async def dispatch(self, queue: Mailbox[Entry], task_group: TaskGroup) -> None:
+        """Own the queue: take records in, build calls, hand them to senders."""
+
+    def dispatcher_crashed(self, error: Exception) -> None:
+        """The dispatcher raised ``error``: what it held must not be left in flight."""
+
+    def ready(self, mailbox: Mailbox[Delivery]) -> None:
+        """A call sender (re)started or finished a call: it can take the next one."""
+
+    async def send(self, delivery: Delivery) -> None:
+        """Send one call and settle it."""
+
+
 class Dispatcher(Actor[Entry]):
     """Runs :meth:`Sender.dispatch`; shard-map listings run in its own task group."""
 
-    def __init__(self, sender: Sender) -> None:
+    def __init__(self, sender: Driven) -> None:
         self._sender = sender
 
     async def run(self, ctx: ActorContext[Entry]) -> None:
@@ -57,7 +72,7 @@ class Dispatcher(Actor[Entry]):
 class CallSender(Actor[Delivery]):
     """Sends the calls the dispatcher hands it, one at a time."""
 
-    def __init__(self, sender: Sender) -> None:
+    def __init__(self, sender: Driven) -> None:
         self._sender = sender
 
     async def on_start(self, ctx: ActorContext[Delivery]) -> None:
