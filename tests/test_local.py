@@ -13,8 +13,14 @@ from typing import Any
 
 import pytest
 
-from kinesis_actors import LocalDynamoDB, LocalKinesis, errors, local
-from kinesis_actors.local import INSTALL_COMMAND, LocalKinesisError, find_server_dir
+from kinesis_actors import LocalDynamoDB, LocalKinesis, errors
+from kinesis_actors.local import (
+    INSTALL_COMMAND,
+    LocalKinesisError,
+    _kinesis,
+    _process,
+    find_server_dir,
+)
 
 
 def alive(pid: int) -> bool:
@@ -70,9 +76,9 @@ def test_a_plain_port_taken_by_another_server_is_retried_on_new_ports_not_adopte
     second server then fails to bind while the first one answers on it. Starting must not
     adopt the other process's server (which would vanish with that process, mid-run): it
     starts again on new ports."""
-    real_free_port = local._free_port
+    real_free_port = _kinesis.free_port
     ports = iter([local_kinesis.plain_port])
-    monkeypatch.setattr(local, "_free_port", lambda: next(ports, None) or real_free_port())
+    monkeypatch.setattr(_kinesis, "free_port", lambda: next(ports, None) or real_free_port())
     with LocalKinesis(start_timeout=20) as second:
         assert second.running and second.plain_port != local_kinesis.plain_port
     assert local_kinesis.running
@@ -81,7 +87,7 @@ def test_a_plain_port_taken_by_another_server_is_retried_on_new_ports_not_adopte
 def test_a_port_taken_at_every_attempt_is_an_error_naming_the_exit(
     monkeypatch: pytest.MonkeyPatch, local_kinesis: LocalKinesis
 ) -> None:
-    monkeypatch.setattr(local, "_free_port", lambda: local_kinesis.plain_port)
+    monkeypatch.setattr(_kinesis, "free_port", lambda: local_kinesis.plain_port)
     second = LocalKinesis(start_timeout=20)
     with pytest.raises(LocalKinesisError, match="exited at start"):
         second.start()
@@ -149,7 +155,7 @@ async def test_async_with_forks_the_server_from_the_event_loop_s_thread(
         forked_on.append(threading.get_ident())
         return popen(*args, **kwargs)
 
-    monkeypatch.setattr(local.subprocess, "Popen", recording)
+    monkeypatch.setattr(_process.subprocess, "Popen", recording)
     async with server_class() as server:
         assert server.running
     assert forked_on == [threading.get_ident()]

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-import kinesis_actors.local as local_module
 from kinesis_actors import LocalDynamoDB, errors
 from kinesis_actors.local import (
     DYNALITE_INSTALL_COMMAND,
     LocalDynamoDBError,
+    _dynamodb,
     find_dynalite_dir,
 )
 from tests.test_local import alive, server_dies_with_a_killed_parent
@@ -99,7 +99,7 @@ def test_a_port_taken_by_another_server_is_an_error_not_that_server(
     """Two runs on one machine can be handed the same free port: the second server then fails
     to bind while the first one answers on it. Starting must fail, not adopt the other
     process's server (which would vanish with that process, mid-run)."""
-    monkeypatch.setattr(local_module, "_free_port", lambda: local_dynamodb.port)
+    monkeypatch.setattr(_dynamodb, "free_port", lambda: local_dynamodb.port)
     second = LocalDynamoDB(start_timeout=20)
     with pytest.raises(LocalDynamoDBError, match="exited at start"):
         second.start()
@@ -113,14 +113,14 @@ def test_a_port_taken_between_its_choice_and_the_servers_bind_is_retried_on_a_ne
     """A free port is free only when it is chosen: a server that then finds it taken exits at
     start, and starting tries again on new ports instead of failing the run."""
     chosen: list[int] = []
-    real_free_port = local_module._free_port
+    real_free_port = _dynamodb.free_port
 
     def first_taken() -> int:
         port = local_dynamodb.port if not chosen else real_free_port()
         chosen.append(port)
         return port
 
-    monkeypatch.setattr(local_module, "_free_port", first_taken)
+    monkeypatch.setattr(_dynamodb, "free_port", first_taken)
     with LocalDynamoDB(start_timeout=20) as second:
         assert second.running and second.port != local_dynamodb.port
     assert chosen[0] == local_dynamodb.port and len(chosen) == 2

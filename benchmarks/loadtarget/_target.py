@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import atexit
+import ctypes
 import http.client
 import json
 import os
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -18,8 +20,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self
 
-from kinesis_actors.local import _die_with_parent  # the same orphan guard as LocalKinesis
-
 from ._config import Faults, Limits, Synthetic, TargetConfig
 from ._server import run_in_thread
 
@@ -27,6 +27,13 @@ if TYPE_CHECKING:
     from kinesis_actors import ClientConfig, KinesisClient
 
 __all__ = ["LoadTarget", "self_signed_certificate"]
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """The server dies with us (SIGKILL from the kernel, Linux), as the local servers do."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
 
 _REPO = Path(__file__).resolve().parents[2]
 _CERT: tuple[str, str] | None = None
