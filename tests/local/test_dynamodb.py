@@ -18,7 +18,7 @@ from kinesis_actors.local import (
     _dynamodb,
     find_dynalite_dir,
 )
-from tests.test_local import alive, server_dies_with_a_killed_parent
+from tests.local.helpers import alive, server_dies_with_a_killed_parent
 
 
 def test_a_missing_install_names_the_command(

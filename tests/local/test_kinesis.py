@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +17,7 @@ from kinesis_actors.local import (
     _process,
     find_server_dir,
 )
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
+from tests.local.helpers import alive, server_dies_with_a_killed_parent
 
 
 def test_a_missing_install_names_the_command(
@@ -93,38 +82,6 @@ def test_a_port_taken_at_every_attempt_is_an_error_naming_the_exit(
         second.start()
     assert not second.running
     assert local_kinesis.running
-
-
-def server_dies_with_a_killed_parent(tmp_path: Path, server_class: str) -> None:
-    """Start ``kinesis_actors.<server_class>`` in a child Python, SIGKILL that child (no
-    cleanup runs) and wait for the kernel to take the server with it."""
-    pid_file = tmp_path / "pid"
-    script = (
-        "import sys, time\n"
-        f"from kinesis_actors import {server_class}\n"
-        f"server = {server_class}().__enter__()\n"
-        f"open({str(pid_file)!r}, 'w').write(str(server._process.pid))\n"
-        "time.sleep(600)\n"
-    )
-    parent = subprocess.Popen([sys.executable, "-c", script], cwd=os.getcwd())
-    try:
-        deadline = time.monotonic() + 60
-        while not pid_file.exists() or not pid_file.read_text():
-            assert parent.poll() is None, "the parent died before starting the server"
-            assert time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.05)
-        server_pid = int(pid_file.read_text())
-        assert alive(server_pid)
-        parent.send_signal(signal.SIGKILL)
-        parent.wait()
-        deadline = time.monotonic() + 10
-        while alive(server_pid):
-            assert time.monotonic() < deadline, "the server outlived its parent"
-            time.sleep(0.05)
-    finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.wait()
 
 
 def test_the_server_dies_with_a_killed_parent(tmp_path: Path) -> None:
