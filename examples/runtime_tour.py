@@ -56,7 +56,7 @@ async def mailboxes() -> None:
     item = await mailbox.receive()  # or: async for item in mailbox
     mailbox.close()
     mailbox.purge()  # what is still queued goes to on_drop, never lost in silence
-    stats = mailbox.statistics()  # a frozen MailboxStats, the shape of every statistics()
+    stats = mailbox.statistics()  # a frozen MailboxStats, like every statistics()
     # [/mailbox]
     print(f"mailbox: accepted={accepted}, first out {item!r}, {stats.received} received")
 

@@ -90,7 +90,7 @@ def partition_writer(stream: str, **options: Any) -> Callable[[Iterator[Any]], N
     checked here, on the driver: a bad one raises a ConfigError naming it as it was given,
     and the stream is described once (ResourceNotFoundError if it does not exist); the tasks
     reuse that description rather than each calling DescribeStreamSummary (an
-    account-wide limit of 10 calls a second).
+    account-wide limit of 20 calls a second).
     Each task opens its producer (and event loop) when its first row arrives, flushes within
     ``flush_timeout`` and closes before returning; a record that fails fails the task.
 

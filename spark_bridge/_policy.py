@@ -4,14 +4,17 @@ The driver decides a micro-batch's end before any task runs, so the end must be 
 reading the data. Per shard and trigger the planner's I/O (``_planner``) asks the
 service three small questions and this module turns the answers into a cut:
 
-1. **probe**: the first record after the start (GetRecords ``Limit=1``). None at the tip: the
-   shard is idle, and the trigger costs it this one call;
+1. **probe**: the first records after the start (GetRecords ``Limit=6``: the first, and the
+   tail's first step). None at the tip: the shard is idle, and the trigger costs it this one
+   call; a page at the tip is cut in place (``ShardReads.cut_in_page``); a start just before
+   a record the driver saw needs no probe;
 2. **anchor**: the first record at or after the cut time ``T``
    (``GetShardIterator(AT_TIMESTAMP, T)`` + ``GetRecords(Limit=1)``). The batch ends just
    before it. It was seen, so "everything of this shard before it" is fixed and readable;
 3. **tail**, only when there is no anchor (nothing arrived at or after ``T``): the driver
-   reads from the start to the tip and cuts after the last record. That is what arrived in
-   the last window at most, and nothing for an idle shard.
+   must see the shard's last record to cut after it. The probe's extra records are its first
+   step; past them it searches arrival time for a record within 100 ms of ``T`` and reads the
+   tip from there (``ShardReads.tail``), about 100 ms of the stream, not the window.
 
 ``T`` is now minus the settle lag, but at most one window of arrival time past the first
 record after the start, so a backlog becomes bounded micro-batches; under

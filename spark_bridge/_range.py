@@ -1,10 +1,11 @@
-"""Reading one shard's range of a micro-batch on an executor, exactly, as it streams in.
+"""Reading a task's shard ranges of a micro-batch on an executor, exactly, as they stream in.
 
 Every task of the source does this, whatever ran before it: first runs, task retries,
 speculative copies and replays after a restart all read ``[start, end)`` of their shard with
-GetRecords and yield each page as an Arrow batch as soon as it is read (memory is one page,
-not the range). The end is a record the driver saw, so it is readable: at the tip the reader
-waits (records may become visible a little after the driver saw them), up to
+GetRecords and yield what they read as Arrow batches as it comes (memory is a page per shard
+read at once, at most 64 of a task's shards, and one combined batch of at most 10,000 rows
+or 8 MiB, not the range). The end is a record the driver saw, so it is readable: at the tip
+the reader waits (records may become visible a little after the driver saw them), up to
 ``replayTimeout`` without progress. A range that cannot be read exactly (the start record
 was trimmed past retention, the offsets do not match the stream, the shard ended early)
 fails the task with :class:`RangeReadError` naming the shard, never yields other rows.

@@ -3,7 +3,7 @@
 The I/O half of ``_policy`` for one shard and one trigger; ``_planner`` runs one of these per
 shard, concurrently, and turns the outcomes into the next offset. Iterators that start exactly
 at a cut are kept (they live 5 minutes at the service), so an idle shard costs one GetRecords
-per trigger and a busy one three calls.
+per trigger and a busy one two (the anchor's GetShardIterator and GetRecords).
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ credentials, botocore's configuration, TLS contexts), a third of a small task's 
 Here the client, the event loop thread it lives on and its credentials are kept per
 :class:`Connection` (the options that say where and as whom), for the life of the process.
 
-This module owns the cache; a task borrows a loop for the length of its read. A process
+This module owns the cache; a task uses its process's loop for the length of its read (the
+least recently used loops past eight are closed). A process
 that forks gets new loops (a loop thread does not survive ``fork``). The loops are closed at
 interpreter exit (``atexit``); a Spark daemon worker leaves with ``os._exit``, and then the
 kernel closes the sockets.

@@ -1,7 +1,9 @@
 """A supervised child: its slot, its incarnations, and how one incarnation is run and stopped.
 
-A :class:`Slot` is a child as its :class:`~._supervisor.Supervisor` knows it: the spec, the
-mailbox it owns (which outlives incarnations, so messages queued across a restart are kept),
+A :class:`Slot` is a child as its :class:`~._supervisor.Supervisor` knows it: the spec, its
+mailbox (which outlives incarnations, so messages queued across a restart are kept; owned
+and closed by the slot when the supervisor made it, not when the caller passed one in; a
+source child has none),
 its restart count, backoff and last failure. An :class:`Incarnation` is one run of it, a task
 in the supervisor's task group. What happens to one child is here: running an incarnation
 (so that no ``Exception`` escapes into the group: its exit is handed to the supervisor's
@@ -56,7 +58,7 @@ class Incarnation:
 
 
 class Slot(Generic[T]):
-    """A child as the supervisor knows it; outlives incarnations, like the mailbox it owns.
+    """A child as the supervisor knows it; outlives incarnations, like its mailbox.
 
     Every field is written here alone: the supervisor moves a slot through its states with
     the methods below (:meth:`begin`, :meth:`ended`, :meth:`schedule_restart`, ...), and its

@@ -1,5 +1,5 @@
 """The mailbox's vocabulary: its full policies, why an item became a dead letter, its two
-errors and its statistics (frozen, the one shape of statistics in the runtime)."""
+errors and its statistics (a frozen snapshot, like every ``statistics()`` of the runtime)."""
 
 from __future__ import annotations
 

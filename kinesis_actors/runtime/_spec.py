@@ -158,9 +158,9 @@ class ActorExited(Exception):
 class RestartIntensityExceeded(Exception):
     """A supervisor gave up: more than ``max_restarts`` restarts within ``period`` seconds.
 
-    Its children were stopped in reverse start order before this was raised. ``causes`` holds
-    the exceptions behind the restarts in the window, oldest first; the last one is also the
-    ``__cause__``.
+    Its children were stopped in its stop order (:class:`StopOrder`) before this was raised.
+    ``causes`` holds the exceptions behind the restarts in the window, oldest first; the last
+    one is also the ``__cause__``.
     """
 
     def __init__(
