@@ -73,33 +73,13 @@ class Domain:
         self.entries: list[Entry] = []
         self.state = IDLE
         self.queued = False  # present in lane.ready (possibly stale: state is the truth)
-        self.reuse(key, hash_key, lane)
-
-    def reuse(self, key: DomainKey, hash_key: int, lane: Lane) -> Domain:
-        """A pruned domain (idle, empty, in no lane's queue) made new for another key; and a
-        new domain's keys, lane and counts."""
         self.key = key
-        # unpin(hash_key), inlined: this runs for every domain made.
         self.hash_key = hash_key
         self.explicit_hash_key = None if isinstance(key, str) else key[1]
         self.pinned = False
         self.lane = lane
         self.nbytes = 0
         self.not_before = 0.0
-        return self
-
-    def pin(self, hash_key: int) -> None:
-        """Send under ``hash_key`` from now on (the caller moves the domain to its lane)."""
-        self.hash_key = hash_key
-        self.explicit_hash_key = str(hash_key)
-        self.pinned = True
-
-    def unpin(self, own: int) -> None:
-        """Send under the key's own hash key, ``own``, again."""
-        key = self.key
-        self.hash_key = own
-        self.explicit_hash_key = None if isinstance(key, str) else key[1]
-        self.pinned = False
 
 
 class Lane:

@@ -141,8 +141,10 @@ class WaitingRoom:
         old, lifted = lanes.reset(shard_map)
         for pinned, own in lifted:
             domain = self._domains.get(pinned)
-            if domain is not None:
-                domain.unpin(own)
+            if domain is not None:  # sends under the key's own hash key again
+                domain.hash_key = own
+                domain.explicit_hash_key = None if isinstance(pinned, str) else pinned[1]
+                domain.pinned = False
         for domain in self._domains.values():
             domain.lane = lanes.lane(domain.hash_key)
             domain.queued = False
@@ -202,7 +204,7 @@ class WaitingRoom:
     def _follow(self, domain: Domain, hash_key: int) -> None:
         """Point ``domain`` at ``hash_key``: its Kinesis records carry it, and its lane is
         that hash key's (a queue entry in its old lane is dropped as stale)."""
-        domain.pin(hash_key)
+        self._pin(domain, hash_key)
         lane = self._lanes.lane(hash_key)
         if lane is domain.lane:
             return
@@ -477,11 +479,28 @@ class WaitingRoom:
         pinned = pins.get(key) if pins else None
         lane = self._lane(hash_key if pinned is None else pinned[0])
         spares = self._spare_domains
-        domain = spares.pop().reuse(key, hash_key, lane) if spares else Domain(key, hash_key, lane)
+        if spares:  # a pruned domain (idle, empty, in no lane's queue) made new for this key
+            domain = spares.pop()
+            domain.key = key
+            domain.hash_key = hash_key
+            domain.explicit_hash_key = None if isinstance(key, str) else key[1]
+            domain.pinned = False
+            domain.lane = lane
+            domain.nbytes = 0
+            domain.not_before = 0.0
+        else:
+            domain = Domain(key, hash_key, lane)
         self._domains[key] = domain
         if pinned is not None:
-            domain.pin(pinned[0])
+            self._pin(domain, pinned[0])
         return domain
+
+    @staticmethod
+    def _pin(domain: Domain, hash_key: int) -> None:
+        """``domain`` sends under ``hash_key`` from now on (the caller moves it to its lane)."""
+        domain.hash_key = hash_key
+        domain.explicit_hash_key = str(hash_key)
+        domain.pinned = True
 
     def _make_ready(self, domain: Domain, *, front: bool) -> None:
         self._summary = None  # an older head, or a lane with ready records again

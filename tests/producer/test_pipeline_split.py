@@ -315,9 +315,17 @@ def test_a_merge_of_the_children_lifts_the_pins() -> None:
     p, service = split_a_third_in(settled)
     p.set_shard_map(service.shards)
     assert p.pinned_keys > 0
+    domains = p._room._domains
+    pinned = [key for key, domain in domains.items() if domain.pinned]
+    assert pinned
     merged = ShardMap([HashRange("m", 0, MAX_HASH_KEY)])
     p.set_shard_map(merged)
     assert p.pinned_keys == 0
+    for key in pinned:  # back on its own hash key, in its own half of the merged shard
+        domain = domains[key]
+        assert isinstance(key, str) and not domain.pinned
+        assert (domain.hash_key, domain.explicit_hash_key) == (hash_key(key), None)
+        assert domain.lane is p._room._lanes.lane(hash_key(key))
     service.shards = merged
     add(p, KEYS, rounds=1, now=2.0)
     built = calls(p, now=2.1)
