@@ -137,7 +137,7 @@ async def closed_shard_end(
     ``ChildShards``; kinesis-mock 0.6.2 never does (it sends empty events for ever), and a
     consumer would then wait for ever on a parent it can never release. ``stream`` is the
     stream's name or ARN (what the reader's calls name)."""
-    arn = StreamRef.parse(stream).arn
+    ref = StreamRef.parse(stream)
     try:
         iterator = await client.call(
             "GetShardIterator",
@@ -153,12 +153,11 @@ async def closed_shard_end(
             {
                 "ShardIterator": iterator["ShardIterator"],
                 "Limit": 1,
-                **({} if arn is None else {"StreamARN": arn}),
+                **({} if ref.arn is None else {"StreamARN": ref.arn}),
             },
         )
     except errors.KinesisError as exc:
-        name = StreamRef.parse(stream).name
-        log.debug("%s/%s: end-of-shard probe failed: %s", name, shard_id, exc)
+        log.debug("%s/%s: end-of-shard probe failed: %s", ref.name, shard_id, exc)
         return None
     if result.get("Records") or result.get("NextShardIterator"):
         return None
