@@ -342,12 +342,13 @@ class LeaseCoordinator:
     ) -> None:
         """Answer a :class:`LeaseHandoff`: the shard's reader has stopped, and ``checkpoint``
         ``(sequence, sub_sequence)`` (else the last noted one) is where the new owner resumes.
-        One conditional write hands the lease over (the KCL 3.x's protocol).
+        One conditional write hands the lease over (the KCL 3.x's protocol); if the asker
+        withdrew its ask meanwhile (it left), the same write releases the lease there.
 
         Raises :class:`~kinesis_actors.leases.LeaseLostError` if the lease was lost first.
         """
         key, held = self._holding(stream, shard_id)
-        if held.handing_to is None:
+        if held.handing_to is None and not held.handoff_withdrawn:
             raise RuntimeError(f"nobody asked for the lease of {stream}/{shard_id}")
         async with held.lock:
             final = checkpoint if checkpoint is not None else held.pending
@@ -389,9 +390,12 @@ class LeaseCoordinator:
         remove this worker as owner, in one conditional write per lease, so another worker
         takes it at its next scan, without waiting for ``failover_time`` and with no
         duplicate. A lease lost meanwhile is skipped (and reported as :class:`LeaseLost`).
-        The coordinator takes nothing more afterwards.
+        The handoffs this worker asked for and was not handed yet are withdrawn: their
+        owners keep them (or release them, once they stopped reading for the handoff), and
+        one handed over already is released unread. The coordinator takes nothing more
+        afterwards.
         """
-        self._taker.stop_taking()
+        asks = self._taker.stop_taking()
         finals = dict(final_checkpoints or {})
 
         async def release(key: str, held: Held) -> None:
@@ -414,9 +418,19 @@ class LeaseCoordinator:
                 self._stats = replace(self._stats, released=self._stats.released + 1)
                 self._holder.tell_lost(held, "released")
 
+        async def withdraw(key: str) -> None:
+            try:
+                await self._taker.withdraw_ask(key)
+            except FATAL as error:
+                self._fail(error)
+            except KinesisError as error:  # handed over to nobody: it expires
+                self._transient(f"withdrawing the ask for {key} (left to expire)", error)
+
         async with anyio.create_task_group() as group:
             for key, held in list(self._holder.held.items()):
                 group.start_soon(release, key, held)
+            for key in asks:
+                group.start_soon(withdraw, key)
         if self._holder.failure is not None:
             raise self._holder.failure
 

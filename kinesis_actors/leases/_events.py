@@ -41,8 +41,9 @@ class LeaseLost:
 
     ``reason`` is ``"taken"`` (a renewal's or a checkpoint's condition failed: another worker
     took it), ``"expired"`` (no renewal succeeded for ``failover_time``: others may take it),
-    ``"released"`` (handed over by :meth:`LeaseCoordinator.release_all`) or ``"handed
-    over"`` (a :class:`LeaseHandoff` not answered in time).
+    ``"released"`` (handed over by :meth:`LeaseCoordinator.release_all`, or released by
+    the coordinator when a :class:`LeaseHandoff` whose ask was withdrawn was not answered
+    in time) or ``"handed over"`` (a :class:`LeaseHandoff` not answered in time).
     """
 
     stream: str
@@ -58,7 +59,8 @@ class LeaseHandoff:
     exactly there (no duplicate). Until then the lease is still held and renewed, and
     commits are noted as usual. Not handed over within ``LeaseConfig.handoff_timeout``, the
     coordinator hands it over with the last noted checkpoint and sends :class:`LeaseLost`
-    (``"handed over"``)."""
+    (``"handed over"``). If the asker leaves first (its ``release_all`` withdraws the ask),
+    the answer releases the lease at that checkpoint instead, for any worker to take."""
 
     stream: str
     shard_id: str

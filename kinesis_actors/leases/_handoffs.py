@@ -7,7 +7,9 @@ owner, seeing it at its next renewal, stops its reader and hands the lease over 
 ``checkpointOwner``; see :class:`~._events.LeaseHandoff`). :class:`HandoffsAsked` owns the
 asks in progress and settles each by the next listings: handed over (to hold and read at
 once), not handed over within ``handoff_timeout`` plus a failover time or its owner dead (to
-take as before), or changed hands otherwise (forgotten). The take round
+take as before), or changed hands otherwise (forgotten). Once ``release_all`` began it
+withdraws them instead (:meth:`HandoffsAsked.withdraw`): a worker that leaves does not leave
+a lease named after it to expire a failover time later. The take round
 (:class:`~._taker.LeaseTaker`) decides what to ask for, and holds or takes what this settles;
 it writes none of these fields. Kept apart because the asks are state of their own, read by
 the round (whether one is pending, whether a lease under our id is one of ours) and written
@@ -28,6 +30,9 @@ from ._table import LeaseTable
 __all__ = ["HandoffsAsked"]
 
 logger = logging.getLogger("kinesis_actors.leases")
+
+#: Writes tried to withdraw one ask, each after reading what a failed one met.
+_WITHDRAW_ATTEMPTS = 3
 
 
 class HandoffsAsked:
@@ -56,6 +61,7 @@ class HandoffsAsked:
         # Lease key -> (asked at, asked of). Bounded by the leases of the table: one ask a
         # lease, settled by the first listing that shows it handed over, overdue or gone.
         self._asked: dict[str, tuple[float, str]] = {}
+        self._stopped = False  # release_all began: withdraw, ask nothing more
         self.count = 0  # asks that landed, since the coordinator opened
 
     @property
@@ -85,6 +91,55 @@ class HandoffsAsked:
         self._holder.learn(new)
         self.count += 1
         logger.info("%s asked %s to hand %s over", self._worker_id, owner, lease.key)
+        if self._stopped:  # release_all began while the ask was on its way
+            await self.withdraw(lease.key)
+
+    def stop(self) -> list[str]:
+        """``release_all`` began: the asks to withdraw now; one still on its way withdraws
+        itself once it lands."""
+        self._stopped = True
+        return list(self._asked)
+
+    async def withdraw(self, key: str) -> None:
+        """Take back the ask for ``key``: its owner keeps the lease as if it had not been
+        asked (:meth:`~._table.LeaseTable.withdraw_handoff`), or, once it has stopped its
+        reader, releases it at its final checkpoint when it answers (see
+        :meth:`~._holder.LeaseHolder.hand_over`). A lease handed over already is ours: it is
+        released at once, unread, as ``release_all`` releases those it holds. The write is
+        conditional on the counter, which the owner moves at each renewal while it hands
+        over: a failed condition is read back and tried again, a few times (an owner renews
+        once in ``renew_interval``); after that, or on a transient fault, the lease is left
+        as it is, to be handed over and expire (logged)."""
+        if self._asked.pop(key, None) is None:
+            return
+        lease = self._holder.by_key.get(key)
+        for _ in range(_WITHDRAW_ATTEMPTS):
+            if lease is None or lease.owner != self._worker_id or key in self._holder.held:
+                return  # gone, changed hands, or held (released with the others)
+            if lease.checkpoint_owner is None:
+                new = await self._table.release(lease, self._worker_id)
+                outcome = "handed over already: released"
+            else:
+                new = await self._table.withdraw_handoff(
+                    lease, self._worker_id, lease.checkpoint_owner
+                )
+                outcome = f"{lease.checkpoint_owner} keeps it"
+            if new is not None:
+                self._holder.learn(new)
+                logger.info("%s withdrew its ask for %s (%s)", self._worker_id, key, outcome)
+                return
+            # The owner renewed or handed over meanwhile - or our write landed and only its
+            # reply was lost (the lease no longer names us then): read it and look again.
+            lease = await self._table.get(key)
+            if lease is not None:
+                self._holder.learn(lease)
+        logger.warning(
+            "%s could not withdraw its ask for %s after %d tries: left to be handed over "
+            "and expire",
+            self._worker_id,
+            key,
+            _WITHDRAW_ATTEMPTS,
+        )
 
     def settle(self, now: float) -> tuple[list[tuple[Lease, str]], list[Lease]]:
         """The asks, by the table as last known (the last listing and the asks since), at

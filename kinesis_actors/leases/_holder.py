@@ -62,6 +62,8 @@ class Held:
     pinned_before: int | None = None
     handing_to: str | None = None  # a handoff asked by this worker (see LeaseHandoff)
     handoff_since: float = 0.0
+    # The ask was withdrawn after the reader was told to stop: its answer releases the lease.
+    handoff_withdrawn: bool = False
     lock: anyio.Lock = field(default_factory=anyio.Lock)
 
 
@@ -293,11 +295,13 @@ class LeaseHolder:
                 if self._held.get(key) is not held:
                     return
                 late = self._clock() - held.handoff_since > self._config.handoff_timeout
+                answering = held.handing_to is not None or held.handoff_withdrawn
                 try:
-                    if held.handing_to is not None and late:
+                    if answering and late:
                         # The reader did not hand it over in time: the coordinator does.
+                        reason = "released" if held.handoff_withdrawn else "handed over"
                         if await self.hand_over(key, held, held.pending, ()):
-                            self.tell_lost(held, "handed over")
+                            self.tell_lost(held, reason)
                         return
                     await self.write(key, held, held.pending)
                 except PERMANENT_FAULTS:
@@ -317,15 +321,16 @@ class LeaseHolder:
         )
         if new is None:
             new = await self._settle(key, held, held.handing_to or self._worker_id, checkpoint)
-            if new is None and not handing and held.handing_to is not None:
-                if self._held.get(key) is not held:
-                    return None  # asked before it was handed out, and handed over at once
-                # A handoff was asked meanwhile: the renewal goes on under its condition.
+            handing_now = held.handing_to is not None
+            # A handoff was asked meanwhile, or its ask withdrawn: the renewal goes on under
+            # the condition that holds now (unless it was handed over at once: not held).
+            if new is None and handing_now != handing and self._held.get(key) is held:
                 new = await self._table.renew(
-                    held.lease, self._worker_id, checkpoint, pin=pin, handing_over=True
+                    held.lease, self._worker_id, checkpoint, pin=pin, handing_over=handing_now
                 )
                 if new is None:
-                    new = await self._settle(key, held, held.handing_to, checkpoint)
+                    owner = held.handing_to or self._worker_id
+                    new = await self._settle(key, held, owner, checkpoint)
             if new is None:
                 return None
         if self.lapsed(key):
@@ -375,6 +380,14 @@ class LeaseHolder:
         ):
             await self._handoff_asked(key, held, current)
             return None
+        if (
+            current is not None
+            and held.handing_to is not None
+            and current.owner == self._worker_id
+            and current.checkpoint_owner is None
+        ):
+            self._handoff_withdrawn(key, held, current)
+            return None
         self._drop(key, held, "taken")
         if current is not None and current.finished:
             self._on_shard_end()  # nobody but its reader ends a shard: check the stream
@@ -394,13 +407,32 @@ class LeaseHolder:
         the ``checkpointOwner``): tell the reader (:class:`LeaseHandoff`), and keep renewing
         under the handoff's condition until it hands over. A lease not handed out yet has
         nothing to stop: it is handed over at once."""
+        stopping = held.handoff_withdrawn  # a withdrawn ask's answer is on its way already
         held.lease, held.handing_to, held.handoff_since = current, current.owner, self._clock()
+        held.handoff_withdrawn = False
         self._by_key[key] = current
         logger.info("%s is asked to hand %s over to %s", self._worker_id, key, current.owner)
-        if held.ready:
+        if held.ready and not stopping:
             self._push(LeaseHandoff(held.stream, held.lease.shard_id, str(current.owner)))
-        else:
+        elif not held.ready:
             await self.hand_over(key, held, None, ())
+
+    def _handoff_withdrawn(self, key: str, held: Held, current: Lease) -> None:
+        """The asker of ``held`` withdrew its ask as it left (``current`` names us the owner
+        again, with no ``checkpointOwner``): a lease not handed out goes on as before; one
+        whose reader was told to stop is released at its answer's checkpoint instead
+        (:meth:`hand_over`), for any worker to take at its next round, with no duplicate."""
+        taker = held.handing_to
+        held.lease, held.handing_to = current, None
+        held.handoff_withdrawn = held.ready
+        self._by_key[key] = current
+        logger.info(
+            "%s: %s withdrew its ask for %s%s",
+            self._worker_id,
+            taker,
+            key,
+            " (released once its reader answers)" if held.ready else "",
+        )
 
     async def hand_over(
         self,
@@ -410,11 +442,16 @@ class LeaseHolder:
         children: tuple[str, ...],
     ) -> Lease | None:
         """Complete the handoff of ``held`` with ``checkpoint``, under its lock; None if the
-        lease was lost first."""
+        lease was lost first. A handoff whose ask was withdrawn (before or during this
+        write) ends as a release at ``checkpoint`` (see :meth:`_handoff_withdrawn`)."""
+        if held.handoff_withdrawn:
+            return await self.release(key, held, checkpoint, children)
         taker = held.handing_to
         new = await self._table.hand_over(held.lease, self._worker_id, checkpoint, children)
         if new is None:
             new = await self._settle(key, held, taker, checkpoint)
+            if new is None and held.handoff_withdrawn and self._held.get(key) is held:
+                return await self.release(key, held, checkpoint, children)
             if new is None or new.checkpoint_owner is not None:
                 return None
         self._counts.handoffs_given += 1

@@ -348,6 +348,20 @@ class LeaseTable:
             bump=False,
         )
 
+    async def withdraw_handoff(self, lease: Lease, taker: str, owner: str) -> Lease | None:
+        """Take back an ask of ``taker`` not answered yet: ``leaseOwner`` is ``owner`` again
+        and ``checkpointOwner`` goes, as before the ask. Condition: the counter seen, the
+        taker as the ``leaseOwner`` and ``owner`` as the ``checkpointOwner`` (not handed
+        over yet); the counter is left as it is, like the ask's, so that an owner that never
+        saw the ask renews on as if it had not been made. The new lease, or None."""
+        return await self._update(
+            lease,
+            expect={OWNER: taker, CHECKPOINT_OWNER: owner},
+            set_values={OWNER: {"S": owner}},
+            remove=(CHECKPOINT_OWNER,),
+            bump=False,
+        )
+
     async def hand_over(
         self,
         lease: Lease,

@@ -155,10 +155,15 @@ class LeaseTaker:
 
     # -- what the coordinator tells ----------------------------------------------------------
 
-    def stop_taking(self) -> None:
+    def stop_taking(self) -> list[str]:
         """``release_all`` began: rounds take, steal, ask and pin nothing more, and hand no
-        lease to a reader that was not handed out already (they still list the table)."""
+        lease to a reader that was not handed out already (they still list the table).
+        Returns the keys of the asks for ``release_all`` to :meth:`withdraw_ask`."""
         self._releasing = True
+        return self._handoffs.stop()
+
+    async def withdraw_ask(self, key: str) -> None:
+        await self._handoffs.withdraw(key)  # see HandoffsAsked.withdraw
 
     def observe(self, leases: list[Lease]) -> list[Lease]:
         """A complete listing of the table: this worker's streams' leases in it, told to the

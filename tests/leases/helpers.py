@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import anyio
 
-from kinesis_actors.leases import LeaseConfig, LeaseCoordinator, LeaseEvent
+from kinesis_actors import DynamoDBClient
+from kinesis_actors.leases import LATEST, LeaseConfig, LeaseCoordinator, LeaseEvent
+from kinesis_actors.leases._holder import LeaseHolder
+from kinesis_actors.leases._streams import LeasedStream, Streams
+from kinesis_actors.leases._table import LeaseTable
+from kinesis_actors.leases._taker import LeaseTaker
 
 #: A fast protocol for tests: fail over after 1 s; renew, scan and sync often. Steals take
 #: (the KCL 2.x's way), so that these tests see the steal itself; HANDOFF asks the owner.
@@ -59,3 +65,55 @@ async def put_items(dynamodb: Any, table: str, items: list[dict[str, Any]]) -> N
 async def scan(dynamodb: Any, table: str) -> list[dict[str, Any]]:
     reply = await dynamodb.call("Scan", {"TableName": table, "ConsistentRead": True})
     return sorted(reply["Items"], key=lambda item: item["leaseKey"]["S"])
+
+
+# -- take rounds and holders driven by hand, on a clock set by hand --------------------------
+
+STREAM = LeasedStream(
+    name="orders",
+    arn="arn:aws:kinesis:us-east-1:123456789012:stream/orders",
+    created=1_700_000_000,
+    identifier="123456789012:orders:1700000000",
+    given="orders",
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class NoKinesis:
+    """Nothing here pins a LATEST start (the leases are at TRIM_HORIZON)."""
+
+    async def call(self, operation: str, params: object) -> object:
+        raise AssertionError(f"no Kinesis call expected, got {operation}")
+
+
+async def watcher_a(
+    dynamodb: DynamoDBClient,
+    name: str,
+    config: LeaseConfig,
+    table_type: type[LeaseTable] = LeaseTable,
+) -> tuple[LeaseTable, Clock, LeaseHolder, LeaseTaker]:
+    """A new table, and the take rounds of worker "a" on it, on a clock set by hand."""
+    table = table_type(dynamodb, name)
+    await table.ensure(create=True)
+    clock = Clock()
+    holder = LeaseHolder(table, "a", config, clock, on_shard_end=lambda: None)
+    streams = Streams([STREAM], multi=False, table=name)
+    taker = LeaseTaker(
+        table,
+        holder,
+        "a",
+        config,
+        clock,
+        known=lambda: streams,
+        kinesis=NoKinesis(),  # type: ignore[arg-type]
+        initial_position=LATEST,
+        rng=random.Random(7),
+    )
+    return table, clock, holder, taker

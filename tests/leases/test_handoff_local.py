@@ -5,6 +5,7 @@ taker resumes exactly there - no record delivered twice."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import anyio
 import pytest
@@ -131,3 +132,42 @@ async def test_a_handoff_asked_the_kcl_3_way_is_answered_and_left_as_the_kcl_rea
     assert (lease.owner, lease.checkpoint_owner) == ("kcl-worker-2", None)
     assert lease.counter > before[shard].counter
     assert (lease.checkpoint, lease.sub_sequence) == (SEQUENCE, 0)
+
+
+async def test_a_worker_that_stops_with_asks_pending_leaves_no_lease_named_after_it(
+    dynamodb: DynamoDBClient, client: KinesisClient, stream: str, lease_table_name: str
+) -> None:
+    config = replace(HANDOFF, handoff_timeout=PATIENCE)  # "a" answers when the test says
+    async with coordinator(dynamodb, client, lease_table_name, stream, "a", config) as a:
+        await events_until(a, lambda seen: len(seen) == 4)
+        async with coordinator(dynamodb, client, lease_table_name, stream, "b", config) as b:
+            # "b" asks for its share; "a" stops reading the first lease asked for...
+            (told,) = await events_until(a, lambda seen: len(seen) == 1)
+            assert isinstance(told, LeaseHandoff)
+            await b.release_all()  # ...and "b" leaves before "a" has answered
+            stats_b = b.statistics()
+        assert stats_b.handoffs_asked >= 1 and stats_b.handoffs_received == 0
+        # Each answer (a second ask may have been seen too) finds nobody to hand the lease
+        # to: it is released at the answer's checkpoint, and "a" takes it back as a free
+        # lease, no failover time waited; a lease whose ask it had not seen it kept.
+        answered: set[str] = set()
+        back: dict[str, LeaseAcquired] = {}
+        seen: list[LeaseEvent] = [told]
+        with anyio.fail_after(PATIENCE):
+            while not answered or set(back) != answered:
+                event = seen.pop() if seen else await a.next_event()
+                if isinstance(event, LeaseHandoff):
+                    await a.hand_over(stream, event.shard_id, (SEQUENCE, 3))
+                    answered.add(event.shard_id)
+                else:
+                    assert isinstance(event, LeaseAcquired), event  # nothing lost
+                    back[event.shard_id] = event
+        assert {(e.checkpoint, e.sub_sequence, e.previous_owner) for e in back.values()} == {
+            (SEQUENCE, 3, None)
+        }
+        assert len(a.held()) == 4
+        items = await scan(dynamodb, lease_table_name)
+    for item in items:
+        assert {"b"}.isdisjoint(
+            {item.get(name, {}).get("S") for name in ("leaseOwner", "checkpointOwner")}
+        )

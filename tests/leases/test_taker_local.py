@@ -3,7 +3,6 @@ takes dead owners' leases at the moment they expire, not at the round after."""
 
 from __future__ import annotations
 
-import random
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -11,38 +10,16 @@ import pytest
 
 from kinesis_actors import DynamoDBClient
 from kinesis_actors.errors import ThrottlingError
-from kinesis_actors.leases import LATEST, LeaseConfig, LeaseStats
-from kinesis_actors.leases._holder import LeaseHolder
+from kinesis_actors.leases import LeaseConfig, LeaseStats
 from kinesis_actors.leases._items import Lease
-from kinesis_actors.leases._streams import LeasedStream, Streams
 from kinesis_actors.leases._table import LeaseTable
 from kinesis_actors.leases._taker import LeaseTaker
+
+from .helpers import watcher_a
 
 pytestmark = pytest.mark.anyio
 
 CONFIG = LeaseConfig(failover_time=10.0, graceful_handoff=False)
-STREAM = LeasedStream(
-    name="orders",
-    arn="arn:aws:kinesis:us-east-1:123456789012:stream/orders",
-    created=1_700_000_000,
-    identifier="123456789012:orders:1700000000",
-    given="orders",
-)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class NoKinesis:
-    """Nothing here pins a LATEST start (the leases are at TRIM_HORIZON)."""
-
-    async def call(self, operation: str, params: object) -> object:
-        raise AssertionError(f"no Kinesis call expected, got {operation}")
 
 
 class ThrottledScans(LeaseTable):
@@ -83,32 +60,6 @@ async def release_all_begins_during_a_take(
         await table.sent.wait()
         taker.stop_taking()
         table.reply.set()
-
-
-async def watcher_a(
-    dynamodb: DynamoDBClient,
-    name: str,
-    config: LeaseConfig,
-    table_type: type[LeaseTable] = LeaseTable,
-) -> tuple[LeaseTable, Clock, LeaseHolder, LeaseTaker]:
-    """A new table, and the take rounds of worker "a" on it, on a clock set by hand."""
-    table = table_type(dynamodb, name)
-    await table.ensure(create=True)
-    clock = Clock()
-    holder = LeaseHolder(table, "a", config, clock, on_shard_end=lambda: None)
-    streams = Streams([STREAM], multi=False, table=name)
-    taker = LeaseTaker(
-        table,
-        holder,
-        "a",
-        config,
-        clock,
-        known=lambda: streams,
-        kinesis=NoKinesis(),  # type: ignore[arg-type]
-        initial_position=LATEST,
-        rng=random.Random(7),
-    )
-    return table, clock, holder, taker
 
 
 async def test_a_watcher_takes_dead_owners_leases_at_their_expiry_not_a_round_later(

@@ -1,0 +1,158 @@
+"""A worker that leaves (``release_all``) while handoffs it asked for are pending withdraws
+them: driven by hand against the local DynamoDB, the asker's take rounds ("a") and the
+owner's holder ("x"), each step at a chosen moment. Left alone, each of these leases would
+name a worker that is gone and wait a failover time to be taken."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from kinesis_actors import DynamoDBClient
+from kinesis_actors.leases import LeaseConfig, LeaseHandoff, LeaseLost
+from kinesis_actors.leases._holder import Held, LeaseHolder
+from kinesis_actors.leases._items import Lease
+from kinesis_actors.leases._table import LeaseTable
+
+from .helpers import Clock, watcher_a
+
+pytestmark = pytest.mark.anyio
+
+CONFIG = LeaseConfig(failover_time=10.0)  # graceful handoff
+KEY = "shardId-000000000000"
+SEQUENCE = "49590338271490256608559692538361571095921575989136588801"
+
+
+async def owned_by_x(table: LeaseTable, clock: Clock) -> tuple[LeaseHolder, Held]:
+    """The lease, taken by "x", whose holder holds it and has handed it to its reader."""
+    lease = Lease(key=KEY, shard_id=KEY)
+    assert await table.create(lease)
+    taken = await table.take(lease, "x")
+    assert taken is not None
+    holder = LeaseHolder(table, "x", CONFIG, clock, on_shard_end=lambda: None)
+    held = Held(taken, "orders", clock())
+    holder.hold(held)
+    holder.hand_out(held)
+    holder._events.clear()  # the LeaseAcquired: what follows is what the test looks at
+    return holder, held
+
+
+async def current(table: LeaseTable) -> Lease:
+    lease = await table.get(KEY)
+    assert lease is not None
+    return lease
+
+
+async def test_an_ask_withdrawn_before_its_owner_saw_it_leaves_the_owner_renewing(
+    dynamodb: DynamoDBClient, lease_table_name: str
+) -> None:
+    table, clock, _, taker = await watcher_a(dynamodb, lease_table_name, CONFIG)
+    x, held = await owned_by_x(table, clock)
+    before = await current(table)
+    await taker._handoffs.ask(before)
+    assert (await current(table)).owner == "a"
+    assert taker.stop_taking() == [KEY]  # release_all begins
+    await taker.withdraw_ask(KEY)
+    after = await current(table)
+    assert (after.owner, after.checkpoint_owner, after.counter) == ("x", None, before.counter)
+    # The owner's next renewal, on the counter it holds, goes through: it never knew.
+    assert await x.write(KEY, held, None) is not None
+    assert KEY in x.held and not x._events
+
+
+@pytest.mark.parametrize("seen_by", ["renewal", "answer"])
+async def test_an_ask_withdrawn_after_its_owner_stopped_reading_ends_as_a_release(
+    dynamodb: DynamoDBClient, lease_table_name: str, seen_by: str
+) -> None:
+    table, clock, _, taker = await watcher_a(dynamodb, lease_table_name, CONFIG)
+    x, held = await owned_by_x(table, clock)
+    await taker._handoffs.ask(await current(table))
+    # x's renewal finds the ask, tells its reader to stop and renews under its condition,
+    # moving the counter the ask was made on.
+    assert await x.write(KEY, held, None) is not None
+    assert list(x._events) == [LeaseHandoff("orders", KEY, "a")]
+    taker.stop_taking()
+    await taker.withdraw_ask(KEY)  # read back and tried again on the moved counter
+    assert ((await current(table)).owner, (await current(table)).checkpoint_owner) == ("x", None)
+    if seen_by == "renewal":
+        assert await x.write(KEY, held, None) is not None  # renewed as a plain lease again
+        assert held.handing_to is None and held.handoff_withdrawn
+    # The reader stopped for the handoff and answers with its final checkpoint: nobody is
+    # there to hand it to, so the lease is released there, for any worker to take at once.
+    assert await x.hand_over(KEY, held, (SEQUENCE, 3), ()) is not None
+    released = await current(table)
+    assert (released.owner, released.checkpoint_owner) == (None, None)
+    assert (released.checkpoint, released.sub_sequence) == (SEQUENCE, 3)
+    assert not x.held
+    assert not any(isinstance(event, LeaseLost) for event in x._events)
+
+
+async def test_a_withdrawn_ask_not_answered_in_time_is_released_by_the_owner(
+    dynamodb: DynamoDBClient, lease_table_name: str
+) -> None:
+    table, clock, _, taker = await watcher_a(dynamodb, lease_table_name, CONFIG)
+    x, held = await owned_by_x(table, clock)
+    await taker._handoffs.ask(await current(table))
+    assert await x.write(KEY, held, None) is not None  # told its reader
+    taker.stop_taking()
+    await taker.withdraw_ask(KEY)
+    assert await x.write(KEY, held, None) is not None  # saw the withdrawal
+    while clock.now <= CONFIG.handoff_timeout:  # renewed on, and its reader never answers
+        clock.now += CONFIG.renew_period
+        assert await x.write(KEY, held, None) is not None
+    x.note(held, (SEQUENCE, 1))
+    await x._renew(KEY, held, anyio.CapacityLimiter(1))
+    released = await current(table)
+    assert (released.owner, released.checkpoint, released.sub_sequence) == (None, SEQUENCE, 1)
+    assert list(x._events)[-1] == LeaseLost("orders", KEY, "released")
+
+
+async def test_a_lease_handed_over_before_its_ask_was_withdrawn_is_released_unread(
+    dynamodb: DynamoDBClient, lease_table_name: str
+) -> None:
+    table, clock, holder, taker = await watcher_a(dynamodb, lease_table_name, CONFIG)
+    x, held = await owned_by_x(table, clock)
+    await taker._handoffs.ask(await current(table))
+    assert await x.write(KEY, held, None) is not None
+    assert await x.hand_over(KEY, held, (SEQUENCE, 3), ()) is not None  # handed to "a"
+    assert (await current(table)).owner == "a"
+    taker.stop_taking()
+    await taker.withdraw_ask(KEY)
+    released = await current(table)
+    assert (released.owner, released.checkpoint, released.sub_sequence) == (None, SEQUENCE, 3)
+    assert not holder.held
+
+
+class HeldUpAsks(LeaseTable):
+    """The table, whose replies to an ask arrive only once ``reply`` is set (a reply still
+    on its way: a fault no real server produces on cue)."""
+
+    def __init__(self, client: DynamoDBClient, name: str) -> None:
+        super().__init__(client, name)
+        self.sent = anyio.Event()
+        self.reply = anyio.Event()
+
+    async def ask_handoff(self, lease: Lease, taker: str) -> Lease | None:
+        new = await super().ask_handoff(lease, taker)
+        self.sent.set()
+        await self.reply.wait()
+        return new
+
+
+async def test_an_ask_that_lands_after_release_all_began_withdraws_itself(
+    dynamodb: DynamoDBClient, lease_table_name: str
+) -> None:
+    table, clock, _, taker = await watcher_a(
+        dynamodb, lease_table_name, CONFIG, table_type=HeldUpAsks
+    )
+    assert isinstance(table, HeldUpAsks)
+    x, held = await owned_by_x(table, clock)
+    lease = await current(table)
+    async with anyio.create_task_group() as group:
+        group.start_soon(taker._handoffs.ask, lease)
+        await table.sent.wait()
+        assert taker.stop_taking() == []  # nothing to withdraw yet: it has not landed
+        table.reply.set()
+    withdrawn = await current(table)
+    assert (withdrawn.owner, withdrawn.checkpoint_owner) == ("x", None)
+    assert await x.write(KEY, held, None) is not None and not x._events
