@@ -7,7 +7,8 @@ asyncio loop in a thread, so it serves tests on either anyio backend.
 ``FaultProxy(upstream_port, decide)`` forwards every request unless ``decide(request)``
 returns a fault: ``Cut()`` closes the connection after reading the request (the client sees
 a dropped connection mid-request), ``Reply(status, body)`` answers in the server's stead
-(throttling errors, 5xx), ``Delay(seconds)`` stalls before forwarding, and
+(throttling errors, 5xx), ``Delay(seconds)`` stalls before forwarding (with ``reply=True``:
+holds the answer back), and
 ``RejectRecords(indices)`` makes a PutRecords call partially fail the way the service does: the
 other records are forwarded (the request body is rewritten; the local server does not check
 signatures) and the answer merges their results with per-record ``ErrorCode`` entries.
@@ -59,9 +60,11 @@ class Reply:
 
 @dataclass(frozen=True)
 class Delay:
-    """Wait before forwarding."""
+    """Wait before forwarding; with ``reply``, forward at once and hold the answer back
+    instead (the request has landed, its reply is still on its way)."""
 
     seconds: float
+    reply: bool = False
 
 
 @dataclass(frozen=True)
@@ -232,7 +235,8 @@ class FaultProxy:
                     continue
                 if isinstance(fault, Delay):
                     self._count("delay")
-                    await asyncio.sleep(fault.seconds)
+                    if not fault.reply:
+                        await asyncio.sleep(fault.seconds)
                 rejected: list[int] = []
                 if isinstance(fault, RejectRecords):
                     if fault.delay:
@@ -257,6 +261,8 @@ class FaultProxy:
                 await up_writer.drain()
                 response_head, _, response_body = await _read_message(up_reader)
                 self.stats.forwarded += 1
+                if isinstance(fault, Delay) and fault.reply:
+                    await asyncio.sleep(fault.seconds)
                 if isinstance(fault, LoseReply):
                     self._count("lost-reply")
                     return

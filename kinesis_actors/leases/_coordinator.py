@@ -342,14 +342,23 @@ class LeaseCoordinator:
     ) -> None:
         """Answer a :class:`LeaseHandoff`: the shard's reader has stopped, and ``checkpoint``
         ``(sequence, sub_sequence)`` (else the last noted one) is where the new owner resumes.
-        One conditional write hands the lease over (the KCL 3.x's protocol); if the asker
-        withdrew its ask meanwhile (it left), the same write releases the lease there.
+        One conditional write hands the lease over (the KCL 3.x's protocol). If the asker
+        withdrew its ask meanwhile (it left), the lease is released there instead; if
+        another worker asked since, it is handed to that one.
 
-        Raises :class:`~kinesis_actors.leases.LeaseLostError` if the lease was lost first.
+        Raises :class:`~kinesis_actors.leases.LeaseLostError` if the lease was lost first,
+        or is not being handed over (the coordinator answered by itself after
+        ``handoff_timeout``).
         """
         key, held = self._holding(stream, shard_id)
         if held.handing_to is None and not held.handoff_withdrawn:
-            raise RuntimeError(f"nobody asked for the lease of {stream}/{shard_id}")
+            # Never asked for - or answered by the coordinator itself after handoff_timeout,
+            # and held again since: either way nothing is to be handed over now.
+            raise LeaseLostError(
+                f"the lease of {stream}/{shard_id} is not being handed over",
+                stream=stream,
+                shard_id=shard_id,
+            )
         async with held.lock:
             final = checkpoint if checkpoint is not None else held.pending
             new = await self._holder.hand_over(key, held, final, ())
@@ -431,6 +440,10 @@ class LeaseCoordinator:
                 group.start_soon(release, key, held)
             for key in asks:
                 group.start_soon(withdraw, key)
+        # An ask on its way withdraws itself once it lands: closing the coordinator now would
+        # cancel it. Bounded: past a failover time the lease expires all the same.
+        with anyio.move_on_after(self._config.failover_time):
+            await self._taker.asks_landed()
         if self._holder.failure is not None:
             raise self._holder.failure
 

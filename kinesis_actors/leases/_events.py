@@ -83,8 +83,10 @@ class LeaseStats:
     ``restarts`` (of a loop that crashed on something unexpected), ``transient_errors``
     (table or stream calls that failed after the client's retries: the round ran again),
     ``table_retries`` / ``table_throttled`` (the DynamoDB client's own retries and throttled
-    attempts), ``handoffs_asked`` /
-    ``handoffs_received`` (asked of other workers / handed to us) and ``handoffs_given``;
+    attempts), ``handoffs_asked`` / ``handoffs_received`` (asked of other workers / handed
+    to us), ``handoffs_withdrawn`` (asks taken back, or leases handed over released, by
+    ``release_all``) and ``handoffs_given``; ``released`` counts the leases released by
+    ``release_all`` and those released because the ask for them was withdrawn;
     ``renewal_latency_last`` / ``_max`` in seconds (None before the first renewal);
     ``workers``: distinct live owners seen at the last scan, this worker included;
     ``leases``: unfinished leases of our streams at the last scan; ``listings``: full
@@ -111,6 +113,7 @@ class LeaseStats:
     table_retries: int = 0
     table_throttled: int = 0
     handoffs_asked: int = 0
+    handoffs_withdrawn: int = 0
     handoffs_received: int = 0
     handoffs_given: int = 0
     renewal_latency_last: float | None = None

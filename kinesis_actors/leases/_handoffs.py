@@ -21,6 +21,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+import anyio
+
 from ._config import LeaseConfig
 from ._holder import LeaseHolder
 from ._items import Lease
@@ -62,7 +64,10 @@ class HandoffsAsked:
         # lease, settled by the first listing that shows it handed over, overdue or gone.
         self._asked: dict[str, tuple[float, str]] = {}
         self._stopped = False  # release_all began: withdraw, ask nothing more
+        self._in_flight = 0  # asks on their way (each withdraws itself if stopped meanwhile)
+        self._none_in_flight: anyio.Event | None = None
         self.count = 0  # asks that landed, since the coordinator opened
+        self.withdrawn = 0  # asks withdrawn, or leases handed over released, at release_all
 
     @property
     def pending(self) -> bool:
@@ -76,8 +81,17 @@ class HandoffsAsked:
     async def ask(self, lease: Lease) -> None:
         """Ask ``lease``'s live owner to hand it over, conditional on the lease as listed."""
         owner = lease.owner
-        if owner is None or self._known().owner_of(lease) is None:
+        if owner is None or self._stopped or self._known().owner_of(lease) is None:
             return
+        self._in_flight += 1
+        try:
+            await self._ask(lease, owner)
+        finally:
+            self._in_flight -= 1
+            if not self._in_flight and self._none_in_flight is not None:
+                self._none_in_flight.set()
+
+    async def _ask(self, lease: Lease, owner: str) -> None:
         new = await self._table.ask_handoff(lease, self._worker_id)
         if new is None:  # lost to a renewal or a take - or landed with its reply lost
             current = await self._table.get(lease.key)
@@ -96,11 +110,19 @@ class HandoffsAsked:
 
     def stop(self) -> list[str]:
         """``release_all`` began: the asks to withdraw now; one still on its way withdraws
-        itself once it lands."""
+        itself once it lands (:meth:`landed` waits for that), and none is made any more."""
         self._stopped = True
         return list(self._asked)
 
-    async def withdraw(self, key: str) -> None:
+    async def landed(self) -> None:
+        """Wait until no ask is on its way: ``release_all`` waits, or closing the
+        coordinator right after it would cancel an ask that has not withdrawn itself yet."""
+        while self._in_flight:
+            if self._none_in_flight is None or self._none_in_flight.is_set():
+                self._none_in_flight = anyio.Event()
+            await self._none_in_flight.wait()
+
+    async def withdraw(self, key: str, *, settled: bool = False) -> None:
         """Take back the ask for ``key``: its owner keeps the lease as if it had not been
         asked (:meth:`~._table.LeaseTable.withdraw_handoff`), or, once it has stopped its
         reader, releases it at its final checkpoint when it answers (see
@@ -109,13 +131,16 @@ class HandoffsAsked:
         conditional on the counter, which the owner moves at each renewal while it hands
         over: a failed condition is read back and tried again, a few times (an owner renews
         once in ``renew_interval``); after that, or on a transient fault, the lease is left
-        as it is, to be handed over and expire (logged)."""
-        if self._asked.pop(key, None) is None:
+        as it is, to be handed over and expire (logged). ``settled``: an ask :meth:`settle`
+        gave the round as overdue, and that ``release_all`` kept the round from taking."""
+        if self._asked.pop(key, None) is None and not settled:
             return
         lease = self._holder.by_key.get(key)
-        for _ in range(_WITHDRAW_ATTEMPTS):
+        for attempt in range(_WITHDRAW_ATTEMPTS + 1):
             if lease is None or lease.owner != self._worker_id or key in self._holder.held:
                 return  # gone, changed hands, or held (released with the others)
+            if attempt == _WITHDRAW_ATTEMPTS:
+                break
             if lease.checkpoint_owner is None:
                 new = await self._table.release(lease, self._worker_id)
                 outcome = "handed over already: released"
@@ -126,6 +151,7 @@ class HandoffsAsked:
                 outcome = f"{lease.checkpoint_owner} keeps it"
             if new is not None:
                 self._holder.learn(new)
+                self.withdrawn += 1
                 logger.info("%s withdrew its ask for %s (%s)", self._worker_id, key, outcome)
                 return
             # The owner renewed or handed over meanwhile - or our write landed and only its

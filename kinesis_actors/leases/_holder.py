@@ -32,7 +32,7 @@ import anyio.lowlevel
 from ..errors import KinesisError
 from ._config import LeaseConfig
 from ._events import LeaseAcquired, LeaseEvent, LeaseHandoff, LeaseLost, LeaseStats
-from ._items import Lease
+from ._items import SHARD_END, Lease
 from ._policy import ExpiryTracker, write_landed
 from ._table import PERMANENT_FAULTS, LeaseTable
 
@@ -44,6 +44,9 @@ logger = logging.getLogger("kinesis_actors.leases")
 _RENEW_CONCURRENCY = 16
 #: How much earlier than ``failover_time`` a lease not renewed is dropped (the KCL's epsilon).
 EPSILON = 0.025
+#: Writes tried for one renewal or one answer to a handoff when the handoff's state changes
+#: under them (asked, asked again by another worker, withdrawn), each under the new condition.
+_WRITES = 3
 
 
 @dataclass(slots=True)
@@ -75,6 +78,7 @@ class _Counts:
     renewals: int = 0
     checkpoints: int = 0
     lost: int = 0
+    released: int = 0  # handoffs answered after their ask was withdrawn
     replies_settled: int = 0
     transient_errors: int = 0
     handoffs_given: int = 0
@@ -159,6 +163,7 @@ class LeaseHolder:
             renewals=counts.renewals,
             checkpoints=counts.checkpoints,
             lost=counts.lost,
+            released=stats.released + counts.released,
             replies_settled=stats.replies_settled + counts.replies_settled,
             transient_errors=stats.transient_errors + counts.transient_errors,
             handoffs_given=counts.handoffs_given,
@@ -299,8 +304,9 @@ class LeaseHolder:
                 try:
                     if answering and late:
                         # The reader did not hand it over in time: the coordinator does.
-                        reason = "released" if held.handoff_withdrawn else "handed over"
-                        if await self.hand_over(key, held, held.pending, ()):
+                        new = await self.hand_over(key, held, held.pending, ())
+                        if new is not None:
+                            reason = "released" if new.owner is None else "handed over"
                             self.tell_lost(held, reason)
                         return
                     await self.write(key, held, held.pending)
@@ -313,26 +319,27 @@ class LeaseHolder:
         self, key: str, held: Held, checkpoint: tuple[str, int] | None, pin: int | None = None
     ) -> Lease | None:
         """Renew ``held`` (with ``checkpoint``, and ``pin`` as its ``latestPinnedAt``: then
-        it no longer needs one), under its lock; None if it was lost (or handed over)."""
+        it no longer needs one), under its lock; None if it was lost (or handed over), or,
+        rarely, if the handoff's state changed under more than :data:`_WRITES` writes."""
         started = self._clock()
-        handing = held.handing_to is not None
-        new = await self._table.renew(
-            held.lease, self._worker_id, checkpoint, pin=pin, handing_over=handing
-        )
-        if new is None:
-            new = await self._settle(key, held, held.handing_to or self._worker_id, checkpoint)
-            handing_now = held.handing_to is not None
-            # A handoff was asked meanwhile, or its ask withdrawn: the renewal goes on under
-            # the condition that holds now (unless it was handed over at once: not held).
-            if new is None and handing_now != handing and self._held.get(key) is held:
-                new = await self._table.renew(
-                    held.lease, self._worker_id, checkpoint, pin=pin, handing_over=handing_now
-                )
-                if new is None:
-                    owner = held.handing_to or self._worker_id
-                    new = await self._settle(key, held, owner, checkpoint)
+        for _ in range(_WRITES):
+            owner = held.handing_to or self._worker_id  # whose the lease is once written
+            new = await self._table.renew(
+                held.lease,
+                self._worker_id,
+                checkpoint,
+                pin=pin,
+                handing_over=owner != self._worker_id,
+            )
             if new is None:
-                return None
+                new = await self._settle(key, held, owner, checkpoint)
+            # Still held after a failed condition: a handoff was asked meanwhile (or again,
+            # by another worker), or its ask withdrawn; the renewal goes on under the
+            # condition that holds now. Not held: lost, or handed over at once (not read).
+            if new is not None or self._held.get(key) is not held:
+                break
+        if new is None:
+            return None
         if self.lapsed(key):
             # Its reply came after the lease lapsed (a pause, or a reply held up): others may
             # take it now and its batches were fenced, so a lapse is final. A write that
@@ -374,11 +381,10 @@ class LeaseHolder:
             return current
         if (
             current is not None
-            and held.handing_to is None
             and current.checkpoint_owner == self._worker_id
             and current.owner not in (None, self._worker_id)
         ):
-            await self._handoff_asked(key, held, current)
+            await self._handoff_asked(key, held, current)  # asked, or asked again
             return None
         if (
             current is not None
@@ -407,14 +413,20 @@ class LeaseHolder:
         the ``checkpointOwner``): tell the reader (:class:`LeaseHandoff`), and keep renewing
         under the handoff's condition until it hands over. A lease not handed out yet has
         nothing to stop: it is handed over at once."""
-        stopping = held.handoff_withdrawn  # a withdrawn ask's answer is on its way already
-        held.lease, held.handing_to, held.handoff_since = current, current.owner, self._clock()
+        # Asked before (by this worker or another, or withdrawn since): the reader was told
+        # then, and its answer, on its way, goes to whoever asks now, by the same deadline.
+        told = held.handing_to is not None or held.handoff_withdrawn
+        held.lease, held.handing_to = current, current.owner
         held.handoff_withdrawn = False
+        if not told:
+            held.handoff_since = self._clock()
         self._by_key[key] = current
         logger.info("%s is asked to hand %s over to %s", self._worker_id, key, current.owner)
-        if held.ready and not stopping:
+        if told:
+            return
+        if held.ready:
             self._push(LeaseHandoff(held.stream, held.lease.shard_id, str(current.owner)))
-        elif not held.ready:
+        else:
             await self.hand_over(key, held, None, ())
 
     def _handoff_withdrawn(self, key: str, held: Held, current: Lease) -> None:
@@ -441,23 +453,41 @@ class LeaseHolder:
         checkpoint: tuple[str, int] | None,
         children: tuple[str, ...],
     ) -> Lease | None:
-        """Complete the handoff of ``held`` with ``checkpoint``, under its lock; None if the
-        lease was lost first. A handoff whose ask was withdrawn (before or during this
-        write) ends as a release at ``checkpoint`` (see :meth:`_handoff_withdrawn`)."""
-        if held.handoff_withdrawn:
-            return await self.release(key, held, checkpoint, children)
-        taker = held.handing_to
-        new = await self._table.hand_over(held.lease, self._worker_id, checkpoint, children)
-        if new is None:
-            new = await self._settle(key, held, taker, checkpoint)
-            if new is None and held.handoff_withdrawn and self._held.get(key) is held:
-                return await self.release(key, held, checkpoint, children)
-            if new is None or new.checkpoint_owner is not None:
+        """Complete the handoff of ``held`` with ``checkpoint``, under its lock: the new
+        lease, or None if it was lost first (or, rarely, the handoff's state changed under
+        more than :data:`_WRITES` writes: then it stays held, the checkpoint noted, for the
+        next answer or the coordinator's own after ``handoff_timeout``). Asked again by
+        another worker meanwhile, it is handed to that one; a handoff whose ask was withdrawn
+        (before or during this write) ends as a release at ``checkpoint`` (see
+        :meth:`_handoff_withdrawn`)."""
+        if checkpoint is not None and checkpoint[0] != SHARD_END:
+            held.pending = checkpoint  # if this answer does not land, the next one writes it
+        for _ in range(_WRITES):
+            withdrawn, taker = held.handoff_withdrawn, held.handing_to
+            if taker is None and not withdrawn:
+                return None  # withdrawn before it was handed out: it goes on as before
+            if withdrawn:
+                new = await self._table.release(held.lease, self._worker_id, checkpoint, children)
+            else:
+                new = await self._table.hand_over(held.lease, self._worker_id, checkpoint, children)
+            if new is None:
+                new = await self._settle(key, held, None if withdrawn else taker, checkpoint)
+            if new is not None and new.checkpoint_owner is None:
+                if withdrawn:
+                    self._counts.released += 1
+                else:
+                    self._counts.handoffs_given += 1
+                self._let_go(key, new, checkpoint)
+                logger.info(
+                    "%s %s %s",
+                    self._worker_id,
+                    "released" if withdrawn else "handed",
+                    f"{key} (its ask was withdrawn)" if withdrawn else f"{key} over to {taker}",
+                )
+                return new
+            if new is not None or self._held.get(key) is not held:
                 return None
-        self._counts.handoffs_given += 1
-        self._let_go(key, new, checkpoint)
-        logger.info("%s handed %s over to %s", self._worker_id, key, taker)
-        return new
+        return None
 
     async def release(
         self,

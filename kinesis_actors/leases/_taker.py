@@ -146,6 +146,7 @@ class LeaseTaker:
             replies_settled=stats.replies_settled + counts.replies_settled,
             transient_errors=stats.transient_errors + counts.transient_errors,
             handoffs_asked=self._handoffs.count,
+            handoffs_withdrawn=self._handoffs.withdrawn,
             handoffs_received=counts.handoffs_received,
             workers=counts.workers,
             leases=counts.leases,
@@ -164,6 +165,9 @@ class LeaseTaker:
 
     async def withdraw_ask(self, key: str) -> None:
         await self._handoffs.withdraw(key)  # see HandoffsAsked.withdraw
+
+    async def asks_landed(self) -> None:
+        await self._handoffs.landed()  # see HandoffsAsked.landed
 
     def observe(self, leases: list[Lease]) -> list[Lease]:
         """A complete listing of the table: this worker's streams' leases in it, told to the
@@ -405,9 +409,10 @@ class LeaseTaker:
         for lease, previous in handed:
             self._adopt_handed(lease, previous)
         for lease in overdue:
-            if self._releasing:  # release_all began during a take below
-                return
-            await self._take(lease, stolen=True)
+            if self._releasing:  # release_all began during a take below: not taken, given back
+                await self._handoffs.withdraw(lease.key, settled=True)
+            else:
+                await self._take(lease, stolen=True)
 
     def _adopt_handed(self, lease: Lease, previous: str) -> None:
         info = self._known().owner_of(lease)

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
 import anyio
 
-from kinesis_actors import DynamoDBClient
+from kinesis_actors import DynamoDBClient, LocalDynamoDB
 from kinesis_actors.leases import LATEST, LeaseConfig, LeaseCoordinator, LeaseEvent
 from kinesis_actors.leases._holder import LeaseHolder
+from kinesis_actors.leases._items import Lease
 from kinesis_actors.leases._streams import LeasedStream, Streams
 from kinesis_actors.leases._table import LeaseTable
 from kinesis_actors.leases._taker import LeaseTaker
+from tests.faults import FaultProxy
 
 #: A fast protocol for tests: fail over after 1 s; renew, scan and sync often. Steals take
 #: (the KCL 2.x's way), so that these tests see the steal itself; HANDOFF asks the owner.
@@ -41,6 +43,16 @@ def coordinator(
 ) -> LeaseCoordinator:
     return LeaseCoordinator(
         dynamodb, kinesis, table, streams, worker_id=worker_id, config=config, **options
+    )
+
+
+def proxied(local: LocalDynamoDB, proxy: FaultProxy) -> DynamoDBClient:
+    """A DynamoDB client on the local server through the fault proxy."""
+    return DynamoDBClient(
+        region=local.region,
+        endpoint_url=proxy.endpoint_url,
+        verify=False,
+        credentials=local.credentials,
     )
 
 
@@ -117,3 +129,31 @@ async def watcher_a(
         rng=random.Random(7),
     )
     return table, clock, holder, taker
+
+
+class HeldUpTakes(LeaseTable):
+    """The table, whose take replies arrive only once ``reply`` is set (a reply still on its
+    way: a fault no real server produces on cue)."""
+
+    def __init__(self, client: DynamoDBClient, name: str) -> None:
+        super().__init__(client, name)
+        self.sent = anyio.Event()
+        self.reply = anyio.Event()
+
+    async def take(self, lease: Lease, owner: str) -> Lease | None:
+        new = await super().take(lease, owner)
+        self.sent.set()
+        await self.reply.wait()
+        return new
+
+
+async def release_all_begins_during_a_take(
+    table: HeldUpTakes, taker: LeaseTaker, take_round: Callable[[], Awaitable[None]]
+) -> None:
+    """Run ``take_round`` and begin ``release_all`` (``stop_taking``) while the reply to its
+    take is on its way; return when the round ended."""
+    async with anyio.create_task_group() as group:
+        group.start_soon(take_round)
+        await table.sent.wait()
+        taker.stop_taking()
+        table.reply.set()

@@ -4,13 +4,15 @@ taker resumes exactly there - no record delivered twice."""
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import anyio
 import pytest
 
-from kinesis_actors import DynamoDBClient, KinesisClient
+from kinesis_actors import DynamoDBClient, KinesisClient, LocalDynamoDB
 from kinesis_actors.leases import (
     LeaseAcquired,
     LeaseCoordinator,
@@ -19,8 +21,9 @@ from kinesis_actors.leases import (
     LeaseLost,
     decode_lease,
 )
+from tests.faults import Delay, FaultProxy, Reply, Request
 
-from .helpers import HANDOFF, PATIENCE, coordinator, events_until, scan
+from .helpers import HANDOFF, PATIENCE, coordinator, events_until, proxied, scan
 
 pytestmark = pytest.mark.anyio
 
@@ -166,6 +169,57 @@ async def test_a_worker_that_stops_with_asks_pending_leaves_no_lease_named_after
             (SEQUENCE, 3, None)
         }
         assert len(a.held()) == 4
+        items = await scan(dynamodb, lease_table_name)
+    for item in items:
+        assert {"b"}.isdisjoint(
+            {item.get(name, {}).get("S") for name in ("leaseOwner", "checkpointOwner")}
+        )
+
+
+def is_ask(request: Request) -> bool:
+    """An UpdateItem that sets ``checkpointOwner``: an ask for a handoff."""
+    if request.target != "UpdateItem":
+        return False
+    names = json.loads(request.body).get("ExpressionAttributeNames", {})
+    return any(k.startswith("#s") and v == "checkpointOwner" for k, v in names.items())
+
+
+async def test_an_ask_on_its_way_when_its_worker_stops_is_withdrawn_before_it_closes(
+    dynamodb: DynamoDBClient,
+    local_dynamodb: LocalDynamoDB,
+    client: KinesisClient,
+    stream: str,
+    lease_table_name: str,
+) -> None:
+    opened, asked = threading.Event(), threading.Event()
+
+    def decide(request: Request) -> Reply | Delay | None:
+        if not is_ask(request):
+            return None
+        if not opened.is_set():  # the asks of the round that opens "b": lost to a renewal
+            return Reply.error("ConditionalCheckFailedException", "lost to a renewal")
+        if asked.is_set():
+            return None
+        asked.set()
+        return Delay(0.5, reply=True)  # landed, its reply on its way as "b" stops
+
+    async with coordinator(dynamodb, client, lease_table_name, stream, "a", HANDOFF) as a:
+        await events_until(a, lambda seen: len(seen) == 4)
+        with FaultProxy(local_dynamodb.port, decide) as proxy:
+            async with (
+                proxied(local_dynamodb, proxy) as through_proxy,
+                coordinator(through_proxy, client, lease_table_name, stream, "b", HANDOFF) as b,
+            ):
+                opened.set()
+                with anyio.fail_after(PATIENCE):
+                    while not asked.is_set():  # set on the proxy's thread
+                        await anyio.sleep(0.01)
+                await b.release_all()  # then the coordinator closes at once
+            with anyio.fail_after(PATIENCE):  # the held reply, if "b" did not wait for it
+                while proxy.stats.forwarded + proxy.stats.faults.get("reply-400", 0) < (
+                    proxy.stats.requests
+                ):
+                    await anyio.sleep(0.05)
         items = await scan(dynamodb, lease_table_name)
     for item in items:
         assert {"b"}.isdisjoint(

@@ -11,10 +11,10 @@ import pytest
 from kinesis_actors import DynamoDBClient
 from kinesis_actors.leases import LeaseConfig, LeaseHandoff, LeaseLost
 from kinesis_actors.leases._holder import Held, LeaseHolder
-from kinesis_actors.leases._items import Lease
+from kinesis_actors.leases._items import SHARD_END, Lease
 from kinesis_actors.leases._table import LeaseTable
 
-from .helpers import Clock, watcher_a
+from .helpers import Clock, HeldUpTakes, release_all_begins_during_a_take, watcher_a
 
 pytestmark = pytest.mark.anyio
 
@@ -156,3 +156,67 @@ async def test_an_ask_that_lands_after_release_all_began_withdraws_itself(
     withdrawn = await current(table)
     assert (withdrawn.owner, withdrawn.checkpoint_owner) == ("x", None)
     assert await x.write(KEY, held, None) is not None and not x._events
+
+
+@pytest.mark.parametrize("withdrawal_seen", [False, True])
+async def test_a_lease_asked_for_again_after_a_withdrawal_goes_to_the_new_asker(
+    dynamodb: DynamoDBClient, lease_table_name: str, withdrawal_seen: bool
+) -> None:
+    table, clock, _, taker = await watcher_a(dynamodb, lease_table_name, CONFIG)
+    x, held = await owned_by_x(table, clock)
+    await taker._handoffs.ask(await current(table))
+    assert await x.write(KEY, held, None) is not None  # x told its reader to stop
+    taker.stop_taking()
+    await taker.withdraw_ask(KEY)
+    if withdrawal_seen:
+        assert await x.write(KEY, held, None) is not None
+    # "y" asks before x's reader has answered: the answer on its way goes to "y".
+    assert await table.ask_handoff(await current(table), "y") is not None
+    assert await x.hand_over(KEY, held, (SEQUENCE, 3), ()) is not None
+    handed = await current(table)
+    assert (handed.owner, handed.checkpoint_owner) == ("y", None)
+    assert (handed.checkpoint, handed.sub_sequence) == (SEQUENCE, 3)
+    # The reader was told once: the second ask reached an answer already on its way.
+    assert list(x._events) == [LeaseHandoff("orders", KEY, "a")]
+
+
+async def test_a_shard_finished_after_its_ask_was_withdrawn_is_released_ended(
+    dynamodb: DynamoDBClient, lease_table_name: str
+) -> None:
+    table, clock, _, taker = await watcher_a(dynamodb, lease_table_name, CONFIG)
+    x, held = await owned_by_x(table, clock)
+    await taker._handoffs.ask(await current(table))
+    assert await x.write(KEY, held, None) is not None
+    taker.stop_taking()
+    await taker.withdraw_ask(KEY)
+    # The reader reached the shard's end before it saw the handoff: the coordinator ends it
+    # through the handoff (finish), which meets the withdrawal and releases it ended.
+    children = ("shardId-000000000001", "shardId-000000000002")
+    assert await x.hand_over(KEY, held, (SHARD_END, 0), children) is not None
+    ended = await current(table)
+    assert (ended.owner, ended.checkpoint, ended.child_shard_ids) == (None, SHARD_END, children)
+
+
+async def test_overdue_asks_left_untaken_when_release_all_began_are_withdrawn(
+    dynamodb: DynamoDBClient, lease_table_name: str
+) -> None:
+    table, clock, holder, taker = await watcher_a(
+        dynamodb, lease_table_name, CONFIG, table_type=HeldUpTakes
+    )
+    assert isinstance(table, HeldUpTakes)
+    keys = ["shardId-000000000000", "shardId-000000000001"]
+    for key in keys:
+        lease = Lease(key=key, shard_id=key)
+        assert await table.create(lease)
+        owned = await LeaseTable.take(table, lease, "x")  # not held up: the set-up's own
+        assert owned is not None
+        await taker._handoffs.ask(owned)
+    # "x" never answers: both asks are overdue at the next round, which takes the first and
+    # would take the second; release_all begins while the first take's reply is on its way.
+    clock.now = CONFIG.handoff_timeout + CONFIG.failover_time + 1
+    await release_all_begins_during_a_take(table, taker, taker.take_round)
+    first, second = [await table.get(key) for key in keys]
+    assert first is not None and second is not None
+    assert first.owner is None  # taken, then given back unread
+    assert (second.owner, second.checkpoint_owner) == ("x", None)  # never taken: withdrawn
+    assert not holder.held

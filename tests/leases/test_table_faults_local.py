@@ -26,7 +26,7 @@ from kinesis_actors.leases import (
 )
 from tests.faults import FaultProxy, LoseReply, Reply, Request
 
-from .helpers import FAST, PATIENCE, coordinator, events_until
+from .helpers import FAST, PATIENCE, coordinator, events_until, proxied
 
 pytestmark = pytest.mark.anyio
 
@@ -46,15 +46,6 @@ def acquired(events: list[LeaseEvent]) -> set[str]:
         else:
             held.discard(event.shard_id)
     return held
-
-
-def proxied(local: LocalDynamoDB, proxy: FaultProxy) -> DynamoDBClient:
-    return DynamoDBClient(
-        region=local.region,
-        endpoint_url=proxy.endpoint_url,
-        verify=False,
-        credentials=local.credentials,
-    )
 
 
 async def fails_with(worker: LeaseCoordinator) -> BaseException:

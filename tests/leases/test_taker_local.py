@@ -3,8 +3,6 @@ takes dead owners' leases at the moment they expire, not at the round after."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 import anyio
 import pytest
 
@@ -13,9 +11,8 @@ from kinesis_actors.errors import ThrottlingError
 from kinesis_actors.leases import LeaseConfig, LeaseStats
 from kinesis_actors.leases._items import Lease
 from kinesis_actors.leases._table import LeaseTable
-from kinesis_actors.leases._taker import LeaseTaker
 
-from .helpers import watcher_a
+from .helpers import HeldUpTakes, release_all_begins_during_a_take, watcher_a
 
 pytestmark = pytest.mark.anyio
 
@@ -32,34 +29,6 @@ class ThrottledScans(LeaseTable):
         if self.throttled:
             raise ThrottlingError("Rate of requests exceeds the allowed throughput")
         return await super().list()
-
-
-class HeldUpTakes(LeaseTable):
-    """The table, whose take replies arrive only once ``reply`` is set (a reply still on its
-    way: a fault no real server produces on cue)."""
-
-    def __init__(self, client: DynamoDBClient, name: str) -> None:
-        super().__init__(client, name)
-        self.sent = anyio.Event()
-        self.reply = anyio.Event()
-
-    async def take(self, lease: Lease, owner: str) -> Lease | None:
-        new = await super().take(lease, owner)
-        self.sent.set()
-        await self.reply.wait()
-        return new
-
-
-async def release_all_begins_during_a_take(
-    table: HeldUpTakes, taker: LeaseTaker, take_round: Callable[[], Awaitable[None]]
-) -> None:
-    """Run ``take_round`` and begin ``release_all`` (``stop_taking``) while the reply to its
-    take is on its way; return when the round ended."""
-    async with anyio.create_task_group() as group:
-        group.start_soon(take_round)
-        await table.sent.wait()
-        taker.stop_taking()
-        table.reply.set()
 
 
 async def test_a_watcher_takes_dead_owners_leases_at_their_expiry_not_a_round_later(
