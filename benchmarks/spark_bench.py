@@ -42,14 +42,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from pyspark.sql.datasource import DataSourceStreamReader
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
 import spark_bridge
 from benchmarks._common import KEYS, load, machine, payloads
 from benchmarks.loadtarget import LoadTarget
 from kinesis_actors import LocalKinesis, ProducerConfig
 from kinesis_actors.sync import SyncProducer
 from spark_bridge import KinesisDataSource
-from spark_bridge._options import parse_source_options
-from spark_bridge._source import KinesisStreamReader
 
 __all__ = ["ProcessCpu", "TupleKinesisDataSource", "main", "markdown", "run"]
 
@@ -68,17 +69,46 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK")
 # -- the tuple comparison source -----------------------------------------------------------------
 
 
-class TupleStreamReader(KinesisStreamReader):
+class TupleStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The bridge's reader, but ``read`` yields Python tuples instead of Arrow batches.
 
     The task reads the same range; the rows are turned into Python objects
     column by column (``to_pylist``) and zipped into tuples, which Spark then converts back to
-    Arrow in the worker (``records_to_arrow_batches``), row by row with its type checks.
+    Arrow in the worker (``records_to_arrow_batches``), row by row with its type checks. Built
+    around the reader the public data source gives (``KinesisDataSource.streamReader``), every
+    other call passed to it as it is.
     """
 
+    def __init__(self, reader: Any) -> None:
+        self._reader = reader
+
+    def initialOffset(self) -> Any:
+        return self._reader.initialOffset()
+
+    def getDefaultReadLimit(self) -> Any:
+        return self._reader.getDefaultReadLimit()
+
+    def latestOffset(self, start: Any = None, limit: Any = None) -> Any:
+        return self._reader.latestOffset(start, limit)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._reader.prepareForTriggerAvailableNow()
+
+    def reportLatestOffset(self) -> Any:
+        return self._reader.reportLatestOffset()
+
+    def partitions(self, start: Any, end: Any) -> Any:
+        return self._reader.partitions(start, end)
+
     def read(self, partition: Any) -> Iterator[Any]:
-        for batch in super().read(partition):
+        for batch in self._reader.read(partition):
             yield from zip(*(column.to_pylist() for column in batch.columns), strict=True)
+
+    def commit(self, end: Any) -> None:
+        self._reader.commit(end)
+
+    def stop(self) -> None:
+        self._reader.stop()
 
 
 class TupleKinesisDataSource(KinesisDataSource):
@@ -89,7 +119,7 @@ class TupleKinesisDataSource(KinesisDataSource):
         return "kinesis_tuples"
 
     def streamReader(self, schema: Any) -> Any:
-        return TupleStreamReader(parse_source_options(self.options))
+        return TupleStreamReader(super().streamReader(schema))
 
 
 # -- CPU of the run's processes, from /proc ------------------------------------------------------
@@ -321,8 +351,9 @@ def _source(spark: Any, fmt: str, options: dict[str, str], checkpoint: Path, n: 
     return _stream_query(lambda writer: writer.format("noop").start(), frame, checkpoint, n)
 
 
-def _read_partitions(reader: KinesisStreamReader, start: Any, end: Any) -> int:
-    """What the tasks would read for (start, end), in this process: the rows counted."""
+def _read_partitions(reader: Any, start: Any, end: Any) -> int:
+    """What the tasks would read for (start, end), in this process (``reader``: the
+    bridge's, whose ``read`` yields Arrow batches): the rows counted."""
     rows = 0
     for partition in reader.partitions(start, end):
         for batch in reader.read(pickle.loads(pickle.dumps(partition))):
@@ -348,9 +379,8 @@ def _planner_inprocess(
                 "arrivalWindowPerTrigger": f"{window_s * 1000:.0f}ms",
                 "settleLag": "100ms",
             }
-            reader = KinesisStreamReader(
-                parse_source_options({k.lower(): v for k, v in options.items()})
-            )
+            source = KinesisDataSource({k.lower(): v for k, v in options.items()})
+            reader = source.streamReader(source.schema())
             start = reader.initialOffset()
             reader._get_planner()  # the client opens outside the measurement
             cpu0 = time.process_time()

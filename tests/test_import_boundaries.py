@@ -38,14 +38,8 @@ PACKAGE_PRIVATE = {"kinesis_actors._validate", "kinesis_actors._deprecated"}
 # Known violations in files this change could not edit, each with its follow-up. An entry is
 # (importing file, imported module); the test fails if an entry is no longer needed, so the list
 # only shrinks.
-ALLOWED: dict[tuple[str, str], str] = {
-    # spark_bench measures the bridge's internals in process (the planner, the range reader,
-    # and a subclass of the reader that yields tuples): white-box figures with no public seam
-    # in spark_bridge, whose public surface is the data source. Follow-up: build the readers
-    # through KinesisDataSource(options).streamReader(schema).
-    ("benchmarks/spark_bench.py", "spark_bridge._options"): "parse_source_options",
-    ("benchmarks/spark_bench.py", "spark_bridge._source"): "KinesisStreamReader",
-}
+#: Imports of another package's private modules allowed, each with its reason: none now.
+ALLOWED: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)
