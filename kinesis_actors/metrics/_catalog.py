@@ -261,6 +261,8 @@ _LEASES = _table(
      "Leases handed over to this worker at their owner's checkpoint."),
     ("handoffs_given", "handoffs.given", "counter", "{lease}",
      "Leases this worker handed over when another worker asked."),
+    ("handoffs_withdrawn", "handoffs.withdrawn", "counter", "{lease}",
+     "Handoffs this worker asked for and took back as it stopped (release_all)."),
     ("workers", "workers", "gauge", "{worker}",
      "Live workers seen in the table at the last scan, this one included."),
     ("leases", "unfinished", "gauge", "{lease}",
