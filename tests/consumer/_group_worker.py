@@ -9,8 +9,8 @@ batch so that a SIGKILL loses at most the batch in progress:
 * ``{"ev": "start" | "stop" | "finish" | "checkpoint" | "release", "w", "shard", ..., "t"}``
   from the consumer's own log (its ``lease_event`` records), so the tests judge the
   consumer by what it says it did;
-* ``{"ev": "ready", ...}`` once the consumer is open, ``{"ev": "exit", ...}`` after a clean
-  stop.
+* ``{"ev": "ready", ...}`` once the consumer is open, ``{"ev": "exit", ..., "leases"}`` after
+  a clean stop, with the lease protocol's statistics then (a :class:`LeaseStats` as a dict).
 
 SIGTERM stops it cleanly: the iteration ends, the consumer checkpoints what was committed and
 releases its leases.
@@ -18,6 +18,7 @@ releases its leases.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import signal
@@ -116,7 +117,9 @@ async def work(settings: dict[str, Any], out: IO[str]) -> None:
             out.flush()
             consumer.commit(batch)
         tg.cancel_scope.cancel()
-    out.write(json.dumps({"ev": "exit", "w": worker, "t": _now()}) + "\n")
+    stats = consumer.leases
+    leases = None if stats is None else dataclasses.asdict(stats)
+    out.write(json.dumps({"ev": "exit", "w": worker, "t": _now(), "leases": leases}) + "\n")
     out.flush()
 
 

@@ -16,7 +16,9 @@ everything written must arrive, and the logs are judged:
   ``expired`` or ``taken``), or ``unexplained``;
 * ``worker_deaths``: processes that ended on their own (an error, not our signal);
 * ``max_overlap``: the longest time two workers delivered one shard's records interleaved;
-* ``order_violations``: a key's rounds going backwards within one reading of a shard.
+* ``order_violations``: a key's rounds going backwards within one reading of a shard;
+* ``handoffs_asked`` / ``_given`` / ``_withdrawn``: summed over the clean stops' lease
+  statistics, the graceful handoffs the run went through (a SIGKILLed worker's are lost).
 
 The suite runs a short form (``tests/consumer/test_lease_soak_local.py``); the long one runs
 by hand, and prints its report::
@@ -89,6 +91,10 @@ class SoakReport:
     death_codes: list[int] = field(default_factory=list)
     max_overlap: float = 0.0
     order_violations: int = 0
+    # Summed over the clean stops' lease statistics: the handoff paths the run exercised.
+    handoffs_asked: int = 0
+    handoffs_given: int = 0
+    handoffs_withdrawn: int = 0
     actions: Counter[str] = field(default_factory=Counter)
     faults: dict[str, int] = field(default_factory=dict)
 
@@ -247,6 +253,10 @@ def judge(
     written = expected(written, records)
     report.written, report.delivered = len(written), len(written & delivered)
     report.lost = len(written - delivered)
+    for event in events:
+        if event["ev"] == "exit" and event.get("leases"):
+            for name in ("handoffs_asked", "handoffs_given", "handoffs_withdrawn"):
+                setattr(report, name, getattr(report, name) + event["leases"][name])
     ends: dict[tuple[str, int, str], list[tuple[float, str]]] = defaultdict(list)
     for event in events:
         if event["ev"] == "stop":
