@@ -53,9 +53,9 @@ from benchmarks._common import fixed as _f
 from benchmarks._common import load as _load
 from benchmarks._common import machine
 from benchmarks._common import text_table as _table
+from benchmarks._spark import ProcessCpu, spark_session
 from benchmarks.loadtarget import LoadTarget
 from benchmarks.scale_bench import put_one_per_shard
-from benchmarks.spark_bench import ProcessCpu, _session
 from spark_bridge import KinesisDataSource
 
 __all__ = ["SHARDS", "main", "measure", "report", "run"]
@@ -202,7 +202,7 @@ def measure(
     ``options``: more source options."""
     owned = spark is None
     if spark is None:
-        spark, owned = _session()
+        spark, owned = spark_session()
     spark.dataSource.register(KinesisDataSource)
     load = _load()
     with (
@@ -281,7 +281,7 @@ def run_marginal(shards: tuple[int, ...], rows: tuple[int, int]) -> dict[str, An
     """:func:`marginal` at every shard count, after a 16-shard warm-up."""
     started = time.perf_counter()
     results: dict[str, Any] = {"machine": machine(), "loadavg_start": _load(), "marginal": []}
-    spark, owned = _session()
+    spark, owned = spark_session()
     try:
         measure(16, idle=0, spark=spark, planner=False)
         for count in shards:
@@ -328,7 +328,7 @@ def run(
         "rows": [],
         "rows_option": rows,
     }
-    spark, owned = _session()
+    spark, owned = spark_session()
     try:
         # Warm-up (the JVM, the workers' imports); its source runner's CPU is the runner's
         # start-up (a new process per query), taken off each row's.

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks.spark_bench import ProcessCpu, markdown, run
+from benchmarks._spark import ProcessCpu
+from benchmarks.spark_bench import markdown, run
 
 pytestmark = pytest.mark.local_kinesis
 

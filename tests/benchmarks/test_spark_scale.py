@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.spark_bench import _session
+from benchmarks._spark import spark_session
 from benchmarks.spark_scale import marginal, measure, report, report_marginal
 
 pytestmark = pytest.mark.local_kinesis
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.local_kinesis
 
 @pytest.mark.slow
 def test_a_tiny_row_reads_every_record_and_reports_every_figure() -> None:
-    spark, owned = _session()
+    spark, owned = spark_session()
     try:
         row = measure(4, idle=0.5, settle=0.5, spark=spark)
         extra = marginal(4, (8, 40), spark)
