@@ -119,14 +119,18 @@ class LeaseMembership:
         """Hand ``key``'s lease to the worker that asked for it, at ``final`` (the committed
         position; None: the last noted checkpoint). Its reading has stopped."""
         checkpoint = None if final is None else (final.sequence_number, final.sub_sequence_number)
+        coordinator = self._running()
         try:
-            await self._running().hand_over(*key, checkpoint)
+            await coordinator.hand_over(*key, checkpoint)
         except LeaseLostError:
             log.info("%s/%s: lost before it was handed over", *key)
         else:
             log.info("%s/%s handed over at %s", *key, final)
         finally:
-            self.assignment.discard(key)
+            # Held again (a withdrawn ask the coordinator answered by itself, and this worker
+            # took the lease back before this late answer): it is being read anew, keep it.
+            if key not in coordinator.held():
+                self.assignment.discard(key)
 
     async def _apply(
         self, event: LeaseAcquired | LeaseLost, acquired: Acquired, lost: Lost

@@ -13,6 +13,7 @@ import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from typing import Any, Literal
 
 import anyio
@@ -21,8 +22,14 @@ import pytest
 from kinesis_actors import KinesisClient, LocalDynamoDB, LocalKinesis, errors
 from kinesis_actors.client import DynamoDBClient
 from kinesis_actors.consumer import Consumer, ConsumerConfig, RecordBatch, StartingPosition
+from kinesis_actors.consumer._membership import LeaseMembership
 from kinesis_actors.consumer._positions import SavedShard
-from kinesis_actors.leases import LeaseConfig, LeaseTableError, WorkerIdConflictError
+from kinesis_actors.leases import (
+    LeaseConfig,
+    LeaseCoordinator,
+    LeaseTableError,
+    WorkerIdConflictError,
+)
 from kinesis_actors.records import Position
 from tests.faults import Cut, FaultProxy, Request
 
@@ -539,3 +546,64 @@ async def test_a_lease_lost_and_taken_back_before_its_reader_ended_is_read_again
     assert [row.data for row in after][-len(then) :] == [data for data, _ in then]
     assert {row.data for row in seen + after} == {data for data, _ in first + then}
     assert sorted(after, key=lambda row: row.order) == after
+
+
+async def test_a_late_answer_to_a_withdrawn_handoff_keeps_the_lease_taken_back_assigned(
+    local_kinesis: LocalKinesis,
+    local_dynamodb: LocalDynamoDB,
+    dynamodb: DynamoDBClient,
+    stream_name: str,
+    table: str,
+) -> None:
+    """The coordinator answers a handoff whose ask was withdrawn by itself (a release) after
+    ``handoff_timeout``, this worker takes the lease back, and only then does the reader's
+    answer come: the lease is being read anew and must stay this worker's."""
+    handoff = LeaseConfig(
+        failover_time=1.0, renew_interval=0.25, take_interval=0.1, handoff_timeout=0.5
+    )
+    async with local_kinesis.client(tls=False) as client:
+        await client.create_stream(stream_name, 2)
+        config = dataclasses.replace(leased(local_dynamodb, table, "a"), leases=handoff)
+        membership = LeaseMembership(client, [stream_name], config, "a")
+        told: list[tuple[str, str]] = []
+        acquired: list[tuple[str, str]] = []
+        answer, answered = anyio.Event(), anyio.Event()
+
+        async def handoff_task(key: tuple[str, str]) -> None:
+            told.append(key)
+            await answer.wait()  # held up past handoff_timeout
+            await membership.hand_over(key, None)
+            answered.set()
+
+        async def lost(key: tuple[str, str], reason: str) -> None:
+            pass
+
+        async with AsyncExitStack() as stack:
+            await membership.open(stack)
+            async with anyio.create_task_group() as group:
+                group.start_soon(
+                    membership.run_events,
+                    lambda key, saved, parents: acquired.append(key),
+                    lost,
+                    handoff_task,
+                )
+                with anyio.fail_after(30):
+                    while len(acquired) < 2:
+                        await anyio.sleep(0.01)
+                b = LeaseCoordinator(
+                    dynamodb, client, table, stream_name, worker_id="b", config=handoff
+                )
+                async with b:
+                    with anyio.fail_after(30):
+                        while not told:
+                            await anyio.sleep(0.01)
+                    await b.release_all()  # "b" leaves: its asks are withdrawn
+                # "a" releases the lease it was told to hand over, and takes it back.
+                with anyio.fail_after(30):
+                    while acquired.count(told[0]) < 2:
+                        await anyio.sleep(0.01)
+                answer.set()
+                with anyio.fail_after(30):
+                    await answered.wait()
+                assert membership.assignment.owns(told[0])
+                group.cancel_scope.cancel()
