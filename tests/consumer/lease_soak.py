@@ -5,7 +5,8 @@ behind the fault proxy, which loses UpdateItem replies (the write lands, the rep
 not), stalls requests and throttles them at random. One worker's wall clock runs 30 s fast.
 The group starts at ``LATEST``; once every shard is being read a writer puts rounds of keyed
 records, while a chaos loop SIGKILLs workers and restarts them under the same id, SIGSTOPs
-and resumes them, and stops them with SIGTERM and starts them again. Then the faults stop,
+and resumes them, stops them with SIGTERM and starts them again, and stops one again as
+soon as it has opened (it leaves with the handoffs it just asked for). Then the faults stop,
 everything written must arrive, and the logs are judged:
 
 * ``lost``: written, never delivered (must be 0);
@@ -62,7 +63,8 @@ class SoakSettings:
     stalls: float = 0.03  # of every request: held 0.2-1 s
     throttles: float = 0.03  # of every request: ProvisionedThroughputExceeded
     chaos_every: float = 5.0
-    actions: tuple[str, ...] = ("kill", "pause", "term")  # () for faults of the table only
+    # () for faults of the table only
+    actions: tuple[str, ...] = ("kill", "pause", "term", "leave")
     skew: float = 30.0  # the first worker's clock, seconds fast
     seed: int = 0
     leases: dict[str, float] = field(
@@ -156,6 +158,13 @@ class Workers:
 
     def current(self, worker: str) -> _Incarnation:
         return self.incarnations[worker][-1]
+
+    async def leave_at_once(self, worker: str) -> None:
+        """Stop and start ``worker``, then stop the new process as soon as it is ready (and
+        start it again): it leaves with the handoffs it asked for on opening still pending,
+        and withdraws them."""
+        await self.stop_and_restart(worker)
+        await self.stop_and_restart(worker)
 
     def check(self) -> None:
         """A process that ended without our signal died: count it, start it again."""
@@ -384,6 +393,8 @@ async def run_soak(
                             await workers.kill_and_restart(worker)
                         elif action == "pause":
                             await workers.pause(worker, chaos.rng.uniform(1.0, 4.0))
+                        elif action == "leave":
+                            await workers.leave_at_once(worker)
                         else:
                             await workers.stop_and_restart(worker)
                     chaos.on = False
