@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 
 from ..client import ClientConfig, DynamoDBClient, KinesisClient
+from ..errors import KinesisError
 from ..leases import (
     LeaseAcquired,
     LeaseConfig,
@@ -68,6 +69,11 @@ class LeaseMembership:
         self._initial = config.start.type
         self._coordinator: LeaseCoordinator | None = None
         self._finished: set[ShardKey] = set()
+        # Acquisitions per key, and the count when a handoff of it began: an answer that
+        # comes after the lease was taken back (a newer acquisition) must not drop it.
+        # Bounded by the shards of the streams.
+        self._acquisitions: dict[ShardKey, int] = {}
+        self._handoff_began: dict[ShardKey, int] = {}
 
     @property
     def config(self) -> LeaseConfig:
@@ -111,7 +117,9 @@ class LeaseMembership:
             while True:
                 event = await coordinator.next_event()
                 if isinstance(event, LeaseHandoff):
-                    handoffs.start_soon(handoff, (event.stream, event.shard_id))
+                    key = (event.stream, event.shard_id)
+                    self._handoff_began[key] = self._acquisitions.get(key, 0)
+                    handoffs.start_soon(handoff, key)
                 else:
                     await self._apply(event, acquired, lost)
 
@@ -119,17 +127,19 @@ class LeaseMembership:
         """Hand ``key``'s lease to the worker that asked for it, at ``final`` (the committed
         position; None: the last noted checkpoint). Its reading has stopped."""
         checkpoint = None if final is None else (final.sequence_number, final.sub_sequence_number)
-        coordinator = self._running()
+        began = self._handoff_began.pop(key, None)
         try:
-            await coordinator.hand_over(*key, checkpoint)
+            await self._running().hand_over(*key, checkpoint)
         except LeaseLostError:
             log.info("%s/%s: lost before it was handed over", *key)
+        except KinesisError as error:  # the coordinator answers by itself after the timeout
+            log.warning("%s/%s: handing over failed (%s); left to the coordinator", *key, error)
         else:
             log.info("%s/%s handed over at %s", *key, final)
         finally:
-            # Held again (a withdrawn ask the coordinator answered by itself, and this worker
-            # took the lease back before this late answer): it is being read anew, keep it.
-            if key not in coordinator.held():
+            # Acquired again since the handoff began (a withdrawn ask the coordinator answered
+            # by itself, then taken back before this late answer): read anew, it is kept.
+            if began is None or self._acquisitions.get(key, 0) == began:
                 self.assignment.discard(key)
 
     async def _apply(
@@ -148,6 +158,7 @@ class LeaseMembership:
                 event.previous_owner or "nobody",
             )
             self._finished.discard(key)
+            self._acquisitions[key] = self._acquisitions.get(key, 0) + 1
             self.assignment.add(key)
             acquired(key, saved, event.parents)
         else:

@@ -391,6 +391,7 @@ class ShardScheduler:
         finally:
             del self._handing[key]
             self._forget_processor(key)
+            self._reschedule.set()  # taken back meanwhile: it was not scheduled while handing
 
     async def _hand_over(self) -> None:
         """Close, readers stopped: the final checkpoints, then release every lease.

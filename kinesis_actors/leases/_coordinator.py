@@ -351,15 +351,17 @@ class LeaseCoordinator:
         ``handoff_timeout``).
         """
         key, held = self._holding(stream, shard_id)
-        if held.handing_to is None and not held.handoff_withdrawn:
-            # Never asked for - or answered by the coordinator itself after handoff_timeout,
-            # and held again since: either way nothing is to be handed over now.
-            raise LeaseLostError(
-                f"the lease of {stream}/{shard_id} is not being handed over",
-                stream=stream,
-                shard_id=shard_id,
-            )
         async with held.lock:
+            if self._holder.held.get(key) is not held or (
+                held.handing_to is None and not held.handoff_withdrawn
+            ):
+                # Never asked for - or answered by the coordinator itself after
+                # handoff_timeout (and maybe held again since): nothing to hand over now.
+                raise LeaseLostError(
+                    f"the lease of {stream}/{shard_id} is not being handed over",
+                    stream=stream,
+                    shard_id=shard_id,
+                )
             final = checkpoint if checkpoint is not None else held.pending
             new = await self._holder.hand_over(key, held, final, ())
         if new is None:
@@ -412,8 +414,10 @@ class LeaseCoordinator:
                 if self._holder.held.get(key) is not held:
                     return
                 checkpoint = finals.get((held.stream, held.lease.shard_id), held.pending)
+                # A handoff whose ask was withdrawn ends as a release the holder counts.
+                answering = held.handing_to is not None or held.handoff_withdrawn
                 try:
-                    if held.handing_to is not None:
+                    if answering:
                         new = await self._holder.hand_over(key, held, checkpoint, ())
                     else:
                         new = await self._holder.release(key, held, checkpoint, ())
@@ -424,7 +428,8 @@ class LeaseCoordinator:
                     self._transient(f"releasing {key} (left to expire)", error)
                     return
             if new is not None:
-                self._stats = replace(self._stats, released=self._stats.released + 1)
+                if not (answering and new.owner is None):
+                    self._stats = replace(self._stats, released=self._stats.released + 1)
                 self._holder.tell_lost(held, "released")
 
         async def withdraw(key: str) -> None:
@@ -440,10 +445,13 @@ class LeaseCoordinator:
                 group.start_soon(release, key, held)
             for key in asks:
                 group.start_soon(withdraw, key)
-        # An ask on its way withdraws itself once it lands: closing the coordinator now would
-        # cancel it. Bounded: past a failover time the lease expires all the same.
-        with anyio.move_on_after(self._config.failover_time):
-            await self._taker.asks_landed()
+        # A round under way still gives back or withdraws what lands after stop_taking:
+        # closing the coordinator now would cancel that. Bounded by half a failover time,
+        # which leaves the consumer's close room for the rest (its round's calls are
+        # bounded by the client's own timeouts, and past a failover time a lease left
+        # expires all the same).
+        with anyio.move_on_after(self._config.failover_time / 2):
+            await self._taker.round_ended()
         if self._holder.failure is not None:
             raise self._holder.failure
 

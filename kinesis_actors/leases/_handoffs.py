@@ -21,8 +21,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-import anyio
-
 from ._config import LeaseConfig
 from ._holder import LeaseHolder
 from ._items import Lease
@@ -64,8 +62,6 @@ class HandoffsAsked:
         # lease, settled by the first listing that shows it handed over, overdue or gone.
         self._asked: dict[str, tuple[float, str]] = {}
         self._stopped = False  # release_all began: withdraw, ask nothing more
-        self._in_flight = 0  # asks on their way (each withdraws itself if stopped meanwhile)
-        self._none_in_flight: anyio.Event | None = None
         self.count = 0  # asks that landed, since the coordinator opened
         self.withdrawn = 0  # asks withdrawn, or leases handed over released, at release_all
 
@@ -83,15 +79,6 @@ class HandoffsAsked:
         owner = lease.owner
         if owner is None or self._stopped or self._known().owner_of(lease) is None:
             return
-        self._in_flight += 1
-        try:
-            await self._ask(lease, owner)
-        finally:
-            self._in_flight -= 1
-            if not self._in_flight and self._none_in_flight is not None:
-                self._none_in_flight.set()
-
-    async def _ask(self, lease: Lease, owner: str) -> None:
         new = await self._table.ask_handoff(lease, self._worker_id)
         if new is None:  # lost to a renewal or a take - or landed with its reply lost
             current = await self._table.get(lease.key)
@@ -110,17 +97,10 @@ class HandoffsAsked:
 
     def stop(self) -> list[str]:
         """``release_all`` began: the asks to withdraw now; one still on its way withdraws
-        itself once it lands (:meth:`landed` waits for that), and none is made any more."""
+        itself once it lands (the take round it is part of runs to its end: ``release_all``
+        waits for it), and none is made any more."""
         self._stopped = True
         return list(self._asked)
-
-    async def landed(self) -> None:
-        """Wait until no ask is on its way: ``release_all`` waits, or closing the
-        coordinator right after it would cancel an ask that has not withdrawn itself yet."""
-        while self._in_flight:
-            if self._none_in_flight is None or self._none_in_flight.is_set():
-                self._none_in_flight = anyio.Event()
-            await self._none_in_flight.wait()
 
     async def withdraw(self, key: str, *, settled: bool = False) -> None:
         """Take back the ask for ``key``: its owner keeps the lease as if it had not been

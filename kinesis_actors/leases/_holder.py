@@ -340,6 +340,11 @@ class LeaseHolder:
                 break
         if new is None:
             return None
+        if held.handing_to is not None and new.owner not in (None, held.handing_to):
+            # A renewal while handing over holds on checkpointOwner alone: it passes over a
+            # withdrawal and another worker's ask in between. The answer goes to that one.
+            logger.info("%s: %s is asked for again, by %s", self._worker_id, key, new.owner)
+            held.handing_to = new.owner
         if self.lapsed(key):
             # Its reply came after the lease lapsed (a pause, or a reply held up): others may
             # take it now and its batches were fenced, so a lapse is final. A write that
@@ -379,10 +384,15 @@ class LeaseHolder:
         if current is not None and write_landed(held.lease, current, owner, sequence):
             self._counts.replies_settled += 1
             return current
+        # While a handoff is under way, an ask and its withdrawal leave the counter as it is:
+        # only the counter of our last write, or of one landed with its reply lost, is ours.
+        handing = held.handing_to is not None or held.handoff_withdrawn
+        ours = current is not None and current.counter - held.lease.counter in (0, 1)
         if (
             current is not None
             and current.checkpoint_owner == self._worker_id
             and current.owner not in (None, self._worker_id)
+            and (ours or not handing)
         ):
             await self._handoff_asked(key, held, current)  # asked, or asked again
             return None
@@ -391,6 +401,7 @@ class LeaseHolder:
             and held.handing_to is not None
             and current.owner == self._worker_id
             and current.checkpoint_owner is None
+            and ours
         ):
             self._handoff_withdrawn(key, held, current)
             return None
@@ -496,10 +507,13 @@ class LeaseHolder:
         checkpoint: tuple[str, int] | None,
         children: tuple[str, ...],
     ) -> Lease | None:
-        """Release ``held`` (with ``checkpoint``), under its lock; None if it was lost."""
+        """Release ``held`` (with ``checkpoint``), under its lock; None if it was lost. Asked
+        for meanwhile, it is handed to the asker instead, with the same checkpoint."""
         new = await self._table.release(held.lease, self._worker_id, checkpoint, children)
         if new is None:
             new = await self._settle(key, held, None, checkpoint)
+            if new is None and held.handing_to is not None and self._held.get(key) is held:
+                return await self.hand_over(key, held, checkpoint, children)
             if new is None:
                 return None
         self._let_go(key, new, checkpoint)

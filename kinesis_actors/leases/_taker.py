@@ -119,6 +119,8 @@ class LeaseTaker:
         self._initial = initial_position
         self._rng = rng
         self._releasing = False
+        self._in_round = False  # a round (or a wake between rounds) under way
+        self._round_over: anyio.Event | None = None
         self._handoffs = HandoffsAsked(table, holder, worker_id, config, clock=clock, known=known)
         self._schedule = ScanSchedule(worker_id, config.failover_time)
         # A watcher's moments, from its last listing, at which other workers' leases expire
@@ -166,8 +168,14 @@ class LeaseTaker:
     async def withdraw_ask(self, key: str) -> None:
         await self._handoffs.withdraw(key)  # see HandoffsAsked.withdraw
 
-    async def asks_landed(self) -> None:
-        await self._handoffs.landed()  # see HandoffsAsked.landed
+    async def round_ended(self) -> None:
+        """Wait until no take round is under way: ``release_all`` waits, so that closing the
+        coordinator does not cancel what a round still does once it stopped taking (an ask
+        withdrawing itself as it lands, a late take given back, overdue asks withdrawn)."""
+        while self._in_round:
+            if self._round_over is None or self._round_over.is_set():
+                self._round_over = anyio.Event()
+            await self._round_over.wait()
 
     def observe(self, leases: list[Lease]) -> list[Lease]:
         """A complete listing of the table: this worker's streams' leases in it, told to the
@@ -209,10 +217,23 @@ class LeaseTaker:
             for held in self._holder.held.values()
         )
 
+    async def _under_way(self, body: Callable[[], Awaitable[None]]) -> None:
+        """Run a round's ``body``, known to be under way meanwhile (see :meth:`round_ended`)."""
+        self._in_round = True
+        try:
+            await body()
+        finally:
+            self._in_round = False
+            if self._round_over is not None:
+                self._round_over.set()
+
     async def take_round(self) -> None:
         """One round: list the table (a watcher's round, see :class:`ScanSchedule`, or one
         due), take, steal and follow handoffs by that listing; every round pins and hands
         ready leases to their readers."""
+        await self._under_way(self._take_round)
+
+    async def _take_round(self) -> None:
         now = self._clock()
         if not self._schedule.due(
             now, following=self._following(), period=self._config.take_period
@@ -287,6 +308,9 @@ class LeaseTaker:
         take conditional on the counter seen, so an owner that renewed after all keeps its
         lease (and what the failed take read is learnt, not tried again) - and every held
         lease that may now be read is handed to its reader."""
+        await self._under_way(self._between_rounds)
+
+    async def _between_rounds(self) -> None:
         now = self._clock()
         due = False
         while self._expiries and self._expiries[0] < now:

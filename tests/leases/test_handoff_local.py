@@ -150,6 +150,7 @@ async def test_a_worker_that_stops_with_asks_pending_leaves_no_lease_named_after
             await b.release_all()  # ...and "b" leaves before "a" has answered
             stats_b = b.statistics()
         assert stats_b.handoffs_asked >= 1 and stats_b.handoffs_received == 0
+        assert stats_b.handoffs_withdrawn == stats_b.handoffs_asked
         # Each answer (a second ask may have been seen too) finds nobody to hand the lease
         # to: it is released at the answer's checkpoint, and "a" takes it back as a free
         # lease, no failover time waited; a lease whose ask it had not seen it kept.
@@ -201,7 +202,7 @@ async def test_an_ask_on_its_way_when_its_worker_stops_is_withdrawn_before_it_cl
         if asked.is_set():
             return None
         asked.set()
-        return Delay(0.5, reply=True)  # landed, its reply on its way as "b" stops
+        return Delay(0.3, reply=True)  # landed, its reply on its way as "b" stops
 
     async with coordinator(dynamodb, client, lease_table_name, stream, "a", HANDOFF) as a:
         await events_until(a, lambda seen: len(seen) == 4)

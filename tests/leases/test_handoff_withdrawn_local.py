@@ -14,7 +14,7 @@ from kinesis_actors.leases._holder import Held, LeaseHolder
 from kinesis_actors.leases._items import SHARD_END, Lease
 from kinesis_actors.leases._table import LeaseTable
 
-from .helpers import Clock, HeldUpTakes, release_all_begins_during_a_take, watcher_a
+from .helpers import Clock, HeldUpTakes, watcher_a
 
 pytestmark = pytest.mark.anyio
 
@@ -197,7 +197,7 @@ async def test_a_shard_finished_after_its_ask_was_withdrawn_is_released_ended(
     assert (ended.owner, ended.checkpoint, ended.child_shard_ids) == (None, SHARD_END, children)
 
 
-async def test_overdue_asks_left_untaken_when_release_all_began_are_withdrawn(
+async def test_overdue_asks_left_untaken_when_release_all_began_are_withdrawn_before_close(
     dynamodb: DynamoDBClient, lease_table_name: str
 ) -> None:
     table, clock, holder, taker = await watcher_a(
@@ -212,11 +212,102 @@ async def test_overdue_asks_left_untaken_when_release_all_began_are_withdrawn(
         assert owned is not None
         await taker._handoffs.ask(owned)
     # "x" never answers: both asks are overdue at the next round, which takes the first and
-    # would take the second; release_all begins while the first take's reply is on its way.
+    # would take the second; release_all begins while the first take's reply is on its way,
+    # waits for the round (what it still gives back and withdraws), and the coordinator
+    # closes at once: the round is cancelled.
     clock.now = CONFIG.handoff_timeout + CONFIG.failover_time + 1
-    await release_all_begins_during_a_take(table, taker, taker.take_round)
+    async with anyio.create_task_group() as group:
+        group.start_soon(taker.take_round)
+        await table.sent.wait()
+        assert taker.stop_taking() == []  # both settled as overdue by this round
+        table.reply.set()
+        await taker.round_ended()
+        group.cancel_scope.cancel()
     first, second = [await table.get(key) for key in keys]
     assert first is not None and second is not None
     assert first.owner is None  # taken, then given back unread
     assert (second.owner, second.checkpoint_owner) == ("x", None)  # never taken: withdrawn
     assert not holder.held
+
+
+async def test_no_ask_is_made_once_release_all_began(
+    dynamodb: DynamoDBClient, lease_table_name: str
+) -> None:
+    table, clock, _, taker = await watcher_a(dynamodb, lease_table_name, CONFIG)
+    await owned_by_x(table, clock)
+    taker.stop_taking()
+    before = await current(table)
+    await taker._handoffs.ask(before)  # a steal the round had planned
+    assert await current(table) == before  # nothing written (not asked, then withdrawn)
+    assert taker._handoffs.count == 0
+
+
+async def test_a_renewal_that_passes_over_a_withdrawal_and_a_new_ask_answers_the_new_asker(
+    dynamodb: DynamoDBClient, lease_table_name: str
+) -> None:
+    table, clock, _, taker = await watcher_a(dynamodb, lease_table_name, CONFIG)
+    x, held = await owned_by_x(table, clock)
+    await taker._handoffs.ask(await current(table))
+    assert await x.write(KEY, held, None) is not None  # told its reader; hands over to "a"
+    since = held.handoff_since
+    taker.stop_taking()
+    await taker.withdraw_ask(KEY)
+    assert await table.ask_handoff(await current(table), "y") is not None
+    # x's renewal holds on checkpointOwner alone: it passes, and learns whom it answers now.
+    clock.now = 1.0
+    assert await x.write(KEY, held, None) is not None
+    assert (held.handing_to, held.handoff_since) == ("y", since)  # the same deadline
+    assert list(x._events) == [LeaseHandoff("orders", KEY, "a")]
+
+
+class ChurningAsks(LeaseTable):
+    """The table, on which each answer of the owner meets a changed handoff: before each
+    hand-over or release is written, the ask is withdrawn, or a new worker asks (a churn no
+    real group produces on cue)."""
+
+    churn = False
+    asks = 0
+
+    async def _flip(self, key: str, owner: str) -> None:
+        lease = await self.get(key)
+        assert lease is not None
+        if lease.checkpoint_owner == owner:
+            assert lease.owner is not None
+            await self.withdraw_handoff(lease, lease.owner, owner)
+        else:
+            self.asks += 1
+            await self.ask_handoff(lease, f"w{self.asks}")
+
+    async def hand_over(
+        self, lease: Lease, owner: str, checkpoint: object = None, children: object = ()
+    ) -> Lease | None:
+        if self.churn:
+            await self._flip(lease.key, owner)
+        return await super().hand_over(lease, owner, checkpoint, children)  # type: ignore[arg-type]
+
+    async def release(
+        self, lease: Lease, owner: str, checkpoint: object = None, children: object = ()
+    ) -> Lease | None:
+        if self.churn:
+            await self._flip(lease.key, owner)
+        return await super().release(lease, owner, checkpoint, children)  # type: ignore[arg-type]
+
+
+async def test_an_answer_that_keeps_meeting_a_changed_handoff_stops_with_its_checkpoint_noted(
+    dynamodb: DynamoDBClient, lease_table_name: str
+) -> None:
+    table, clock, _, taker = await watcher_a(
+        dynamodb, lease_table_name, CONFIG, table_type=ChurningAsks
+    )
+    assert isinstance(table, ChurningAsks)
+    x, held = await owned_by_x(table, clock)
+    await taker._handoffs.ask(await current(table))
+    assert await x.write(KEY, held, None) is not None  # told its reader
+    table.churn = True
+    # Withdrawn, asked again, withdrawn: three writes, each under the condition that held
+    # before it, and no more. The lease stays held (its reader stopped: the coordinator's
+    # own answer after handoff_timeout goes out), with the reader's checkpoint noted for it.
+    assert await x.hand_over(KEY, held, (SEQUENCE, 3), ()) is None
+    assert x.held.get(KEY) is held and held.ready
+    assert held.pending == (SEQUENCE, 3)
+    assert table.asks == 1
