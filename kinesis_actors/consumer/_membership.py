@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 
 from ..client import ClientConfig, DynamoDBClient, KinesisClient
-from ..errors import KinesisError
+from ..errors import AccessDeniedError, KinesisError
 from ..leases import (
     LeaseAcquired,
     LeaseConfig,
@@ -27,6 +27,7 @@ from ..leases import (
     LeaseLost,
     LeaseLostError,
     LeaseStats,
+    LeaseTableError,
 )
 from ..records import Position
 from ._config import ConsumerConfig
@@ -132,6 +133,8 @@ class LeaseMembership:
             await self._running().hand_over(*key, checkpoint)
         except LeaseLostError:
             log.info("%s/%s: lost before it was handed over", *key)
+        except (LeaseTableError, AccessDeniedError):
+            raise  # the table is gone or denied: the consumer fails, as at a renewal
         except KinesisError as error:  # the coordinator answers by itself after the timeout
             log.warning("%s/%s: handing over failed (%s); left to the coordinator", *key, error)
         else:

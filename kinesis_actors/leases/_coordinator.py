@@ -446,8 +446,8 @@ class LeaseCoordinator:
             for key in asks:
                 group.start_soon(withdraw, key)
         # A round under way still gives back or withdraws what lands after stop_taking:
-        # closing the coordinator now would cancel that. Bounded by half a failover time,
-        # which leaves the consumer's close room for the rest (its round's calls are
+        # closing the coordinator now would cancel that. Bounded by half a failover time
+        # (5 s by default, within the consumer's 10 s close budget; the round's calls are
         # bounded by the client's own timeouts, and past a failover time a lease left
         # expires all the same).
         with anyio.move_on_after(self._config.failover_time / 2):

@@ -513,11 +513,20 @@ class LeaseHolder:
         if new is None:
             new = await self._settle(key, held, None, checkpoint)
             if new is None and held.handing_to is not None and self._held.get(key) is held:
+                self._unsay_handoff(held)  # answered here: its reader has nothing to do
                 return await self.hand_over(key, held, checkpoint, children)
             if new is None:
                 return None
         self._let_go(key, new, checkpoint)
         return new
+
+    def _unsay_handoff(self, held: Held) -> None:
+        """Take back a :class:`LeaseHandoff` of ``held`` not received yet."""
+        told = (held.stream, held.lease.shard_id)
+        for queued in self._events:
+            if isinstance(queued, LeaseHandoff) and (queued.stream, queued.shard_id) == told:
+                self._events.remove(queued)
+                return
 
     def _let_go(self, key: str, new: Lease, checkpoint: tuple[str, int] | None) -> None:
         """A release or a handover was written: the lease is no longer held."""

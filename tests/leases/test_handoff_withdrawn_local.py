@@ -311,3 +311,19 @@ async def test_an_answer_that_keeps_meeting_a_changed_handoff_stops_with_its_che
     assert x.held.get(KEY) is held and held.ready
     assert held.pending == (SEQUENCE, 3)
     assert table.asks == 1
+
+
+async def test_a_release_that_meets_a_new_ask_hands_the_lease_over_ended(
+    dynamodb: DynamoDBClient, lease_table_name: str
+) -> None:
+    table, clock, _, _ = await watcher_a(dynamodb, lease_table_name, CONFIG)
+    x, held = await owned_by_x(table, clock)
+    assert await table.ask_handoff(await current(table), "y") is not None
+    # x finishes the shard before it has seen the ask: the release meets it, and the lease
+    # goes to "y" ended (its children with it), not dropped with SHARD_END unwritten.
+    children = ("shardId-000000000001",)
+    assert await x.release(KEY, held, (SHARD_END, 0), children) is not None
+    ended = await current(table)
+    assert (ended.owner, ended.checkpoint_owner) == ("y", None)
+    assert (ended.checkpoint, ended.child_shard_ids) == (SHARD_END, children)
+    assert not x.held and not x._events  # answered there: nothing for the reader to do
