@@ -352,9 +352,7 @@ class LeaseCoordinator:
         """
         key, held = self._holding(stream, shard_id)
         async with held.lock:
-            if self._holder.held.get(key) is not held or (
-                held.handing_to is None and not held.handoff_withdrawn
-            ):
+            if self._holder.held.get(key) is not held or not held.answering:
                 # Never asked for - or answered by the coordinator itself after
                 # handoff_timeout (and maybe held again since): nothing to hand over now.
                 raise LeaseLostError(
@@ -415,7 +413,7 @@ class LeaseCoordinator:
                     return
                 checkpoint = finals.get((held.stream, held.lease.shard_id), held.pending)
                 # A handoff whose ask was withdrawn ends as a release the holder counts.
-                answering = held.handing_to is not None or held.handoff_withdrawn
+                answering = held.answering
                 try:
                     if answering:
                         new = await self._holder.hand_over(key, held, checkpoint, ())

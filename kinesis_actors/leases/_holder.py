@@ -69,6 +69,11 @@ class Held:
     handoff_withdrawn: bool = False
     lock: anyio.Lock = field(default_factory=anyio.Lock)
 
+    @property
+    def answering(self) -> bool:
+        """Whether a handoff is under way: asked (or asked and withdrawn), its answer due."""
+        return self.handing_to is not None or self.handoff_withdrawn
+
 
 @dataclass(slots=True)
 class _Counts:
@@ -234,17 +239,21 @@ class LeaseHolder:
         self._changed = anyio.Event()
 
     def _push(self, event: LeaseEvent) -> None:
-        if isinstance(event, LeaseLost):
-            for queued in self._events:
-                if isinstance(queued, LeaseAcquired) and (queued.stream, queued.shard_id) == (
-                    event.stream,
-                    event.shard_id,
-                ):
-                    self._events.remove(queued)  # never received: nothing to stop
-                    self._wake()
-                    return
+        if isinstance(event, LeaseLost) and self._unqueue(
+            LeaseAcquired, event.stream, event.shard_id
+        ):
+            return  # never received: nothing to stop
         self._events.append(event)
         self._wake()
+
+    def _unqueue(self, kind: type[LeaseEvent], stream: str, shard_id: str) -> bool:
+        """Take back the queued event of ``kind`` for the shard, if it was not received."""
+        for queued in self._events:
+            if isinstance(queued, kind) and (queued.stream, queued.shard_id) == (stream, shard_id):
+                self._events.remove(queued)
+                self._wake()
+                return True
+        return False
 
     async def next_event(self) -> LeaseEvent:
         """The next event, awaiting one; raises the coordinator's failure once it has
@@ -300,9 +309,8 @@ class LeaseHolder:
                 if self._held.get(key) is not held:
                     return
                 late = self._clock() - held.handoff_since > self._config.handoff_timeout
-                answering = held.handing_to is not None or held.handoff_withdrawn
                 try:
-                    if answering and late:
+                    if held.answering and late:
                         # The reader did not hand it over in time: the coordinator does.
                         new = await self.hand_over(key, held, held.pending, ())
                         if new is not None:
@@ -386,13 +394,12 @@ class LeaseHolder:
             return current
         # While a handoff is under way, an ask and its withdrawal leave the counter as it is:
         # only the counter of our last write, or of one landed with its reply lost, is ours.
-        handing = held.handing_to is not None or held.handoff_withdrawn
         ours = current is not None and current.counter - held.lease.counter in (0, 1)
         if (
             current is not None
             and current.checkpoint_owner == self._worker_id
             and current.owner not in (None, self._worker_id)
-            and (ours or not handing)
+            and (ours or not held.answering)
         ):
             await self._handoff_asked(key, held, current)  # asked, or asked again
             return None
@@ -426,7 +433,7 @@ class LeaseHolder:
         nothing to stop: it is handed over at once."""
         # Asked before (by this worker or another, or withdrawn since): the reader was told
         # then, and its answer, on its way, goes to whoever asks now, by the same deadline.
-        told = held.handing_to is not None or held.handoff_withdrawn
+        told = held.answering
         held.lease, held.handing_to = current, current.owner
         held.handoff_withdrawn = False
         if not told:
@@ -513,20 +520,13 @@ class LeaseHolder:
         if new is None:
             new = await self._settle(key, held, None, checkpoint)
             if new is None and held.handing_to is not None and self._held.get(key) is held:
-                self._unsay_handoff(held)  # answered here: its reader has nothing to do
+                # Answered here: its reader has nothing to do.
+                self._unqueue(LeaseHandoff, held.stream, held.lease.shard_id)
                 return await self.hand_over(key, held, checkpoint, children)
             if new is None:
                 return None
         self._let_go(key, new, checkpoint)
         return new
-
-    def _unsay_handoff(self, held: Held) -> None:
-        """Take back a :class:`LeaseHandoff` of ``held`` not received yet."""
-        told = (held.stream, held.lease.shard_id)
-        for queued in self._events:
-            if isinstance(queued, LeaseHandoff) and (queued.stream, queued.shard_id) == told:
-                self._events.remove(queued)
-                return
 
     def _let_go(self, key: str, new: Lease, checkpoint: tuple[str, int] | None) -> None:
         """A release or a handover was written: the lease is no longer held."""

@@ -131,20 +131,27 @@ async def watcher_a(
     return table, clock, holder, taker
 
 
-class HeldUpTakes(LeaseTable):
-    """The table, whose take replies arrive only once ``reply`` is set (a reply still on its
-    way: a fault no real server produces on cue)."""
+class HeldUpReplies(LeaseTable):
+    """The table, of which some replies arrive only once ``reply`` is set (a reply still on
+    its way: a fault no real server produces on cue); ``sent`` is set once such a write has
+    landed. Subclasses say which writes, through :meth:`held_up`."""
 
     def __init__(self, client: DynamoDBClient, name: str) -> None:
         super().__init__(client, name)
         self.sent = anyio.Event()
         self.reply = anyio.Event()
 
-    async def take(self, lease: Lease, owner: str) -> Lease | None:
-        new = await super().take(lease, owner)
+    async def held_up(self, new: Lease | None) -> Lease | None:
         self.sent.set()
         await self.reply.wait()
         return new
+
+
+class HeldUpTakes(HeldUpReplies):
+    """Take replies held up."""
+
+    async def take(self, lease: Lease, owner: str) -> Lease | None:
+        return await self.held_up(await super().take(lease, owner))
 
 
 async def release_all_begins_during_a_take(

@@ -14,7 +14,7 @@ from kinesis_actors.leases._holder import Held, LeaseHolder
 from kinesis_actors.leases._items import SHARD_END, Lease
 from kinesis_actors.leases._table import LeaseTable
 
-from .helpers import Clock, HeldUpTakes, watcher_a
+from .helpers import Clock, HeldUpReplies, HeldUpTakes, watcher_a
 
 pytestmark = pytest.mark.anyio
 
@@ -123,20 +123,11 @@ async def test_a_lease_handed_over_before_its_ask_was_withdrawn_is_released_unre
     assert not holder.held
 
 
-class HeldUpAsks(LeaseTable):
-    """The table, whose replies to an ask arrive only once ``reply`` is set (a reply still
-    on its way: a fault no real server produces on cue)."""
-
-    def __init__(self, client: DynamoDBClient, name: str) -> None:
-        super().__init__(client, name)
-        self.sent = anyio.Event()
-        self.reply = anyio.Event()
+class HeldUpAsks(HeldUpReplies):
+    """Replies to an ask held up."""
 
     async def ask_handoff(self, lease: Lease, taker: str) -> Lease | None:
-        new = await super().ask_handoff(lease, taker)
-        self.sent.set()
-        await self.reply.wait()
-        return new
+        return await self.held_up(await super().ask_handoff(lease, taker))
 
 
 async def test_an_ask_that_lands_after_release_all_began_withdraws_itself(
