@@ -324,15 +324,20 @@ class LeaseCoordinator:
         """Write the lease's checkpoint now: a conditional update on this worker's ownership
         and the counter it holds (the KCL's condition), which also renews the lease.
 
-        Raises :class:`~kinesis_actors.leases.LeaseLostError` if another worker holds the lease
-        (nothing is written; :class:`LeaseLost` is sent too).
+        A write that meets a handoff changing under it (another worker's ask, or its
+        withdrawal) is tried again under the condition that holds then: on return the
+        checkpoint is written.
+
+        Raises :class:`~kinesis_actors.leases.LeaseLostError` if the lease was lost first:
+        another worker holds it, or it lapsed unrenewed (nothing is written;
+        :class:`LeaseLost` is sent too).
         """
         key, held = self._holding(stream, shard_id)
         async with held.lock:
-            if await self._holder.write(key, held, (sequence, sub_sequence)) is None:
+            if await self._holder.write_through(key, held, (sequence, sub_sequence)) is None:
                 raise LeaseLostError(
-                    f"the lease of {stream}/{shard_id} was taken by another worker; the "
-                    "checkpoint was not written",
+                    f"the lease of {stream}/{shard_id} was lost (taken by another worker, "
+                    "or lapsed); the checkpoint was not written",
                     stream=stream,
                     shard_id=shard_id,
                 )

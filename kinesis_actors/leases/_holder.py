@@ -373,6 +373,22 @@ class LeaseHolder:
         self._by_key[key] = new
         return new
 
+    async def write_through(
+        self, key: str, held: Held, checkpoint: tuple[str, int]
+    ) -> Lease | None:
+        """Write ``checkpoint`` now, under ``held``'s lock (a checkpoint the caller waits
+        for): :meth:`write`, tried again while the lease stays held but a handoff keeps
+        changing under the writes (each change is another worker's ask or its withdrawal,
+        and a change is what made the last try fail), until it lands; None if the lease is
+        lost, or lapses first (then it is dropped as expired, like any lapsed lease)."""
+        while True:
+            new = await self.write(key, held, checkpoint)
+            if new is not None or self._held.get(key) is not held:
+                return new
+            if self.lapsed(key):
+                self._drop(key, held, "expired")
+                return None
+
     async def _settle(
         self, key: str, held: Held, owner: str | None, checkpoint: tuple[str, int] | None
     ) -> Lease | None:

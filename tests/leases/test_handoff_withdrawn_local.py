@@ -304,6 +304,59 @@ async def test_an_answer_that_keeps_meeting_a_changed_handoff_stops_with_its_che
     assert table.asks == 1
 
 
+class ChurningRenewals(ChurningAsks):
+    """The table, on which the owner's next ``flips`` renewals each meet a changed handoff
+    (an ask, its withdrawal, a new ask, ...), the clock moving ``step`` seconds each time."""
+
+    flips = 0
+    step = 0.0
+    clock: Clock | None = None
+
+    async def renew(
+        self, lease: Lease, owner: str, checkpoint: object = None, **options: object
+    ) -> Lease | None:
+        if self.flips:
+            self.flips -= 1
+            await self._flip(lease.key, owner)
+            assert self.clock is not None
+            self.clock.now += self.step
+        return await super().renew(lease, owner, checkpoint, **options)  # type: ignore[arg-type]
+
+
+async def test_a_checkpoint_that_keeps_meeting_a_changed_handoff_is_written_all_the_same(
+    dynamodb: DynamoDBClient, lease_table_name: str
+) -> None:
+    table, clock, _, _ = await watcher_a(
+        dynamodb, lease_table_name, CONFIG, table_type=ChurningRenewals
+    )
+    assert isinstance(table, ChurningRenewals)
+    x, held = await owned_by_x(table, clock)
+    # Asked, withdrawn, asked again, ...: more changes in a row than one write() tries, each
+    # making the last try fail. The checkpoint the caller waits for still lands.
+    table.flips, table.clock, table.step = 7, clock, 0.5
+    written = await x.write_through(KEY, held, (SEQUENCE, 3))
+    assert written is not None and (written.checkpoint, written.sub_sequence) == (SEQUENCE, 3)
+    assert (await current(table)).checkpoint == SEQUENCE
+    assert x.held.get(KEY) is held and held.answering  # the seventh change was an ask
+    assert table.flips == 0
+
+
+async def test_a_checkpoint_that_meets_changes_until_its_lease_lapses_drops_the_lease(
+    dynamodb: DynamoDBClient, lease_table_name: str
+) -> None:
+    table, clock, _, _ = await watcher_a(
+        dynamodb, lease_table_name, CONFIG, table_type=ChurningRenewals
+    )
+    assert isinstance(table, ChurningRenewals)
+    x, held = await owned_by_x(table, clock)
+    table.flips, table.clock, table.step = 1_000, clock, 1.0  # a failover time's worth of churn
+    assert await x.write_through(KEY, held, (SEQUENCE, 3)) is None
+    assert KEY not in x.held
+    assert [type(event) for event in x._events] == [LeaseHandoff, LeaseLost]
+    assert x._events[-1].reason == "expired"  # type: ignore[union-attr]
+    assert table.flips > 1_000 - 20  # it stopped at the lapse, not at the churn's end
+
+
 async def test_a_release_that_meets_a_new_ask_hands_the_lease_over_ended(
     dynamodb: DynamoDBClient, lease_table_name: str
 ) -> None:
