@@ -187,10 +187,10 @@ class LeaseCoordinator:
         Raises the coordinator's failure (for example
         :class:`~kinesis_actors.leases.WorkerIdConflictError`) once it has stopped on one.
         """
-        return await self._holder.next_event()
+        return await self._holder.outbox.next_event()
 
     def __aiter__(self) -> AsyncIterator[LeaseEvent]:
-        return self._holder.events()
+        return self._holder.outbox.events()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -216,7 +216,7 @@ class LeaseCoordinator:
         if task_group is not None:
             task_group.cancel_scope.cancel()  # the loops, started or not yet
             await task_group.__aexit__(None, None, None)
-        failure = self._holder.failure
+        failure = self._holder.outbox.failure
         if exc_type is None and failure is not None:
             raise failure
 
@@ -262,7 +262,7 @@ class LeaseCoordinator:
 
     def _fail(self, error: Exception) -> None:
         """Stop on ``error``: the loops end, and the user's next call raises it."""
-        if self._holder.fail(error):
+        if self._holder.outbox.fail(error):
             logger.error("lease coordinator %s stopped: %s", self._worker_id, error)
         if self._scope is not None:
             self._scope.cancel()
@@ -295,8 +295,8 @@ class LeaseCoordinator:
         return held is not None and held.ready and not self._holder.lapsed(key)
 
     def _holding(self, stream: str, shard_id: str) -> tuple[str, Held]:
-        if self._holder.failure is not None:
-            raise self._holder.failure
+        if self._holder.outbox.failure is not None:
+            raise self._holder.outbox.failure
         key = self._known().key(stream, shard_id)
         held = self._holder.held.get(key)
         if held is None or not held.ready:
@@ -455,8 +455,8 @@ class LeaseCoordinator:
         # expires all the same).
         with anyio.move_on_after(self._config.failover_time / 2):
             await self._taker.round_ended()
-        if self._holder.failure is not None:
-            raise self._holder.failure
+        if self._holder.outbox.failure is not None:
+            raise self._holder.outbox.failure
 
     def statistics(self) -> LeaseStats:
         """The protocol's statistics now, a frozen :class:`LeaseStats`."""

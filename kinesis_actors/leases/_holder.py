@@ -2,9 +2,9 @@
 
 :class:`LeaseHolder` owns the state of the leases held (:class:`Held`, each written under its
 own lock, and only here), what is known of the table (the last listing by key, kept current
-by every write, and the expiry tracker), the counters of its own writes and the queue of
-:class:`LeaseAcquired` / :class:`LeaseLost` / :class:`LeaseHandoff` events for the reader,
-which ends with the coordinator's failure. It does the writes on a held lease: renewals (a
+by every write, and the expiry tracker), the counters of its own writes, and the
+:class:`~._outbox.EventOutbox` through which :class:`LeaseAcquired` / :class:`LeaseLost` /
+:class:`LeaseHandoff` reach the reader. It does the writes on a held lease: renewals (a
 loop of rounds that keeps its cadence and drops a lease not renewed for ``failover_time``)
 and the conditional write and release protocol - a failed condition is settled by reading
 the item back: a write of ours that landed after its reply was lost is kept, anything else
@@ -22,17 +22,16 @@ ended elsewhere is told through the ``on_shard_end`` callback, the counters thro
 from __future__ import annotations
 
 import logging
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 import anyio
-import anyio.lowlevel
 
 from ..errors import KinesisError
 from ._config import LeaseConfig
-from ._events import LeaseAcquired, LeaseEvent, LeaseHandoff, LeaseLost, LeaseStats
+from ._events import LeaseAcquired, LeaseHandoff, LeaseLost, LeaseStats
 from ._items import SHARD_END, Lease
+from ._outbox import EventOutbox
 from ._policy import ExpiryTracker, write_landed
 from ._table import PERMANENT_FAULTS, LeaseTable
 
@@ -110,9 +109,7 @@ class LeaseHolder:
         self._tracker = ExpiryTracker(config.failover_time)
         self._held: dict[str, Held] = {}
         self._by_key: dict[str, Lease] = {}
-        self._events: deque[LeaseEvent] = deque()  # Bounded by 2 per lease (see _push).
-        self._changed = anyio.Event()
-        self._failure: BaseException | None = None
+        self._outbox = EventOutbox()
         self._counts = _Counts()
 
     # -- what the coordinator and the taker read ---------------------------------------------
@@ -128,9 +125,10 @@ class LeaseHolder:
         return self._by_key
 
     @property
-    def failure(self) -> BaseException | None:
-        """What the coordinator stopped on (see :meth:`fail`), None while it runs."""
-        return self._failure
+    def outbox(self) -> EventOutbox:
+        """The events for the reader: the holder puts them in, the coordinator's reader takes
+        them out (and the coordinator fails it when it stops)."""
+        return self._outbox
 
     def expired(self, lease: Lease, now: float, *, after: float | None = None) -> bool:
         """Whether ``lease`` may be taken without stealing (see :class:`ExpiryTracker`)."""
@@ -206,7 +204,7 @@ class LeaseHolder:
         if held.ready:
             return
         held.ready = True
-        self._push(
+        self._outbox.push(
             LeaseAcquired(
                 held.stream,
                 held.lease.shard_id,
@@ -221,55 +219,7 @@ class LeaseHolder:
     def tell_lost(self, held: Held, reason: str) -> None:
         """Tell ``held``'s reader, if it was handed out, that it must stop reading."""
         if held.ready:
-            self._push(LeaseLost(held.stream, held.lease.shard_id, reason))
-
-    def fail(self, error: BaseException) -> bool:
-        """The coordinator stopped on ``error``: the reader's next wait raises it. True the
-        first time (a later failure is not kept)."""
-        first = self._failure is None
-        if first:
-            self._failure = error
-        self._wake()
-        return first
-
-    # -- events ------------------------------------------------------------------------------
-
-    def _wake(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
-
-    def _push(self, event: LeaseEvent) -> None:
-        if isinstance(event, LeaseLost) and self._unqueue(
-            LeaseAcquired, event.stream, event.shard_id
-        ):
-            return  # never received: nothing to stop
-        self._events.append(event)
-        self._wake()
-
-    def _unqueue(self, kind: type[LeaseEvent], stream: str, shard_id: str) -> bool:
-        """Take back the queued event of ``kind`` for the shard, if it was not received."""
-        for queued in self._events:
-            if isinstance(queued, kind) and (queued.stream, queued.shard_id) == (stream, shard_id):
-                self._events.remove(queued)
-                self._wake()
-                return True
-        return False
-
-    async def next_event(self) -> LeaseEvent:
-        """The next event, awaiting one; raises the coordinator's failure once it has
-        stopped on one (see :meth:`fail`)."""
-        await anyio.lowlevel.checkpoint()
-        while True:
-            if self._failure is not None:
-                raise self._failure
-            if self._events:
-                return self._events.popleft()
-            await self._changed.wait()
-
-    async def events(self) -> AsyncIterator[LeaseEvent]:
-        """:meth:`next_event`, again and again."""
-        while True:
-            yield await self.next_event()
+            self._outbox.push(LeaseLost(held.stream, held.lease.shard_id, reason))
 
     # -- renewals ----------------------------------------------------------------------------
 
@@ -459,7 +409,7 @@ class LeaseHolder:
         if told:
             return
         if held.ready:
-            self._push(LeaseHandoff(held.stream, held.lease.shard_id, str(current.owner)))
+            self._outbox.push(LeaseHandoff(held.stream, held.lease.shard_id, str(current.owner)))
         else:
             await self.hand_over(key, held, None, ())
 
@@ -537,7 +487,7 @@ class LeaseHolder:
             new = await self._settle(key, held, None, checkpoint)
             if new is None and held.handing_to is not None and self._held.get(key) is held:
                 # Answered here: its reader has nothing to do.
-                self._unqueue(LeaseHandoff, held.stream, held.lease.shard_id)
+                self._outbox.unqueue(LeaseHandoff, held.stream, held.lease.shard_id)
                 return await self.hand_over(key, held, checkpoint, children)
             if new is None:
                 return None

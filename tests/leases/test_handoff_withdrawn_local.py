@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from kinesis_actors import DynamoDBClient
-from kinesis_actors.leases import LeaseConfig, LeaseHandoff, LeaseLost
+from kinesis_actors.leases import LeaseAcquired, LeaseConfig, LeaseHandoff, LeaseLost
 from kinesis_actors.leases._holder import Held, LeaseHolder
 from kinesis_actors.leases._items import SHARD_END, Lease
 from kinesis_actors.leases._table import LeaseTable
@@ -33,7 +33,8 @@ async def owned_by_x(table: LeaseTable, clock: Clock) -> tuple[LeaseHolder, Held
     held = Held(taken, "orders", clock())
     holder.hold(held)
     holder.hand_out(held)
-    holder._events.clear()  # the LeaseAcquired: what follows is what the test looks at
+    acquired = await holder.outbox.next_event()  # what follows is what the test looks at
+    assert isinstance(acquired, LeaseAcquired)
     return holder, held
 
 
@@ -57,7 +58,7 @@ async def test_an_ask_withdrawn_before_its_owner_saw_it_leaves_the_owner_renewin
     assert (after.owner, after.checkpoint_owner, after.counter) == ("x", None, before.counter)
     # The owner's next renewal, on the counter it holds, goes through: it never knew.
     assert await x.write(KEY, held, None) is not None
-    assert KEY in x.held and not x._events
+    assert KEY in x.held and not x.outbox.queued
 
 
 @pytest.mark.parametrize("seen_by", ["renewal", "answer"])
@@ -70,7 +71,7 @@ async def test_an_ask_withdrawn_after_its_owner_stopped_reading_ends_as_a_releas
     # x's renewal finds the ask, tells its reader to stop and renews under its condition,
     # moving the counter the ask was made on.
     assert await x.write(KEY, held, None) is not None
-    assert list(x._events) == [LeaseHandoff("orders", KEY, "a")]
+    assert list(x.outbox.queued) == [LeaseHandoff("orders", KEY, "a")]
     taker.stop_taking()
     await taker.withdraw_ask(KEY)  # read back and tried again on the moved counter
     assert ((await current(table)).owner, (await current(table)).checkpoint_owner) == ("x", None)
@@ -84,7 +85,7 @@ async def test_an_ask_withdrawn_after_its_owner_stopped_reading_ends_as_a_releas
     assert (released.owner, released.checkpoint_owner) == (None, None)
     assert (released.checkpoint, released.sub_sequence) == (SEQUENCE, 3)
     assert not x.held
-    assert not any(isinstance(event, LeaseLost) for event in x._events)
+    assert not any(isinstance(event, LeaseLost) for event in x.outbox.queued)
 
 
 async def test_a_withdrawn_ask_not_answered_in_time_is_released_by_the_owner(
@@ -104,7 +105,7 @@ async def test_a_withdrawn_ask_not_answered_in_time_is_released_by_the_owner(
     await x._renew(KEY, held, anyio.CapacityLimiter(1))
     released = await current(table)
     assert (released.owner, released.checkpoint, released.sub_sequence) == (None, SEQUENCE, 1)
-    assert list(x._events)[-1] == LeaseLost("orders", KEY, "released")
+    assert list(x.outbox.queued)[-1] == LeaseLost("orders", KEY, "released")
 
 
 async def test_a_lease_handed_over_before_its_ask_was_withdrawn_is_released_unread(
@@ -146,7 +147,7 @@ async def test_an_ask_that_lands_after_release_all_began_withdraws_itself(
         table.reply.set()
     withdrawn = await current(table)
     assert (withdrawn.owner, withdrawn.checkpoint_owner) == ("x", None)
-    assert await x.write(KEY, held, None) is not None and not x._events
+    assert await x.write(KEY, held, None) is not None and not x.outbox.queued
 
 
 @pytest.mark.parametrize("withdrawal_seen", [False, True])
@@ -168,7 +169,7 @@ async def test_a_lease_asked_for_again_after_a_withdrawal_goes_to_the_new_asker(
     assert (handed.owner, handed.checkpoint_owner) == ("y", None)
     assert (handed.checkpoint, handed.sub_sequence) == (SEQUENCE, 3)
     # The reader was told once: the second ask reached an answer already on its way.
-    assert list(x._events) == [LeaseHandoff("orders", KEY, "a")]
+    assert list(x.outbox.queued) == [LeaseHandoff("orders", KEY, "a")]
 
 
 async def test_a_shard_finished_after_its_ask_was_withdrawn_is_released_ended(
@@ -248,7 +249,7 @@ async def test_a_renewal_that_passes_over_a_withdrawal_and_a_new_ask_answers_the
     clock.now = 1.0
     assert await x.write(KEY, held, None) is not None
     assert (held.handing_to, held.handoff_since) == ("y", since)  # the same deadline
-    assert list(x._events) == [LeaseHandoff("orders", KEY, "a")]
+    assert list(x.outbox.queued) == [LeaseHandoff("orders", KEY, "a")]
 
 
 class ChurningAsks(LeaseTable):
@@ -352,8 +353,8 @@ async def test_a_checkpoint_that_meets_changes_until_its_lease_lapses_drops_the_
     table.flips, table.clock, table.step = 1_000, clock, 1.0  # a failover time's worth of churn
     assert await x.write_through(KEY, held, (SEQUENCE, 3)) is None
     assert KEY not in x.held
-    assert [type(event) for event in x._events] == [LeaseHandoff, LeaseLost]
-    assert x._events[-1].reason == "expired"  # type: ignore[union-attr]
+    assert [type(event) for event in x.outbox.queued] == [LeaseHandoff, LeaseLost]
+    assert x.outbox.queued[-1].reason == "expired"  # type: ignore[union-attr]
     assert table.flips > 1_000 - 20  # it stopped at the lapse, not at the churn's end
 
 
@@ -370,4 +371,4 @@ async def test_a_release_that_meets_a_new_ask_hands_the_lease_over_ended(
     ended = await current(table)
     assert (ended.owner, ended.checkpoint_owner) == ("y", None)
     assert (ended.checkpoint, ended.child_shard_ids) == (SHARD_END, children)
-    assert not x.held and not x._events  # answered there: nothing for the reader to do
+    assert not x.held and not x.outbox.queued  # answered there: nothing for the reader to do
