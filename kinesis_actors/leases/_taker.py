@@ -51,6 +51,7 @@ from ._policy import (
 )
 from ._streams import Streams
 from ._table import PERMANENT_FAULTS, Caller, LeaseTable
+from ._waves import in_waves
 
 __all__ = ["FATAL", "PIN_MARGIN_MS", "LeaseTaker"]
 
@@ -65,8 +66,7 @@ _T = TypeVar("_T")
 PIN_MARGIN_MS = 2000
 #: Faults that stop the coordinator: no retry mends them, and its user must hear of them.
 FATAL: tuple[type[KinesisError], ...] = (*PERMANENT_FAULTS, WorkerIdConflictError)
-#: Takes, asks and pins of one round run this many at a time: a dead worker's 250 leases are
-#: about 16 waves of writes, not 250 one after another, and the table sees a bounded burst.
+#: Takes, asks and pins of one round run this many at a time (see :mod:`._waves`).
 _ROUND_CONCURRENCY = 16
 #: How long after a lease's expiry moment a watcher wakes to take it: the expiry is strict
 #: (silent for *more* than the failover time).
@@ -330,31 +330,9 @@ class LeaseTaker:
         return next_round
 
     async def _each(self, items: Sequence[_T], action: Callable[[_T], Awaitable[None]]) -> None:
-        """``action`` on every item, :data:`_ROUND_CONCURRENCY` at a time. The first error
-        of the table ends the round as one sequential round would end: the others are
-        cancelled, and it is raised once (not as a group) for the take loop to log."""
-        if not items:
-            return
-        if len(items) == 1:
-            await action(items[0])
-            return
-        limit = anyio.CapacityLimiter(_ROUND_CONCURRENCY)
-        failed: list[KinesisError] = []
-
-        async def one(item: _T, scope: anyio.CancelScope) -> None:
-            async with limit:
-                try:
-                    await action(item)
-                except KinesisError as error:
-                    failed.append(error)
-                    scope.cancel()
-
-        async with anyio.create_task_group() as group:
-            for item in items:
-                group.start_soon(one, item, group.cancel_scope)
-        if failed:
-            fatal = [error for error in failed if isinstance(error, FATAL)]
-            raise (fatal or failed)[0]
+        """``action`` on every item, :data:`_ROUND_CONCURRENCY` at a time; the first error of
+        the table ends the round (see :func:`~._waves.in_waves`)."""
+        await in_waves(items, action, at_once=_ROUND_CONCURRENCY, fatal=FATAL)
 
     async def _take(self, lease: Lease, *, stolen: bool) -> None:
         info = self._known().owner_of(lease)
