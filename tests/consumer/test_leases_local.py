@@ -607,3 +607,50 @@ async def test_a_late_answer_to_a_withdrawn_handoff_keeps_the_lease_taken_back_a
                     await answered.wait()
                 assert membership.assignment.owns(told[0])
                 group.cancel_scope.cancel()
+
+
+async def test_a_shard_taken_back_while_its_handoff_was_being_answered_is_read_again(
+    local_kinesis: LocalKinesis,
+    local_dynamodb: LocalDynamoDB,
+    stream_name: str,
+    table: str,
+) -> None:
+    """A shard is not scheduled while its handoff is answered (it is still this worker's
+    lease, and its old reader is stopping). Taken back meanwhile (the ask withdrawn, the
+    answer a release, the lease acquired again), it is read again as soon as the answer is
+    done: not at the next shard discovery, minutes later here."""
+    async with local_kinesis.client(tls=False) as client:
+        await client.create_stream(stream_name, 1)
+        first = [(f"a{i}".encode(), "k") for i in range(10)]
+        then = [(f"b{i}".encode(), "k") for i in range(10)]
+        await put_plain(client, stream_name, first)
+        config = leased(local_dynamodb, table, "w", shard_discovery_interval=600.0)
+        async with Consumer(client, stream_name, config) as consumer:
+            with anyio.fail_after(30):
+                seen = await read_until(consumer, len(first))
+            key = (stream_name, seen[0].shard_id)
+            scheduler = consumer._scheduler
+            group = scheduler._group
+            assert group is not None
+            answer = anyio.Event()
+
+            async def held_up_answer(key: tuple[str, str], committed: object) -> None:
+                await answer.wait()  # the table's answer: a release, nothing to write here
+
+            group.hand_over = held_up_answer  # type: ignore[method-assign]
+            last = Position(seen[-1].sequence_number, seen[-1].sub_sequence_number)
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(scheduler._lease_handoff, key)
+                with anyio.fail_after(30):
+                    while key not in scheduler._handing:
+                        await anyio.sleep(0.01)
+                scheduler._lease_acquired(key, SavedShard(committed=last), ())
+                with anyio.fail_after(30):  # the scheduler runs, and skips the shard
+                    while scheduler._reschedule.is_set():
+                        await anyio.sleep(0.01)
+                assert key not in scheduler._pipelines
+                answer.set()
+            await put_plain(client, stream_name, then)
+            with anyio.fail_after(30):
+                after = await read_until(consumer, len(then))
+    assert [row.data for row in after] == [data for data, _ in then]
