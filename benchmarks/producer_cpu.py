@@ -4,7 +4,9 @@ key per record (beside boto3 and async-kinesis), and unpaced at many shards.
     .venv/bin/python -m benchmarks.producer_cpu [--rounds 5] [--rows a,b,...] [--json]
 
 Every row runs in a fresh process with its own load target, rows in turn, ``--rounds`` times;
-the table gives each row's median and range. The clock (this process's CPU,
+the table gives each row's median and range, and each row's ratio to the first, round by
+round (the rounds pair rows run back to back, so a drift of the machine's speed during the
+run moves both sides of a ratio alike). The clock (this process's CPU,
 ``time.process_time``) runs from the open producer's first put to the end of its flush.
 Records are 100 bytes, aggregated, pushed with ``put_many`` of 500 (``put`` in the rows named
 so); 1,000 keys spread evenly over the shards unless the row takes a new key per record.
@@ -24,7 +26,8 @@ so); 1,000 keys spread evenly over the shards unless the row takes a new key per
 - ``unpaced-16-long``: ``unpaced-16`` with the records of ``unpaced-1024`` (eight times as
   many); ``unpaced-16-deep-queue`` the same with the queue 1,000 shards get (eight times
   the floor: 80,000 records, 64 MiB): what the queue's depth costs a record by itself, its
-  aggregates no emptier;
+  aggregates no emptier; ``unpaced-16-long-again`` is ``unpaced-16-long`` once more, an
+  A/A control: run beside it, their ratio round by round is what noise alone gives;
 - ``capacity``: a 2-shard target emulating the service's write limits (1,000 records/s,
   1 MiB/s a shard) and ``ProducerConfig()`` (pacing at those limits): the producer at the
   stream's capacity, its puts waiting for room. Beside the CPU: the share of the target's
@@ -101,6 +104,8 @@ ROWS: dict[str, Row] = {
     "unpaced-1024-floor": Row(1024, depth=1),
     "unpaced-1024-deep": Row(1024, depth=64, records=64, linger=2.0),
     "unpaced-16-long": Row(16, records=8),
+    # The same row again: run beside unpaced-16-long, their pairwise ratio is the noise.
+    "unpaced-16-long-again": Row(16, records=8),
     "unpaced-16-deep-queue": Row(16, depth=8, records=8),
     "newkey": Row(4, unique_keys=True),
     "newkey-boto3": Row(4, unique_keys=True, peer="boto3"),
@@ -256,6 +261,17 @@ def report(results: dict[str, Any]) -> str:
         if "share_mean" in rows[0]:
             parts.append(f"{_median(rows, 'share_mean')} / {_median(rows, 'share_min')}")
         lines.append(f"  {name}: " + "; ".join(parts))
+    names = list(results["runs"])
+    if len(names) > 1:
+        lines.append(f"client us/record, round by round, against {names[0]}: median (range)")
+        first = results["runs"][names[0]]
+        for name in names[1:]:
+            ratios = sorted(
+                row["client_cpu_us_per_record"] / base["client_cpu_us_per_record"]
+                for row, base in zip(results["runs"][name], first, strict=True)
+            )
+            median = statistics.median(ratios)
+            lines.append(f"  {name}: {median:.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})")
     return "\n".join(lines)
 
 
