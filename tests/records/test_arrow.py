@@ -162,6 +162,22 @@ def test_epoch_float_milliseconds_are_exact(millis: int) -> None:
     assert batch.column("approximate_arrival_timestamp").cast(pa.int64())[0].as_py() == millis
 
 
+@given(
+    st.lists(
+        st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30)),
+        min_size=1,
+        max_size=50,
+    )
+)
+def test_every_record_keeps_its_own_exact_millisecond(stamps: list[datetime]) -> None:
+    # Every stamp differs (a busy shard's): the column is converted in one pass, exactly.
+    records = [_record(i, b"x", stamp=stamp) for i, stamp in enumerate(stamps)]
+    batch = build_record_batch("s", "sh", records).batch
+    values = batch.column("approximate_arrival_timestamp").cast(pa.int64()).to_pylist()
+    epoch = datetime(1970, 1, 1)
+    assert values == [(stamp - epoch) // timedelta(milliseconds=1) for stamp in stamps]
+
+
 def test_mixed_timestamp_types_in_one_response() -> None:
     stamps: list[datetime | float] = [ARRIVAL, ARRIVAL_MS / 1000 + 1, ARRIVAL, ARRIVAL]
     records = [_record(i, b"x", stamp=stamp) for i, stamp in enumerate(stamps)]
