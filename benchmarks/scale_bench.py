@@ -195,6 +195,10 @@ async def _measure(
             "close_s": closed,
             "close_cpu_s": closed_cpu,
         }
+        # Closed, but alive while this frame holds it: every full collection of the record
+        # reads would walk its shards' objects (about 100 a shard), at 1,000 shards a fifth
+        # of a microsecond a record that 16 shards do not pay.
+        del consumer, batch
         if records:
             row |= await _measure_records(client, target, shards, records, config, page)
     return row
