@@ -5,6 +5,8 @@ name a worker that is gone and wait a failover time to be taken."""
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import anyio
 import pytest
 
@@ -13,10 +15,13 @@ from kinesis_actors.leases import LeaseAcquired, LeaseConfig, LeaseHandoff, Leas
 from kinesis_actors.leases._holder import Held, LeaseHolder
 from kinesis_actors.leases._items import SHARD_END, Lease
 from kinesis_actors.leases._table import LeaseTable
+from kinesis_actors.leases._taker import LeaseTaker
 
 from .helpers import Clock, HeldUpReplies, HeldUpTakes, watcher_a
 
 pytestmark = pytest.mark.anyio
+
+_Table = TypeVar("_Table", bound=LeaseTable)
 
 CONFIG = LeaseConfig(failover_time=10.0)  # graceful handoff
 KEY = "shardId-000000000000"
@@ -36,6 +41,16 @@ async def owned_by_x(table: LeaseTable, clock: Clock) -> tuple[LeaseHolder, Held
     acquired = await holder.outbox.next_event()  # what follows is what the test looks at
     assert isinstance(acquired, LeaseAcquired)
     return holder, held
+
+
+async def x_holds_on(
+    dynamodb: DynamoDBClient, name: str, table_type: type[_Table]
+) -> tuple[_Table, Clock, LeaseTaker, LeaseHolder, Held]:
+    """A table of ``table_type``, the take rounds of "a" on it, and the lease held by "x"."""
+    table, clock, _, taker = await watcher_a(dynamodb, name, CONFIG, table_type=table_type)
+    assert isinstance(table, table_type)
+    x, held = await owned_by_x(table, clock)
+    return table, clock, taker, x, held
 
 
 async def current(table: LeaseTable) -> Lease:
@@ -134,11 +149,7 @@ class HeldUpAsks(HeldUpReplies):
 async def test_an_ask_that_lands_after_release_all_began_withdraws_itself(
     dynamodb: DynamoDBClient, lease_table_name: str
 ) -> None:
-    table, clock, _, taker = await watcher_a(
-        dynamodb, lease_table_name, CONFIG, table_type=HeldUpAsks
-    )
-    assert isinstance(table, HeldUpAsks)
-    x, held = await owned_by_x(table, clock)
+    table, _, taker, x, held = await x_holds_on(dynamodb, lease_table_name, HeldUpAsks)
     lease = await current(table)
     async with anyio.create_task_group() as group:
         group.start_soon(taker._handoffs.ask, lease)
@@ -288,11 +299,7 @@ class ChurningAsks(LeaseTable):
 async def test_an_answer_that_keeps_meeting_a_changed_handoff_stops_with_its_checkpoint_noted(
     dynamodb: DynamoDBClient, lease_table_name: str
 ) -> None:
-    table, clock, _, taker = await watcher_a(
-        dynamodb, lease_table_name, CONFIG, table_type=ChurningAsks
-    )
-    assert isinstance(table, ChurningAsks)
-    x, held = await owned_by_x(table, clock)
+    table, _, taker, x, held = await x_holds_on(dynamodb, lease_table_name, ChurningAsks)
     await taker._handoffs.ask(await current(table))
     assert await x.write(KEY, held, None) is not None  # told its reader
     table.churn = True
@@ -327,11 +334,7 @@ class ChurningRenewals(ChurningAsks):
 async def test_a_checkpoint_that_keeps_meeting_a_changed_handoff_is_written_all_the_same(
     dynamodb: DynamoDBClient, lease_table_name: str
 ) -> None:
-    table, clock, _, _ = await watcher_a(
-        dynamodb, lease_table_name, CONFIG, table_type=ChurningRenewals
-    )
-    assert isinstance(table, ChurningRenewals)
-    x, held = await owned_by_x(table, clock)
+    table, clock, _, x, held = await x_holds_on(dynamodb, lease_table_name, ChurningRenewals)
     # Asked, withdrawn, asked again, ...: more changes in a row than one write() tries, each
     # making the last try fail. The checkpoint the caller waits for still lands.
     table.flips, table.clock, table.step = 7, clock, 0.5
@@ -345,11 +348,7 @@ async def test_a_checkpoint_that_keeps_meeting_a_changed_handoff_is_written_all_
 async def test_a_checkpoint_that_meets_changes_until_its_lease_lapses_drops_the_lease(
     dynamodb: DynamoDBClient, lease_table_name: str
 ) -> None:
-    table, clock, _, _ = await watcher_a(
-        dynamodb, lease_table_name, CONFIG, table_type=ChurningRenewals
-    )
-    assert isinstance(table, ChurningRenewals)
-    x, held = await owned_by_x(table, clock)
+    table, clock, _, x, held = await x_holds_on(dynamodb, lease_table_name, ChurningRenewals)
     table.flips, table.clock, table.step = 1_000, clock, 1.0  # a failover time's worth of churn
     assert await x.write_through(KEY, held, (SEQUENCE, 3)) is None
     assert KEY not in x.held
