@@ -49,12 +49,25 @@ from ._sync import INITIAL_POSITIONS
 from ._table import Caller, LeaseTable
 from ._taker import FATAL, LeaseTaker
 
-__all__ = ["LeaseCoordinator"]
+__all__ = ["ROUND_WAIT_MAX", "LeaseCoordinator", "round_wait"]
 
 logger = logging.getLogger("kinesis_actors.leases")
 
 #: A loop that crashes on something unexpected (a bug) is restarted, up to this many times in
 #: ``_LOOP_PERIOD`` seconds; one more and the coordinator stops with the causes.
+#: The longest :meth:`LeaseCoordinator.release_all` waits for a take round under way, whatever
+#: the failover time: a consumer's close gives the whole hand-over 10 s, and a round's calls
+#: take milliseconds unless the table is failing (then a lease the round took and could not
+#: give back expires, as any lease left does).
+ROUND_WAIT_MAX = 5.0
+
+
+def round_wait(config: LeaseConfig) -> float:
+    """How long ``release_all`` waits for a take round under way: half a failover time (past
+    a failover time a lease left expires anyway), at most :data:`ROUND_WAIT_MAX`."""
+    return min(config.failover_time / 2, ROUND_WAIT_MAX)
+
+
 _LOOP_RESTARTS = 3
 _LOOP_PERIOD = 60.0
 
@@ -449,11 +462,9 @@ class LeaseCoordinator:
             for key in asks:
                 group.start_soon(withdraw, key)
         # A round under way still gives back or withdraws what lands after stop_taking:
-        # closing the coordinator now would cancel that. Bounded by half a failover time
-        # (5 s by default, within the consumer's 10 s close budget; the round's calls are
-        # bounded by the client's own timeouts, and past a failover time a lease left
-        # expires all the same).
-        with anyio.move_on_after(self._config.failover_time / 2):
+        # closing the coordinator now would cancel that. Bounded (``round_wait``) so that it
+        # fits the consumer's close budget whatever the failover time.
+        with anyio.move_on_after(round_wait(self._config)):
             await self._taker.round_ended()
         if self._holder.outbox.failure is not None:
             raise self._holder.outbox.failure

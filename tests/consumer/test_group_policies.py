@@ -17,8 +17,11 @@ from kinesis_actors.consumer._group import (
     lease_event,
     saved_from_lease,
 )
+from kinesis_actors.consumer._scheduler import _HANDOVER_TIMEOUT
 from kinesis_actors.consumer._shards import ShardGraph, ShardInfo
 from kinesis_actors.leases import LeaseConfig, LeaseStats
+from kinesis_actors.leases._config import MIN_FAILOVER_TIME
+from kinesis_actors.leases._coordinator import round_wait
 from kinesis_actors.metrics import INSTRUMENTS
 from kinesis_actors.metrics._catalog import consumer_points
 from kinesis_actors.records import Position
@@ -151,3 +154,15 @@ def test_every_lease_statistic_is_exported_and_latency_only_once_measured() -> N
     names_now = {p.name for p in consumer_points(snapshot, {})}
     assert "kinesis_actors.consumer.leases.held" in names_now
     assert not any("latency" in name for name in names_now)
+
+
+@pytest.mark.parametrize("failover", [MIN_FAILOVER_TIME, 10.0, 20.0, 60.0, 600.0])
+def test_release_alls_wait_for_a_take_round_fits_the_close_budget_at_any_failover_time(
+    failover: float,
+) -> None:
+    """A clean close gives the leases' hand-over ``_HANDOVER_TIMEOUT`` in all: the releases
+    themselves, then the wait for a take round under way. A wait of half a failover time
+    alone outlasted it past a 20 s failover time, and the close cut the wait short."""
+    wait = round_wait(LeaseConfig(failover_time=failover))
+    assert 0 < wait <= _HANDOVER_TIMEOUT / 2
+    assert wait <= failover / 2
