@@ -257,17 +257,19 @@ class Planner:
             skipped = self._idle.skipped(todo, self._clock())
             todo = [key for key in todo if key not in skipped]
         if max_rows is None and max_bytes is None:
-            limiter = anyio.CapacityLimiter(_CONCURRENCY)
+            # At most _CONCURRENCY tasks, each taking the next shard: a task and a limiter's
+            # turn per shard cost the idle query's probes a tenth of its CPU.
+            keys = iter(todo)
 
-            async def one(key: ShardKey) -> None:
-                async with limiter:
+            async def worker() -> None:
+                for key in keys:
                     outcomes[key] = await self._guarded(
                         self._reads.anchor_mode(key, end.shards[key], now_ms, target_ms)
                     )
 
             async with anyio.create_task_group() as group:
-                for key in todo:
-                    group.start_soon(one, key)
+                for _ in range(min(_CONCURRENCY, len(todo))):
+                    group.start_soon(worker)
         else:
             await self._limits_mode(
                 todo=todo,

@@ -377,3 +377,23 @@ async def test_a_group_of_ranges_fails_with_its_failing_range_s_own_error_and_en
                 receive.receive_nowait()
             except anyio.EndOfStream:
                 break
+
+
+def test_an_offset_equal_to_the_last_one_is_not_parsed_again() -> None:
+    """An idle query hands latestOffset the same offset twice a second: parsed once, while a
+    changed one, or a bad one, is parsed (and refused) as always."""
+    from spark_bridge._options import parse_source_options
+    from spark_bridge._source import KinesisStreamReader
+
+    options = parse_source_options(
+        {"streamName": "s", "endpointUrl": "http://127.0.0.1:1", "region": "us-east-1"}
+    )
+    reader = KinesisStreamReader(options)
+    offset = Offset(shards={("s", "a"): ShardEntry(bound=Bound(10, AFTER), arrival_ms=5)})
+    first = reader._parse(offset.to_json(("s",)))
+    again = reader._parse(offset.to_json(("s",)))  # equal, a new document
+    assert again is first
+    moved = Offset(shards={("s", "a"): ShardEntry(bound=Bound(11, AFTER), arrival_ms=6)})
+    assert reader._parse(moved.to_json(("s",))).shards == moved.shards
+    with pytest.raises(ConfigError, match="unsupported version"):
+        reader._parse({"version": 99})
