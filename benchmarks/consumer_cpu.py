@@ -45,7 +45,6 @@ import gc
 import json
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
@@ -53,12 +52,14 @@ from typing import Any
 import anyio
 
 from benchmarks._common import load
+from benchmarks._rounds import in_turn, ratio_lines
 from benchmarks.loadtarget import LoadTarget
 from benchmarks.scale_bench import PAGE, RECORD_BYTES, put_per_shard, warm_up
 from kinesis_actors import Consumer, ConsumerConfig, KinesisClient, StartingPosition
 
 __all__ = ["RECORDS", "ROWS", "main", "measure", "report"]
 
+MODULE = "benchmarks.consumer_cpu"
 #: A row's shard count, by name.
 ROWS = {"shards-16": 16, "shards-1000": 1000, "shards-16-again": 16}
 RECORDS = 4_096_000
@@ -159,25 +160,6 @@ def measure(name: str, records: int = RECORDS) -> dict[str, Any]:
     return {"row": name, "loadavg_before": started} | figures
 
 
-def _in_child(name: str, records: int) -> dict[str, Any]:
-    argv = [sys.executable, "-m", "benchmarks.consumer_cpu", "--one", name]
-    argv += ["--records", str(records)]
-    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
-    result: dict[str, Any] = json.loads(out.splitlines()[-1])
-    return result
-
-
-def run(names: list[str], rounds: int, records: int) -> dict[str, Any]:
-    """Each row ``rounds`` times, in a fresh process each, rows in turn."""
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
-    started = load()
-    for round_ in range(rounds):
-        for name in names:
-            runs[name].append(_in_child(name, records))
-            print(f"round {round_ + 1}/{rounds} {name}: {runs[name][-1]}", file=sys.stderr)
-    return {"loadavg_start": started, "loadavg_end": load(), "runs": runs}
-
-
 def _median(rows: list[dict[str, Any]], key: str) -> str:
     values = sorted(row[key] for row in rows)
     return f"{statistics.median(values):.2f} ({values[0]:.2f}-{values[-1]:.2f})"
@@ -200,17 +182,7 @@ def report(results: dict[str, Any]) -> str:
             )
         ]
         lines.append(f"  {name}: " + "; ".join(parts))
-    names = list(results["runs"])
-    if len(names) > 1:
-        lines.append(f"us/record, round by round, against {names[0]}: median (range)")
-        first = results["runs"][names[0]]
-        for name in names[1:]:
-            ratios = sorted(
-                row["cpu_us_per_record"] / base["cpu_us_per_record"]
-                for row, base in zip(results["runs"][name], first, strict=True)
-            )
-            median = statistics.median(ratios)
-            lines.append(f"  {name}: {median:.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})")
+    lines += ratio_lines(results["runs"], "cpu_us_per_record", "us/record")
     return "\n".join(lines)
 
 
@@ -226,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(args.one, args.records)))
         return 0
     started = time.perf_counter()
-    results = run(args.rows.split(","), args.rounds, args.records)
+    results = in_turn(MODULE, args.rows.split(","), args.rounds, ["--records", str(args.records)])
     results["seconds"] = time.perf_counter() - started
     print(json.dumps(results, indent=2) if args.json else report(results))
     return 0

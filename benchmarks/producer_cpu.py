@@ -53,7 +53,6 @@ import argparse
 import gc
 import json
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -63,6 +62,7 @@ from typing import Any
 import anyio
 
 from benchmarks._common import Clock, load, payloads
+from benchmarks._rounds import in_turn, ratio_lines
 from benchmarks.loadtarget import Limits, LoadTarget
 from benchmarks.peers import UNPACED, PushSpec, partition_keys, push_async_kinesis, push_boto3
 from benchmarks.producer_bench import _balanced_keys, _steady_shares
@@ -219,24 +219,6 @@ def measure(name: str, count: int = COUNT) -> dict[str, Any]:
     return {"row": name, "records": count, "loadavg_before": started} | figures
 
 
-def _in_child(name: str, count: int) -> dict[str, Any]:
-    argv = [sys.executable, "-m", "benchmarks.producer_cpu", "--one", name, "--count", str(count)]
-    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
-    result: dict[str, Any] = json.loads(out.splitlines()[-1])
-    return result
-
-
-def run(names: list[str], rounds: int, count: int) -> dict[str, Any]:
-    """Each row ``rounds`` times, in a fresh process each, rows in turn."""
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
-    started = load()
-    for round_ in range(rounds):
-        for name in names:
-            runs[name].append(_in_child(name, count))
-            print(f"round {round_ + 1}/{rounds} {name}: {runs[name][-1]}", file=sys.stderr)
-    return {"loadavg_start": started, "loadavg_end": load(), "runs": runs}
-
-
 def _median(rows: list[dict[str, Any]], key: str) -> str:
     values = sorted(row[key] for row in rows if row.get(key) is not None)
     if not values:
@@ -261,17 +243,7 @@ def report(results: dict[str, Any]) -> str:
         if "share_mean" in rows[0]:
             parts.append(f"{_median(rows, 'share_mean')} / {_median(rows, 'share_min')}")
         lines.append(f"  {name}: " + "; ".join(parts))
-    names = list(results["runs"])
-    if len(names) > 1:
-        lines.append(f"client us/record, round by round, against {names[0]}: median (range)")
-        first = results["runs"][names[0]]
-        for name in names[1:]:
-            ratios = sorted(
-                row["client_cpu_us_per_record"] / base["client_cpu_us_per_record"]
-                for row, base in zip(results["runs"][name], first, strict=True)
-            )
-            median = statistics.median(ratios)
-            lines.append(f"  {name}: {median:.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})")
+    lines += ratio_lines(results["runs"], "client_cpu_us_per_record", "client us/record")
     return "\n".join(lines)
 
 
@@ -287,7 +259,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(args.one, args.count)))
         return 0
     started = time.perf_counter()
-    results = run(args.rows.split(","), args.rounds, args.count)
+    results = in_turn(
+        "benchmarks.producer_cpu", args.rows.split(","), args.rounds, ["--count", str(args.count)]
+    )
     results["seconds"] = time.perf_counter() - started
     print(json.dumps(results, indent=2) if args.json else report(results))
     return 0
