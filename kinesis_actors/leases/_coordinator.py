@@ -53,8 +53,6 @@ __all__ = ["ROUND_WAIT_MAX", "LeaseCoordinator", "round_wait"]
 
 logger = logging.getLogger("kinesis_actors.leases")
 
-#: A loop that crashes on something unexpected (a bug) is restarted, up to this many times in
-#: ``_LOOP_PERIOD`` seconds; one more and the coordinator stops with the causes.
 #: The longest :meth:`LeaseCoordinator.release_all` waits for a take round under way, whatever
 #: the failover time: a consumer's close gives the whole hand-over 10 s, and a round's calls
 #: take milliseconds unless the table is failing (then a lease the round took and could not
@@ -68,6 +66,8 @@ def round_wait(config: LeaseConfig) -> float:
     return min(config.failover_time / 2, ROUND_WAIT_MAX)
 
 
+#: A loop that crashes on something unexpected (a bug) is restarted, up to this many times in
+#: ``_LOOP_PERIOD`` seconds; one more and the coordinator stops with the causes.
 _LOOP_RESTARTS = 3
 _LOOP_PERIOD = 60.0
 
