@@ -12,7 +12,7 @@ from typing import Any
 
 from benchmarks._common import load
 
-__all__ = ["in_turn", "ratio_lines"]
+__all__ = ["in_turn", "median_range", "ratio_lines"]
 
 
 def in_turn(module: str, names: list[str], rounds: int, args: list[str]) -> dict[str, Any]:
@@ -27,6 +27,14 @@ def in_turn(module: str, names: list[str], rounds: int, args: list[str]) -> dict
             runs[name].append(json.loads(out.splitlines()[-1]))
             print(f"round {round_ + 1}/{rounds} {name}: {runs[name][-1]}", file=sys.stderr)
     return {"loadavg_start": started, "loadavg_end": load(), "runs": runs}
+
+
+def median_range(rows: list[dict[str, Any]], key: str) -> str:
+    """The rows' ``key``, as "median (lowest-highest)"; rows without it are left out."""
+    values = sorted(row[key] for row in rows if row.get(key) is not None)
+    if not values:
+        return "-"
+    return f"{statistics.median(values):.2f} ({values[0]:.2f}-{values[-1]:.2f})"
 
 
 def ratio_lines(runs: dict[str, list[dict[str, Any]]], key: str, what: str) -> list[str]:

@@ -44,7 +44,6 @@ import argparse
 import gc
 import json
 import resource
-import statistics
 import sys
 import time
 from typing import Any
@@ -52,14 +51,13 @@ from typing import Any
 import anyio
 
 from benchmarks._common import load
-from benchmarks._rounds import in_turn, ratio_lines
+from benchmarks._rounds import in_turn, median_range, ratio_lines
 from benchmarks.loadtarget import LoadTarget
 from benchmarks.scale_bench import PAGE, RECORD_BYTES, put_per_shard, warm_up
 from kinesis_actors import Consumer, ConsumerConfig, KinesisClient, StartingPosition
 
 __all__ = ["RECORDS", "ROWS", "main", "measure", "report"]
 
-MODULE = "benchmarks.consumer_cpu"
 #: A row's shard count, by name.
 ROWS = {"shards-16": 16, "shards-1000": 1000, "shards-16-again": 16}
 RECORDS = 4_096_000
@@ -160,11 +158,6 @@ def measure(name: str, records: int = RECORDS) -> dict[str, Any]:
     return {"row": name, "loadavg_before": started} | figures
 
 
-def _median(rows: list[dict[str, Any]], key: str) -> str:
-    values = sorted(row[key] for row in rows)
-    return f"{statistics.median(values):.2f} ({values[0]:.2f}-{values[-1]:.2f})"
-
-
 def report(results: dict[str, Any]) -> str:
     lines = [
         f"load average {results['loadavg_start']} at start, {results['loadavg_end']} at end",
@@ -173,7 +166,7 @@ def report(results: dict[str, Any]) -> str:
     ]
     for name, rows in results["runs"].items():
         parts = [
-            _median(rows, key)
+            median_range(rows, key)
             for key in (
                 "cpu_us_per_record",
                 "sys_us_per_record",
@@ -198,7 +191,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(args.one, args.records)))
         return 0
     started = time.perf_counter()
-    results = in_turn(MODULE, args.rows.split(","), args.rounds, ["--records", str(args.records)])
+    results = in_turn(
+        "benchmarks.consumer_cpu",
+        args.rows.split(","),
+        args.rounds,
+        ["--records", str(args.records)],
+    )
     results["seconds"] = time.perf_counter() - started
     print(json.dumps(results, indent=2) if args.json else report(results))
     return 0

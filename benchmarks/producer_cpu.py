@@ -62,7 +62,7 @@ from typing import Any
 import anyio
 
 from benchmarks._common import Clock, load, payloads
-from benchmarks._rounds import in_turn, ratio_lines
+from benchmarks._rounds import in_turn, median_range, ratio_lines
 from benchmarks.loadtarget import Limits, LoadTarget
 from benchmarks.peers import UNPACED, PushSpec, partition_keys, push_async_kinesis, push_boto3
 from benchmarks.producer_bench import _balanced_keys, _steady_shares
@@ -219,13 +219,6 @@ def measure(name: str, count: int = COUNT) -> dict[str, Any]:
     return {"row": name, "records": count, "loadavg_before": started} | figures
 
 
-def _median(rows: list[dict[str, Any]], key: str) -> str:
-    values = sorted(row[key] for row in rows if row.get(key) is not None)
-    if not values:
-        return "-"
-    return f"{statistics.median(values):.2f} ({values[0]:.2f}-{values[-1]:.2f})"
-
-
 def report(results: dict[str, Any]) -> str:
     lines = [
         f"load average {results['loadavg_start']} at start, {results['loadavg_end']} at end",
@@ -234,14 +227,14 @@ def report(results: dict[str, Any]) -> str:
     ]
     for name, rows in results["runs"].items():
         parts = [
-            _median(rows, "client_cpu_us_per_record"),
-            _median(rows, "target_cpu_us_per_record"),
-            _median(rows, "backpressure_cycles"),
-            _median(rows, "calls"),
-            _median(rows, "records_per_aggregate"),
+            median_range(rows, "client_cpu_us_per_record"),
+            median_range(rows, "target_cpu_us_per_record"),
+            median_range(rows, "backpressure_cycles"),
+            median_range(rows, "calls"),
+            median_range(rows, "records_per_aggregate"),
         ]
         if "share_mean" in rows[0]:
-            parts.append(f"{_median(rows, 'share_mean')} / {_median(rows, 'share_min')}")
+            parts.append(f"{median_range(rows, 'share_mean')} / {median_range(rows, 'share_min')}")
         lines.append(f"  {name}: " + "; ".join(parts))
     lines += ratio_lines(results["runs"], "client_cpu_us_per_record", "client us/record")
     return "\n".join(lines)
